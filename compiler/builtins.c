@@ -1,0 +1,335 @@
+/* builtins.c: the signatures of everything built into the language: layers, losses,
+ * optimizers, schedules, metrics, datasets, checkpoints, the cluster, and the settings
+ * of `strategy` and `train`.
+ *
+ * One table drives argument matching, kind checking, "did you mean", the defaults the
+ * later stages see, and docs/language.md's reference tables, so they cannot disagree. */
+#include <string.h>
+
+#include "ddpc.h"
+
+const char *const activation_words[] = {"relu", "gelu", "sigmoid", "tanh", "softmax", "identity", NULL};
+const char *const init_words[] = {"glorot_uniform", "glorot_normal", "he_normal", "he_uniform",
+                                  "zeros", "ones", NULL};
+static const char *const padding_words[] = {"same", "valid", NULL};
+static const char *const cluster_words[] = {"auto", "slurm", "env", "local", NULL};
+static const char *const communication_words[] = {"auto", "nccl", "ring", NULL};
+static const char *const precision_words[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const part_words[] = {"train", "test", NULL};
+const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
+const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};
+
+/* Parameter constructors, so each table row reads like the signature it describes. */
+#define REQ(n, k, f) {.name = n, .kind = k, .flags = P_REQUIRED | (f)}
+#define OPT(n, k, f) {.name = n, .kind = k, .flags = P_OPTIONAL | (f)}
+#define NUM(n, v, f) {.name = n, .kind = K_NUM, .flags = f, .def = DEF_NUM, .def_num = v}
+#define INT(n, v, f) {.name = n, .kind = K_INT, .flags = f, .def = DEF_NUM, .def_num = v}
+#define PAIR(n, v) {.name = n, .kind = K_INT_PAIR, .flags = P_POSITIVE, .def = DEF_NUM, .def_num = v}
+#define BOOL(n, v) {.name = n, .kind = K_BOOL, .def = DEF_BOOL, .def_num = v}
+#define WORD(n, w, d) {.name = n, .kind = K_WORD, .words = w, .def = DEF_WORD, .def_word = d}
+#define DUR(n, v, u, f) {.name = n, .kind = K_DURATION, .flags = f, .def = DEF_DURATION, .def_num = v, .def_unit = u}
+#define LR(n, v) {.name = n, .kind = K_LR, .flags = P_RUNTIME | P_POSITIVE, .def = DEF_NUM, .def_num = v}
+#define ACTIVATION WORD("activation", activation_words, "identity")
+#define INIT(n, d) WORD(n, init_words, d)
+
+static const Param dense_params[] = {
+    REQ("units", K_INT, P_POSITIVE), ACTIVATION, BOOL("bias", 1),
+    INIT("init", "glorot_uniform"), INIT("bias_init", "zeros"),
+};
+static const Param conv2d_params[] = {
+    REQ("filters", K_INT, P_POSITIVE), REQ("kernel", K_INT_PAIR, P_POSITIVE),
+    PAIR("stride", 1),
+    {.name = "padding", .kind = K_PADDING, .flags = P_NONNEG, .words = padding_words,
+     .def = DEF_WORD, .def_word = "valid"},
+    PAIR("dilation", 1), BOOL("bias", 1), ACTIVATION,
+    INIT("init", "glorot_uniform"), INIT("bias_init", "zeros"),
+};
+/* stride defaults to the window size: no default value in the table. */
+static const Param pool_params[] = {
+    PAIR("size", 2), OPT("stride", K_INT_PAIR, P_POSITIVE),
+    {.name = "padding", .kind = K_PADDING, .flags = P_NONNEG, .words = padding_words,
+     .def = DEF_WORD, .def_word = "valid"},
+};
+static const Param batchnorm_params[] = {
+    NUM("momentum", 0.99, P_FRACTION), NUM("epsilon", 1e-3, P_POSITIVE),
+};
+static const Param dropout_params[] = {REQ("rate", K_NUM, P_FRACTION)};
+static const Param reshape_params[] = {REQ("shape", K_SHAPE, P_POSITIVE | P_INFER)};
+static const Param add_params[] = {REQ("values", K_TENSOR, P_VARIADIC)};
+static const Param concat_params[] = {REQ("values", K_TENSOR, P_VARIADIC), INT("axis", -1, 0)};
+static const Param softmax_params[] = {INT("axis", -1, 0)};
+
+static const Param from_logits[] = {BOOL("from_logits", 0)};
+static const Param cce_params[] = {BOOL("from_logits", 0), NUM("label_smoothing", 0, P_FRACTION)};
+
+static const Param sgd_params[] = {
+    LR("learning_rate", 0.01), NUM("momentum", 0, P_FRACTION), BOOL("nesterov", 0),
+    NUM("weight_decay", 0, P_NONNEG | P_RUNTIME),
+};
+static const Param adam_params[] = {
+    LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
+    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0, P_NONNEG | P_RUNTIME),
+};
+static const Param adamw_params[] = {
+    LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
+    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME),
+};
+
+static const Param constant_params[] = {REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE)};
+static const Param step_params[] = {
+    REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE), NUM("drop", 0.1, P_POSITIVE | P_RUNTIME),
+    DUR("every", 30, UNIT_EPOCHS, P_POSITIVE),
+};
+static const Param cosine_params[] = {
+    REQ("peak", K_NUM, P_RUNTIME | P_POSITIVE), DUR("warmup", 0, UNIT_EPOCHS, P_NONNEG),
+    NUM("final", 0, P_NONNEG | P_RUNTIME),
+};
+static const Param linear_params[] = {
+    REQ("peak", K_NUM, P_RUNTIME | P_POSITIVE), DUR("warmup", 0, UNIT_STEPS, P_NONNEG),
+    NUM("final", 0, P_NONNEG | P_RUNTIME),
+};
+
+static const Param top_k_params[] = {INT("k", 5, P_POSITIVE)};
+
+static const Param idx_params[] = {
+    REQ("images", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE),
+};
+static const Param cifar10_params[] = {
+    REQ("dir", K_STR, 0), WORD("part", part_words, "train"), NUM("scale", 1, P_POSITIVE),
+};
+static const Param npy_params[] = {
+    REQ("inputs", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE),
+};
+static const Param csv_params[] = {
+    REQ("path", K_STR, 0), BOOL("header", 1), REQ("features", K_STR_LIST, 0),
+    REQ("target", K_STR, 0), NUM("scale", 1, P_POSITIVE),
+};
+static const Param synthetic_params[] = {
+    REQ("shape", K_SHAPE, P_POSITIVE), REQ("classes", K_INT, P_POSITIVE),
+    REQ("samples", K_INT, P_POSITIVE),
+};
+
+static const Param checkpoint_params[] = {
+    REQ("dir", K_STR, 0), DUR("every", 1, UNIT_EPOCHS, P_POSITIVE), INT("keep", 3, P_POSITIVE),
+};
+static const double default_port_range[] = {10000, 20000};
+static const Param slurm_params[] = {
+    OPT("port_base", K_INT, P_POSITIVE),
+    {.name = "port_range", .kind = K_INT_RANGE, .flags = P_POSITIVE, .def = DEF_LIST,
+     .def_list = default_port_range, .def_list_len = 2},
+};
+
+#define STRATEGY_SETTINGS                                                               \
+    {.name = "cluster", .kind = K_CLUSTER, .words = cluster_words, .def = DEF_WORD,      \
+     .def_word = "auto"},                                                               \
+    WORD("communication", communication_words, "auto"),                                 \
+    REQ("batch_per_replica", K_INT, P_POSITIVE), INT("gpus_per_worker", 1, P_POSITIVE), \
+    INT("seed", 0, P_NONNEG), BOOL("shuffle", 1), BOOL("drop_remainder", 1),            \
+    WORD("precision", precision_words, "fp32")
+#define TRAIN_SETTINGS                                                                  \
+    REQ("loss", K_LOSS, 0), REQ("optimizer", K_OPTIMIZER, 0),                           \
+    {.name = "metrics", .kind = K_METRICS, .def = DEF_WORD, .def_word = "loss"},        \
+    REQ("epochs", K_INT, P_POSITIVE), OPT("learning_rate", K_LR, P_RUNTIME | P_POSITIVE), \
+    OPT("steps_per_epoch", K_INT, P_POSITIVE), OPT("validation", K_DATASET, 0),         \
+    DUR("validate_every", 1, UNIT_EPOCHS, P_POSITIVE), OPT("checkpoint", K_CHECKPOINT, 0)
+
+static const Param strategy_params[] = {STRATEGY_SETTINGS};
+static const Param train_params[] = {TRAIN_SETTINGS};
+static const Param toplevel_train_params[] = {TRAIN_SETTINGS, STRATEGY_SETTINGS};
+
+#define N(a) (int)(sizeof(a) / sizeof((a)[0]))
+#define LAYER(name, params, op, doc) {name, B_LAYER, params, N(params), op, doc}
+#define LAYER0(name, op, doc) {name, B_LAYER, NULL, 0, op, doc}
+#define OTHER(name, kind, params, doc) {name, kind, params, N(params), L_NONE, doc}
+#define OTHER0(name, kind, doc) {name, kind, NULL, 0, L_NONE, doc}
+
+const Builtin builtins[] = {
+    LAYER("dense", dense_params, L_DENSE, "fully connected: [n] -> [units]"),
+    LAYER("conv2d", conv2d_params, L_CONV2D, "2-D convolution: [h, w, c] -> [h', w', filters]"),
+    LAYER("maxpool", pool_params, L_MAXPOOL, "2-D max pooling: [h, w, c] -> [h', w', c]"),
+    LAYER("avgpool", pool_params, L_AVGPOOL, "2-D average pooling: [h, w, c] -> [h', w', c]"),
+    LAYER0("global_avgpool", L_GLOBAL_AVGPOOL, "mean over height and width: [h, w, c] -> [c]"),
+    LAYER("batchnorm", batchnorm_params, L_BATCHNORM, "batch normalisation over the last axis"),
+    LAYER("dropout", dropout_params, L_DROPOUT, "zeroes a fraction of values in training"),
+    LAYER0("flatten", L_FLATTEN, "[d1, d2, ...] -> [d1 * d2 * ...]"),
+    LAYER("reshape", reshape_params, L_RESHAPE, "same values, another shape"),
+    LAYER("add", add_params, L_ADD, "sum of the current value and others of the same shape"),
+    LAYER("concat", concat_params, L_CONCAT, "the current value and others joined along an axis"),
+    LAYER0("relu", L_RELU, "max(x, 0)"),
+    LAYER0("gelu", L_GELU, "x * Phi(x)"),
+    LAYER0("sigmoid", L_SIGMOID, "1 / (1 + exp(-x))"),
+    LAYER0("tanh", L_TANH, "hyperbolic tangent"),
+    LAYER("softmax", softmax_params, L_SOFTMAX, "exp(x) / sum(exp(x)) along an axis"),
+    LAYER0("identity", L_IDENTITY, "x"),
+
+    OTHER("sparse_categorical_crossentropy", B_LOSS, from_logits, "class index labels"),
+    OTHER("categorical_crossentropy", B_LOSS, cce_params, "one-hot labels"),
+    OTHER("binary_crossentropy", B_LOSS, from_logits, "0/1 labels per output"),
+    OTHER0("mean_squared_error", B_LOSS, "squared error per output"),
+
+    OTHER("sgd", B_OPTIMIZER, sgd_params, "stochastic gradient descent with momentum"),
+    OTHER("adam", B_OPTIMIZER, adam_params, "Adam; weight decay added to the gradient"),
+    OTHER("adamw", B_OPTIMIZER, adamw_params, "Adam with decoupled weight decay"),
+
+    OTHER("constant", B_SCHEDULE, constant_params, "the same rate throughout"),
+    OTHER("step", B_SCHEDULE, step_params, "multiplied by drop every period"),
+    OTHER("cosine", B_SCHEDULE, cosine_params, "linear warm-up, then cosine decay to final"),
+    OTHER("linear", B_SCHEDULE, linear_params, "linear warm-up, then linear decay to final"),
+
+    OTHER0("accuracy", B_METRIC, "fraction of samples whose top class is right"),
+    OTHER("top_k_accuracy", B_METRIC, top_k_params, "fraction whose class is among the top k"),
+    OTHER0("loss", B_METRIC, "the training loss"),
+    OTHER0("mae", B_METRIC, "mean absolute error"),
+
+    OTHER("idx", B_DATASET, idx_params, "MNIST-family IDX files, plain or .gz"),
+    OTHER("cifar10", B_DATASET, cifar10_params, "CIFAR-10 binary batches"),
+    OTHER("npy", B_DATASET, npy_params, "NumPy .npy arrays"),
+    OTHER("csv", B_DATASET, csv_params, "numeric CSV columns"),
+    OTHER("synthetic", B_DATASET, synthetic_params, "random samples, for benchmarks"),
+
+    OTHER("checkpoint", B_CHECKPOINT, checkpoint_params, "periodic checkpoints in a folder"),
+    OTHER("slurm", B_CLUSTER, slurm_params, "the cluster from Slurm's environment"),
+};
+const int builtin_count = N(builtins);
+
+const Builtin strategy_settings = OTHER("strategy", B_SETTINGS, strategy_params, "strategy settings");
+const Builtin train_settings = OTHER("train", B_SETTINGS, train_params, "train settings");
+const Builtin toplevel_train_settings =
+    OTHER("train", B_SETTINGS, toplevel_train_params, "train settings without a strategy");
+
+const Builtin *builtin_find(const char *name) {
+    for (int i = 0; i < builtin_count; i++)
+        if (strcmp(builtins[i].name, name) == 0)
+            return &builtins[i];
+    return NULL;
+}
+
+const Param *builtin_param(const Builtin *b, const char *name, int *index) {
+    for (int i = 0; i < b->nparams; i++)
+        if (strcmp(b->params[i].name, name) == 0) {
+            if (index)
+                *index = i;
+            return &b->params[i];
+        }
+    return NULL;
+}
+
+const char *builtin_kind_name(BuiltinKind k) {
+    static const char *const names[] = {
+        [B_LAYER] = "layer", [B_LOSS] = "loss", [B_OPTIMIZER] = "optimizer",
+        [B_SCHEDULE] = "schedule", [B_METRIC] = "metric", [B_DATASET] = "dataset",
+        [B_CHECKPOINT] = "checkpoint", [B_CLUSTER] = "cluster", [B_SETTINGS] = "settings",
+    };
+    return names[k];
+}
+
+bool word_in(const char *const *words, const char *w) {
+    for (; words && *words; words++)
+        if (strcmp(*words, w) == 0)
+            return true;
+    return false;
+}
+
+int word_count(const char *const *words) {
+    int n = 0;
+    while (words && words[n])
+        n++;
+    return n;
+}
+
+const char *words_list(Ddpc *c, const char *const *words, const char *conj) {
+    StrBuf sb = {0};
+    int n = word_count(words);
+    for (int i = 0; i < n; i++)
+        sb_printf(&sb, "%s%s", i == 0 ? "" : i == n - 1 ? conj : ", ", words[i]);
+    const char *s = arena_strdup(c->arena, sb.data ? sb.data : "");
+    sb_free(&sb);
+    return s;
+}
+
+static const char *builtins_of_kind(BuiltinKind k) {
+    switch (k) {
+    case B_LOSS:
+        return "sparse_categorical_crossentropy, categorical_crossentropy, binary_crossentropy "
+               "or mean_squared_error";
+    case B_OPTIMIZER:
+        return "sgd, adam or adamw";
+    case B_SCHEDULE:
+        return "constant, step, cosine or linear";
+    case B_METRIC:
+        return "accuracy, top_k_accuracy, loss or mae";
+    default:
+        return "";
+    }
+}
+
+const char *kind_describe(const Param *p) {
+    static char buf[256];
+    switch (p->kind) {
+    case K_ANY: return "a value";
+    case K_INT:
+        return p->flags & P_POSITIVE ? "a positive integer"
+               : p->flags & P_NONNEG ? "a non-negative integer" : "an integer";
+    case K_NUM:
+        return p->flags & P_FRACTION ? "a number from 0 up to, not including, 1"
+               : p->flags & P_POSITIVE ? "a positive number"
+               : p->flags & P_NONNEG ? "a non-negative number" : "a number";
+    case K_BOOL: return "true or false";
+    case K_STR: return "a string";
+    case K_WORD: {
+        int n = 0;
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "one of");
+        for (int i = 0; p->words[i]; i++)
+            n += snprintf(buf + n, sizeof buf - (size_t)n, "%s %s", i ? "," : "", p->words[i]);
+        return buf;
+    }
+    case K_DURATION: return "a duration such as `5 epochs` or `500 steps`";
+    case K_SHAPE: return "a shape such as [28, 28, 1]";
+    case K_INT_PAIR: return "a positive integer or a pair [height, width]";
+    case K_PADDING: return "same, valid, a non-negative integer or a pair [height, width]";
+    case K_TENSOR: return "a value of the model";
+    case K_LAYER: return "a layer, block or model";
+    case K_LR: return "a positive number or a schedule (constant, step, cosine or linear)";
+    case K_LOSS:
+        snprintf(buf, sizeof buf, "a loss: %s", builtins_of_kind(B_LOSS));
+        return buf;
+    case K_OPTIMIZER:
+        snprintf(buf, sizeof buf, "an optimizer: %s", builtins_of_kind(B_OPTIMIZER));
+        return buf;
+    case K_METRICS:
+        snprintf(buf, sizeof buf, "a list of metrics: %s", builtins_of_kind(B_METRIC));
+        return buf;
+    case K_DATASET: return "a dataset";
+    case K_CHECKPOINT: return "checkpoint(dir, every = ..., keep = ...)";
+    case K_CLUSTER: return "auto, slurm, env, local or slurm(port_base = ...)";
+    case K_STR_LIST: return "a list of strings";
+    case K_INT_RANGE: return "a range [low, high] of positive integers";
+    }
+    return "?";
+}
+
+/* Names a program may not define: built-ins, settings, run-time scalars and the words
+ * of the built-in enumerations, so that resolving a name by what is expected can never
+ * pick between the user's meaning and the language's. */
+bool is_reserved_name(const char *name, const char **what) {
+    if (builtin_find(name)) {
+        *what = builtin_kind_name(builtin_find(name)->kind);
+        return true;
+    }
+    if (builtin_param(&toplevel_train_settings, name, NULL)) {
+        *what = "setting";
+        return true;
+    }
+    if (word_in(runtime_scalars, name)) {
+        *what = "run-time scalar";
+        return true;
+    }
+    const char *const *word_sets[] = {padding_words, init_words, cluster_words,
+                                      communication_words, precision_words, strategy_kinds};
+    for (size_t i = 0; i < sizeof word_sets / sizeof word_sets[0]; i++)
+        if (word_in(word_sets[i], name)) {
+            *what = "built-in word";
+            return true;
+        }
+    return false;
+}

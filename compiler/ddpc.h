@@ -1,0 +1,587 @@
+/* ddpc.h: the compiler's internal interfaces, one section per source file.
+ *
+ * The front end is a straight pipeline: source text -> tokens (lexer.re) -> AST
+ * (parser.y, parse.c) -> names resolved (resolve.c) -> constants folded, models
+ * expanded into a layer graph with shapes (eval.c, expand.c, shape.c) -> settings
+ * checked (settings.c). Everything the compiler allocates lives in one arena that is
+ * freed once at the end, so no pass frees anything on its own. */
+#ifndef DDPC_H
+#define DDPC_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define DDP_VERSION "0.1.0"
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+
+typedef struct Ddpc Ddpc;
+typedef struct Node Node;
+typedef struct Builtin Builtin;
+typedef struct GNode GNode;
+typedef struct Graph Graph;
+typedef struct Value Value;
+
+/* ---------------------------------------------------------------- util.c */
+
+typedef struct Arena Arena;
+Arena *arena_new(void);
+void arena_free(Arena *a);
+void *arena_alloc(Arena *a, size_t size); /* zeroed; aborts when memory runs out */
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_strdup(Arena *a, const char *s);
+char *arena_printf(Arena *a, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void *arena_grow(Arena *a, void *items, int *cap, size_t elem_size);
+
+/* A growable array whose storage lives in the arena. */
+#define VEC(T) struct { T *items; int len, cap; }
+#define vec_push(arena, v, x)                                                        \
+    do {                                                                             \
+        if ((v)->len == (v)->cap)                                                    \
+            (v)->items = arena_grow((arena), (v)->items, &(v)->cap, sizeof *(v)->items); \
+        (v)->items[(v)->len++] = (x);                                                \
+    } while (0)
+
+/* A string-keyed hash map (keys are not copied: they live in the arena). */
+typedef struct Map {
+    const char **keys;
+    void **vals;
+    int cap, len;
+} Map;
+void *map_get(const Map *m, const char *key);
+void map_put(Arena *a, Map *m, const char *key, void *val);
+
+/* A growable string in plain heap memory, for building output. */
+typedef struct StrBuf {
+    char *data;
+    size_t len, cap;
+} StrBuf;
+void sb_printf(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void sb_putc(StrBuf *sb, char c);
+void sb_free(StrBuf *sb);
+
+/* Nested scopes over one map: binding a name shadows its outer binding until the
+ * scope that bound it is popped. Values are the caller's (a Node for the resolver, a
+ * Value for the evaluator). */
+typedef struct ScopeEntry {
+    const char *name;
+    void *prev;
+} ScopeEntry;
+typedef struct Scopes {
+    Map map;
+    VEC(ScopeEntry) undo;
+    VEC(int) marks;
+} Scopes;
+void scopes_push(Arena *a, Scopes *s);
+void scopes_pop(Arena *a, Scopes *s);
+void scopes_bind(Arena *a, Scopes *s, const char *name, void *val);
+void *scopes_get(const Scopes *s, const char *name);
+/* The names bound in the innermost scope: s->undo.items[from .. s->undo.len). */
+int scopes_innermost(const Scopes *s);
+
+int edit_distance(const char *a, const char *b, int limit);
+const char *fmt_number(Arena *a, double v);
+/* Thousands separators: 3274634 -> "3,274,634" (into the arena). */
+const char *fmt_count(Arena *a, int64_t n);
+
+/* -------------------------------------------------------------- source.c */
+
+typedef struct SourceFile {
+    const char *path;     /* as the user named it, or as found on the search path */
+    const char *realpath; /* for recognising a file imported twice */
+    char *text;           /* NUL-terminated copy of the file */
+    size_t len;
+    bool imported;        /* a library file: no strategy or train allowed */
+} SourceFile;
+
+/* A place in the source: the offset gives the line back for the caret display. */
+typedef struct Loc {
+    SourceFile *file;
+    uint32_t off, len;
+    int line, col;
+} Loc;
+
+enum { MAX_SOURCE_BYTES = 64 << 20 };
+SourceFile *source_load(Ddpc *c, const char *path, bool imported, const char **why);
+SourceFile *source_from_memory(Ddpc *c, const char *name, const char *data, size_t len);
+const char *source_find_import(Ddpc *c, SourceFile *from, const char *name);
+
+/* ---------------------------------------------------------------- diag.c */
+
+typedef enum { SEV_ERROR, SEV_WARNING, SEV_NOTE } Severity;
+
+typedef enum {
+#define DIAG(id, sev, name, summary) id,
+#include "diagnostics.def"
+#undef DIAG
+    DIAG_COUNT
+} DiagId;
+
+typedef struct DiagInfo {
+    Severity sev;
+    const char *name, *summary;
+} DiagInfo;
+extern const DiagInfo diag_catalogue[DIAG_COUNT];
+
+/* While a block is being expanded, errors inside it also say where it was used. */
+typedef struct ExpansionFrame {
+    const char *what; /* "basic(128, stride = 2)" */
+    Loc at;
+    struct ExpansionFrame *outer;
+} ExpansionFrame;
+
+typedef struct Diag {
+    FILE *out;
+    int errors, warnings, max_errors;
+    bool color, warnings_off, warnings_as_errors, quiet;
+    bool stopped;        /* the error limit was reached */
+    bool last_shown;     /* whether the last error or warning was printed (for its notes) */
+    bool disabled[DIAG_COUNT];
+    Map seen;            /* "file:off:id:message" of everything printed, to skip repeats */
+    ExpansionFrame *expansion;
+    Loc last_loc;        /* of the last error or warning: its notes skip the source line */
+    int hits[DIAG_COUNT];
+} Diag;
+
+void diag_report(Ddpc *c, DiagId id, Loc loc, const char *fmt, ...) PRINTF_LIKE(4, 5);
+void diag_note(Ddpc *c, Loc loc, const char *fmt, ...) PRINTF_LIKE(3, 4);
+void diag_note_plain(Ddpc *c, const char *fmt, ...) PRINTF_LIKE(2, 3);
+/* "did you mean" over a list of candidates; NULL when none is close. */
+const char *suggest(const char *name, const char *const *candidates, int n);
+void diag_did_you_mean(Ddpc *c, Loc loc, const char *name, const char *const *candidates, int n);
+DiagId diag_by_name(const char *name); /* DIAG_COUNT when unknown */
+
+/* --------------------------------------------------------- lexer.re (lexer.c) */
+
+enum { UNIT_NONE, UNIT_EPOCHS, UNIT_STEPS };
+
+typedef struct Token {
+    int kind;          /* TK_* from the generated parser.h */
+    Loc loc;
+    const char *text;  /* points into the source */
+    double num;        /* TK_NUMBER, TK_DURATION */
+    int unit;          /* TK_DURATION */
+    const char *str;   /* TK_STRING (escapes decoded), TK_NAME (copied) */
+} Token;
+
+typedef VEC(Token) TokenList;
+void lex_file(Ddpc *c, SourceFile *f, TokenList *out);
+const char *token_kind_name(int kind); /* "NAME", "LPAREN", ... for --stage=tokens */
+const char *token_shown(int kind);     /* "a name", "`(`", ... for messages */
+const char *token_describe(Ddpc *c, const Token *t); /* for "unexpected X" */
+
+/* ------------------------------------------------------------------ ast.c */
+
+typedef enum {
+    /* top-level items */
+    N_IMPORT,   /* str */
+    N_DATASET,  /* name = a */
+    N_MODEL,    /* name(list: params) { b } */
+    N_BLOCK,    /* name(list: params) { b } */
+    N_STRATEGY, /* name { list: settings and train } */
+    N_TRAIN,    /* train a (N_APP) on b { list: settings } */
+    N_LET,      /* let name = a (top level or statement) */
+    N_PARAM,    /* name [: b (annotation)] [= a] */
+    N_SETTING,  /* name = a */
+    /* statements */
+    N_BODY,     /* list: statements */
+    N_REBIND,   /* name = a */
+    N_IF,       /* if a { b } else c (N_BODY or N_IF) */
+    N_REPEAT,   /* repeat a [as name] { b } */
+    /* expressions; N_APP, N_CHAIN and N_IN are also statements */
+    N_APP,      /* [label:] name[(list: args)]: a layer applied, or a call */
+    N_CHAIN,    /* a -> b (b is an N_APP) */
+    N_IN,       /* in */
+    N_ARG,      /* [name =] a */
+    N_NUM,      /* num, integral, unit */
+    N_STR,      /* str */
+    N_BOOL,     /* num (0 or 1) */
+    N_NAME,     /* name */
+    N_LIST,     /* [list] */
+    N_BINARY,   /* a op b */
+    N_UNARY,    /* op a */
+    N_ANNOT_KIND,  /* a parameter's kind: name is int, number, bool, string, shape, layer */
+    N_ANNOT_WORDS, /* a parameter's words: list of N_NAME */
+    N_ERROR,    /* where the parser recovered */
+} NodeKind;
+
+typedef enum {
+    OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_NEG,
+    OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND, OP_OR, OP_NOT,
+} Op;
+
+/* What a name stands for, decided by resolve.c. */
+typedef enum {
+    RES_NONE,
+    RES_LOCAL,   /* a parameter, let, repeat index or `in` of an enclosing scope */
+    RES_GLOBAL,  /* decl: a model, block, dataset or top-level let */
+    RES_BUILTIN, /* builtin */
+    RES_WORD,    /* an enumerated word, the name itself */
+    RES_RUNTIME, /* replicas, workers, global_batch */
+    RES_ERROR,   /* already reported */
+} Res;
+
+typedef VEC(Node *) NodeList;
+
+struct Node {
+    NodeKind kind;
+    Loc loc;            /* the token that best names the node */
+    const char *name;
+    Node *a, *b, *c;
+    NodeList list;
+    double num;
+    bool integral;
+    bool has_parens;    /* N_APP: written with (...) */
+    int unit;
+    Op op;
+    const char *str;
+    const char *label;  /* N_APP: `label: layer` */
+    Loc label_loc;
+    int depth;          /* expression nesting, bounded by the parser */
+    /* filled by resolve.c */
+    Res res;
+    Node *decl;
+    const Builtin *builtin;
+    int runtime;        /* RES_RUNTIME: which scalar */
+    Node **slots;       /* N_APP with a known callee: the argument for each parameter */
+    bool used;          /* N_LET, N_PARAM: referenced somewhere */
+    struct Signature *sig; /* N_MODEL, N_BLOCK: their parameters, made once */
+    Value *value;       /* N_LET, N_DATASET at top level: evaluated once */
+    bool evaluating;    /* ... and being evaluated (a cycle if met again) */
+};
+
+Node *node_new(Ddpc *c, NodeKind kind, Loc loc);
+Node *node_binary(Ddpc *c, Op op, Node *a, Node *b, Loc loc);
+void ast_dump(Ddpc *c, FILE *out, NodeList *items);
+const char *op_text(Op op);
+const char *node_kind_name(NodeKind k);
+/* The expression as source-like text, for messages: "0.001 * replicas". */
+const char *expr_text(Ddpc *c, const Node *n);
+
+/* ---------------------------------------------------------------- parse.c */
+
+enum { MAX_EXPR_DEPTH = 200, PARSER_STACK = 600 };
+
+/* Parses a file and, transitively, its imports; items of all files are appended to
+ * c->items in order (imports first), the main file's own to c->main_items. */
+bool parse_program(Ddpc *c, const char *path);
+bool parse_program_from_memory(Ddpc *c, const char *name, const char *data, size_t len);
+/* Parses one file's tokens into items (used by the above and by the tests). */
+void parse_tokens(Ddpc *c, SourceFile *f, TokenList *toks, NodeList *items);
+
+/* Called from the generated parser. */
+typedef struct ParseState {
+    Ddpc *c;
+    SourceFile *file;
+    NodeList *items;
+    bool failed;   /* the parser gave up: stop feeding tokens */
+    bool overflow; /* ... because its stack is full */
+} ParseState;
+void parse_syntax_error(ParseState *ps, const Token *t, const int *expected, int nexpected);
+
+/* ------------------------------------------------------------ builtins.c */
+
+/* What an argument or setting expects. */
+typedef enum {
+    K_ANY,        /* user block parameter without a kind: anything */
+    K_INT,        /* integer */
+    K_NUM,        /* number */
+    K_BOOL,
+    K_STR,
+    K_WORD,       /* one of param->words */
+    K_DURATION,   /* `5 epochs`, `500 steps` */
+    K_SHAPE,      /* [d, ...]: positive integers (reshape allows one -1) */
+    K_INT_PAIR,   /* n or [h, w] */
+    K_PADDING,    /* same, valid, n or [h, w] */
+    K_TENSOR,     /* a value of the model (add, concat) */
+    K_LAYER,      /* a layer, block or model (user block parameters `: layer`) */
+    K_LR,         /* a number or a schedule */
+    K_LOSS, K_OPTIMIZER, K_METRICS, K_DATASET, K_CHECKPOINT, K_CLUSTER,
+    K_STR_LIST,   /* ["a", "b"] */
+    K_INT_RANGE,  /* [lo, hi] */
+} Kind;
+
+enum {
+    P_REQUIRED = 1 << 0,
+    P_RUNTIME = 1 << 1,  /* may depend on replicas, workers, global_batch */
+    P_POSITIVE = 1 << 2, /* > 0 */
+    P_NONNEG = 1 << 3,   /* >= 0 */
+    P_FRACTION = 1 << 4, /* 0 <= x < 1 */
+    P_VARIADIC = 1 << 5, /* takes all remaining positional arguments */
+    P_UNIT = 1 << 6,     /* 0 < x <= 1 */
+    P_OPTIONAL = 1 << 7, /* no default: absent means "none" */
+    P_INFER = 1 << 8,    /* K_SHAPE: one axis may be -1, inferred */
+};
+
+typedef enum { DEF_NONE, DEF_NUM, DEF_BOOL, DEF_WORD, DEF_DURATION, DEF_STR, DEF_LIST } DefaultKind;
+
+typedef struct Param {
+    const char *name;
+    Kind kind;
+    int flags;
+    const char *const *words; /* K_WORD, K_PADDING, K_CLUSTER: the words accepted */
+    DefaultKind def;
+    double def_num;
+    const char *def_word;     /* DEF_WORD; DEF_STR */
+    int def_unit;             /* DEF_DURATION */
+    const double *def_list;   /* DEF_LIST of numbers */
+    int def_list_len;
+    Node *def_expr;           /* a block or model parameter's default expression */
+    Node *decl;               /* ... and its N_PARAM */
+} Param;
+
+typedef enum {
+    B_LAYER, B_LOSS, B_OPTIMIZER, B_SCHEDULE, B_METRIC, B_DATASET,
+    B_CHECKPOINT, B_CLUSTER, B_SETTINGS,
+} BuiltinKind;
+
+typedef enum {
+    L_INPUT, L_DENSE, L_CONV2D, L_MAXPOOL, L_AVGPOOL, L_GLOBAL_AVGPOOL,
+    L_BATCHNORM, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
+    L_RELU, L_GELU, L_SIGMOID, L_TANH, L_SOFTMAX, L_IDENTITY,
+    L_NONE,
+} LayerOp;
+
+struct Builtin {
+    const char *name;
+    BuiltinKind kind;
+    const Param *params;
+    int nparams;
+    LayerOp op;
+    const char *summary;
+};
+
+extern const Builtin builtins[];
+extern const int builtin_count;
+extern const Builtin strategy_settings, train_settings, toplevel_train_settings;
+extern const char *const activation_words[], *const init_words[];
+extern const char *const runtime_scalars[];
+enum { RT_REPLICAS, RT_WORKERS, RT_GLOBAL_BATCH, RT_COUNT };
+extern const char *const strategy_kinds[];
+
+const Builtin *builtin_find(const char *name);
+const Param *builtin_param(const Builtin *b, const char *name, int *index);
+const char *builtin_kind_name(BuiltinKind k);
+const char *kind_describe(const Param *p);    /* "a positive integer", ... */
+bool is_reserved_name(const char *name, const char **what);
+bool word_in(const char *const *words, const char *w);
+int word_count(const char *const *words);
+const char *words_list(Ddpc *c, const char *const *words, const char *conj); /* "a, b or c" */
+
+/* ---------------------------------------------------------- resolve.c */
+
+/* Declares every top-level item, resolves every name in every body, matches the
+ * arguments of every call whose callee is known. */
+void resolve_program(Ddpc *c);
+
+/* The formal parameters of a callee, whatever it is: a builtin's table, or the
+ * parameters of a block or model made into the same form (`input` left out). */
+typedef struct Signature {
+    const char *name;
+    const char *what;       /* "layer", "block", "model", "loss", "strategy", ... */
+    const Param *params;
+    int nparams;
+    Node *decl;             /* blocks and models */
+    Node *input;            /* models: the `input: [...]` parameter, if any */
+} Signature;
+Signature signature_of_builtin(const Builtin *b);
+Signature *signature_of_decl(Ddpc *c, Node *decl);
+/* Matches N_ARG (or N_SETTING) nodes against the signature. The result has one entry
+ * per parameter: the argument's expression, NULL for a default, and for a variadic
+ * parameter an N_LIST of the expressions. Reports every mismatch at its place. */
+Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool settings);
+
+/* ------------------------------------------------------------- eval.c */
+
+enum { MAX_RANK = 8 };
+typedef struct Shape {
+    int rank;
+    int64_t dim[MAX_RANK];
+} Shape;
+
+typedef enum {
+    V_POISON,   /* an error was reported already: stay quiet */
+    V_NONE,     /* an optional setting left out */
+    V_NUM, V_BOOL, V_STR, V_WORD, V_LIST, V_DURATION,
+    V_RUNTIME,  /* a number known at start-up only: rt */
+    V_TENSOR,   /* a value of the model being expanded */
+    V_LAYER,    /* a layer, block or model used as a value */
+    V_OBJECT,   /* a loss, optimizer, schedule, metric, dataset, checkpoint, cluster */
+} ValueKind;
+
+typedef struct RtExpr RtExpr;
+
+struct Value {
+    ValueKind kind;
+    double num;           /* V_NUM, V_DURATION, V_BOOL (0 or 1) */
+    int unit;             /* V_DURATION */
+    const char *str;      /* V_STR, V_WORD */
+    Value *items;         /* V_LIST */
+    int len;
+    RtExpr *rt;           /* V_RUNTIME */
+    GNode *tensor;        /* V_TENSOR */
+    const Builtin *builtin; /* V_LAYER (a built-in layer), V_OBJECT */
+    Node *decl;           /* V_LAYER (a block or model); V_OBJECT of a dataset definition */
+    Value *args;          /* V_OBJECT: one per parameter, defaults filled in */
+    Node **slots;         /* V_OBJECT: the arguments written (NULL where defaulted) */
+    Loc loc;              /* where it was written */
+};
+
+/* A number known at start-up only, folded as far as constants allow. */
+struct RtExpr {
+    enum { RT_CONST, RT_SCALAR, RT_BINARY, RT_NEG } kind;
+    double num;
+    int scalar;
+    Op op;
+    RtExpr *a, *b;
+};
+const char *rt_text(Ddpc *c, const RtExpr *e);
+
+/* Local bindings while expanding: name -> Value*, in nested scopes. */
+typedef struct Env {
+    Scopes scopes;
+} Env;
+void env_bind(Ddpc *c, Env *env, const char *name, Value v);
+Value *env_lookup(Env *env, const char *name);
+
+Value eval_expr(Ddpc *c, Env *env, Node *n);
+/* Evaluates an argument and checks it against what the parameter expects. */
+Value eval_arg(Ddpc *c, Env *env, Node *arg, const Param *p, const char *owner);
+/* Checks an evaluated value against what the parameter expects; poison on mismatch. */
+Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc);
+/* The arguments of a call, defaults filled in, one per parameter. */
+Value *eval_args(Ddpc *c, Env *env, const Signature *sig, Node **slots, const char *owner, Loc at);
+Value param_default(Ddpc *c, const Param *p, Loc at);
+bool is_integer(double v);
+const char *value_describe(Ddpc *c, Value v); /* "the number 2.5", "a tensor [7, 7, 64]" */
+const char *value_text(Ddpc *c, Value v);     /* "same", "[2, 2]", "0.001 * replicas" */
+const char *shape_text(Ddpc *c, const Shape *s);
+Value global_value(Ddpc *c, Node *decl);      /* a top-level let or dataset, evaluated once */
+
+/* ------------------------------------------------------------ shape.c */
+
+/* Layer attributes after checking, in explicit form for the later stages. */
+typedef struct LayerAttrs {
+    int64_t units;            /* dense units, conv filters */
+    int64_t kernel[2], stride[2], dilation[2];
+    int64_t pad[4];           /* top, bottom, left, right */
+    const char *padding;      /* "same", "valid" or NULL for explicit */
+    const char *activation;   /* NULL: identity */
+    const char *init, *bias_init;
+    bool bias;
+    double rate, momentum, epsilon;
+    int axis;                 /* softmax, concat: non-negative */
+    Shape target;             /* reshape */
+} LayerAttrs;
+
+typedef struct LayerCall {
+    const Builtin *layer;
+    Value *args;              /* one per parameter, defaults filled in */
+    Node **arg_nodes;         /* the argument expressions, NULL for defaults */
+    Shape *in;                /* input shapes: the current value, then tensor arguments */
+    GNode **inputs;
+    int nin;
+    Loc loc;
+    const char *name;         /* full name, for messages */
+} LayerCall;
+
+typedef struct LayerResult {
+    Shape out;
+    int64_t params, nontrainable, macs;
+    LayerAttrs attrs;
+} LayerResult;
+
+bool shape_infer(Ddpc *c, LayerCall *call, LayerResult *res);
+int64_t shape_count(const Shape *s);
+
+/* ----------------------------------------------------------- expand.c */
+
+struct GNode {
+    int id;
+    const char *name;         /* full path: model/label/... */
+    const Builtin *layer;     /* NULL for the input */
+    LayerOp op;
+    GNode **inputs;
+    int ninputs;
+    Shape out;
+    int64_t params, nontrainable, macs;
+    LayerAttrs attrs;
+    Loc loc;
+    int uses;
+};
+
+struct Graph {
+    const char *model;        /* the instance name */
+    Node *decl;
+    Value *model_args;        /* the arguments the model was instantiated with */
+    Shape input;
+    VEC(GNode *) nodes;
+    GNode *output;
+    int64_t params, nontrainable, macs;
+};
+
+enum { MAX_EXPANSION_STEPS = 1000000, MAX_REPEAT = 100000, MAX_LAYERS = 100000 };
+
+/* Expands a model on its own input shape. app: the N_APP naming it with arguments
+ * (`train resnet50(classes = 10) on ...`), or NULL for its defaults. NULL when the
+ * model cannot be expanded (errors reported). */
+Graph *expand_model(Ddpc *c, Node *model, Node *app, Loc at);
+/* Applies a layer, block or model (app) to the current value; used by `->`. */
+Value expand_apply(Ddpc *c, Env *env, Value cur, Node *app);
+
+/* ------------------------------------------------------------- graph.c */
+
+void graph_print(Ddpc *c, FILE *out, Graph *g);
+
+/* ---------------------------------------------------------- settings.c */
+
+/* The checked training job: the model's graph and every setting's value, defaults
+ * filled in. Without a strategy block, strategy settings come from train itself. */
+typedef struct TrainSpec {
+    Node *node;
+    Graph *graph;
+    Value dataset;
+    const Builtin *train_sig, *strategy_sig;
+    Value *train, *strategy; /* one per parameter of train_sig, strategy_sig */
+} TrainSpec;
+
+Value spec_setting(const TrainSpec *spec, const char *name);
+void check_program(Ddpc *c);
+
+/* --------------------------------------------------------------- main.c */
+
+typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH } Stage;
+
+struct Ddpc {
+    Arena *arena;
+    Diag diag;
+    const char **include_dirs;
+    int ninclude_dirs;
+    const char *stdlib_dir;
+    bool no_imports;          /* the fuzzer: nothing is read from disk */
+    VEC(SourceFile *) files;
+    NodeList items;           /* every top-level item of every file, imports first */
+    NodeList main_items;      /* the items of the file being checked */
+    SourceFile *main_file;
+    bool syntax_errors;       /* later passes then skip checks a lost line could fool */
+    bool import_failed;       /* names from it would be unknown: stop after parsing */
+    Value *strategy_values;   /* the strategy block's settings, when there is one */
+    Map globals;              /* name -> declaring item */
+    Node *strategy, *train;
+    TrainSpec *spec;
+    VEC(Graph *) graphs;      /* every model expanded, the trained one first */
+    const char *only_model;   /* --model */
+    int expansion_steps;
+    int expansion_depth;
+    struct Expander *expander; /* expand.c's state while a model is expanded */
+};
+
+Ddpc *ddpc_new(void);
+void ddpc_free(Ddpc *c);
+/* Runs the front end on one file; returns true when no error was reported. */
+bool ddpc_check_file(Ddpc *c, const char *path);
+bool ddpc_check_memory(Ddpc *c, const char *name, const char *data, size_t len);
+
+#endif

@@ -1,0 +1,275 @@
+/* main.c: the ddpc command.
+ *
+ *   ddpc check FILE...             exit 0 when clean, 1 with errors, 2 on bad usage
+ *   ddpc emit --stage=S FILE       print one stage: tokens, ast, graph
+ *
+ * Diagnostics go to stderr, stages to stdout. Each FILE is a program of its own. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ddpc.h"
+#include "parser.h"
+
+#ifndef DDP_SOURCE_STDLIB
+#define DDP_SOURCE_STDLIB ""
+#endif
+#ifndef DDP_INSTALL_STDLIB
+#define DDP_INSTALL_STDLIB ""
+#endif
+
+static const char usage[] =
+    "usage: ddpc <command> [options] FILE...\n"
+    "\n"
+    "commands:\n"
+    "  check FILE...          check programs: exit 0 when clean, 1 when a program has errors\n"
+    "  emit --stage=S FILE    print a stage of the compiler for one program:\n"
+    "                           tokens  the lexer's tokens\n"
+    "                           ast     the syntax tree\n"
+    "                           graph   every layer after expansion, with shapes, parameters\n"
+    "                                   and multiply-accumulates\n"
+    "\n"
+    "options:\n"
+    "  -I DIR                 look for imports in DIR too (before the standard library)\n"
+    "  --model NAME           emit --stage=graph: the model to show (default: the trained one,\n"
+    "                         or every model with an input shape)\n"
+    "  --max-errors N         stop after N errors (default 20; 0 means no limit)\n"
+    "  -w                     no warnings\n"
+    "  -Werror                warnings are errors\n"
+    "  -Wno-NAME              turn off the warning NAME (see --list-diagnostics)\n"
+    "  --color=WHEN           colour diagnostics: auto (on a terminal), always, never\n"
+    "  --list-diagnostics     print every diagnostic ddpc can give, with its name\n"
+    "  -h, --help             this help\n"
+    "  --version              the version\n"
+    "\n"
+    "environment: DDP_STDLIB overrides the standard library folder; NO_COLOR turns colour off.\n";
+
+typedef struct Options {
+    const char *command;
+    Stage stage;
+    const char *files[256];
+    int nfiles;
+    const char *include_dirs[64];
+    int ninclude_dirs;
+    const char *model;
+    int max_errors;
+    bool warnings_off, werror;
+    bool disabled[DIAG_COUNT];
+    int color; /* -1 auto, 0 never, 1 always */
+} Options;
+
+static int bad_usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "ddpc: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nRun `ddpc --help` for the commands and options.\n");
+    return 2;
+}
+
+static void list_diagnostics(void) {
+    static const char *const sev[] = {"error", "warning", "note"};
+    for (int i = 0; i < DIAG_COUNT; i++)
+        printf("%-26s %-8s %s\n", diag_catalogue[i].name, sev[diag_catalogue[i].sev],
+               diag_catalogue[i].summary);
+}
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* DDP_STDLIB, else beside the installed binary, else the source tree it was built from. */
+static const char *find_stdlib(void) {
+    const char *env = getenv("DDP_STDLIB");
+    if (env && *env)
+        return env;
+    static char path[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (n > 0) {
+        path[n] = '\0';
+        char *slash = strrchr(path, '/');
+        if (slash) {
+            strcpy(slash, "/../share/ddp/stdlib");
+            if (is_dir(path))
+                return path;
+        }
+    }
+    if (is_dir(DDP_INSTALL_STDLIB))
+        return DDP_INSTALL_STDLIB;
+    return is_dir(DDP_SOURCE_STDLIB) ? DDP_SOURCE_STDLIB : NULL;
+}
+
+/* Returns -1 when parsing went fine, else the exit status. */
+static int parse_options(int argc, char **argv, Options *o) {
+    o->max_errors = 20;
+    o->color = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("ddpc %s\n", DDP_VERSION);
+            return 0;
+        } else if (strcmp(a, "--list-diagnostics") == 0) {
+            list_diagnostics();
+            return 0;
+        } else if (strcmp(a, "-I") == 0 || strncmp(a, "-I", 2) == 0) {
+            const char *dir = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!dir)
+                return bad_usage("-I needs a folder", "");
+            if (o->ninclude_dirs == 64)
+                return bad_usage("too many -I folders (at most 64)", "");
+            o->include_dirs[o->ninclude_dirs++] = dir;
+        } else if (strncmp(a, "--stage=", 8) == 0) {
+            const char *s = a + 8;
+            if (strcmp(s, "tokens") == 0) o->stage = STAGE_TOKENS;
+            else if (strcmp(s, "ast") == 0) o->stage = STAGE_AST;
+            else if (strcmp(s, "graph") == 0) o->stage = STAGE_GRAPH;
+            else return bad_usage("unknown stage `%s`; the stages are tokens, ast and graph", s);
+        } else if (strcmp(a, "--model") == 0 || strncmp(a, "--model=", 8) == 0) {
+            o->model = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!o->model || !*o->model)
+                return bad_usage("--model needs a model's name", "");
+        } else if (strncmp(a, "--max-errors=", 13) == 0 || strcmp(a, "--max-errors") == 0) {
+            const char *v = a[12] == '=' ? a + 13 : (i + 1 < argc ? argv[++i] : NULL);
+            char *end;
+            long n = v ? strtol(v, &end, 10) : -1;
+            if (!v || *end || n < 0 || n > 1000000)
+                return bad_usage("--max-errors needs a number from 0 to 1000000, not `%s`", v ? v : "");
+            o->max_errors = (int)n;
+        } else if (strcmp(a, "-w") == 0) {
+            o->warnings_off = true;
+        } else if (strcmp(a, "-Werror") == 0) {
+            o->werror = true;
+        } else if (strncmp(a, "-Wno-", 5) == 0) {
+            DiagId id = diag_by_name(a + 5);
+            if (id == DIAG_COUNT || diag_catalogue[id].sev != SEV_WARNING)
+                return bad_usage("`%s` names no warning (see --list-diagnostics)", a + 5);
+            o->disabled[id] = true;
+        } else if (strncmp(a, "--color=", 8) == 0) {
+            const char *w = a + 8;
+            if (strcmp(w, "auto") == 0) o->color = -1;
+            else if (strcmp(w, "always") == 0) o->color = 1;
+            else if (strcmp(w, "never") == 0) o->color = 0;
+            else return bad_usage("--color takes auto, always or never, not `%s`", w);
+        } else if (a[0] == '-' && a[1]) {
+            return bad_usage("unknown option `%s`", a);
+        } else if (!o->command) {
+            o->command = a;
+        } else {
+            if (o->nfiles == 256)
+                return bad_usage("too many files (at most 256)", "");
+            o->files[o->nfiles++] = a;
+        }
+    }
+    if (!o->command)
+        return bad_usage("no command given%s", "");
+    if (strcmp(o->command, "check") != 0 && strcmp(o->command, "emit") != 0)
+        return bad_usage("unknown command `%s`; the commands are check and emit", o->command);
+    if (o->nfiles == 0)
+        return bad_usage("%s needs a .ddp file", o->command);
+    if (strcmp(o->command, "emit") == 0 && o->stage == STAGE_CHECK)
+        return bad_usage("emit needs --stage=tokens, --stage=ast or --stage=graph%s", "");
+    if (strcmp(o->command, "emit") == 0 && o->nfiles != 1)
+        return bad_usage("emit takes one file%s", "");
+    if (strcmp(o->command, "check") == 0 && o->stage != STAGE_CHECK)
+        return bad_usage("--stage belongs to emit%s", "");
+    return -1;
+}
+
+static Ddpc *new_compiler(const Options *o) {
+    Ddpc *c = ddpc_new();
+    c->include_dirs = (const char **)o->include_dirs;
+    c->ninclude_dirs = o->ninclude_dirs;
+    c->stdlib_dir = find_stdlib();
+    c->only_model = o->model;
+    c->diag.max_errors = o->max_errors;
+    c->diag.warnings_off = o->warnings_off;
+    c->diag.warnings_as_errors = o->werror;
+    memcpy(c->diag.disabled, o->disabled, sizeof c->diag.disabled);
+    const char *term = getenv("TERM");
+    c->diag.color = o->color == 1 ||
+                    (o->color == -1 && isatty(2) && !getenv("NO_COLOR") && term && strcmp(term, "dumb") != 0);
+    return c;
+}
+
+static void print_tokens(Ddpc *c, TokenList *toks) {
+    for (int i = 0; i < toks->len; i++) {
+        Token *t = &toks->items[i];
+        printf("%d:%d %s", t->loc.line, t->loc.col, token_kind_name(t->kind));
+        if (t->kind == TK_STRING)
+            printf(" %.*s", (int)t->loc.len, t->text);
+        else if (t->kind != 0 && t->loc.len)
+            printf(" %.*s", (int)t->loc.len, t->text);
+        if (t->kind == TK_NUMBER || t->kind == TK_DURATION)
+            printf(" = %s%s", fmt_number(c->arena, t->num),
+                   t->unit == UNIT_EPOCHS ? " epochs" : t->unit == UNIT_STEPS ? " steps" : "");
+        putchar('\n');
+    }
+}
+
+static int emit(const Options *o) {
+    Ddpc *c = new_compiler(o);
+    int status = 0;
+    const char *path = o->files[0];
+    if (o->stage == STAGE_TOKENS) {
+        const char *why;
+        SourceFile *f = source_load(c, path, false, &why);
+        if (!f) {
+            Loc none = {0};
+            diag_report(c, E_CANNOT_READ, none, "cannot read %s: %s", path, why);
+        } else {
+            TokenList toks = {0};
+            lex_file(c, f, &toks);
+            print_tokens(c, &toks);
+        }
+    } else if (o->stage == STAGE_AST) {
+        if (parse_program(c, path) || c->main_file)
+            ast_dump(c, stdout, &c->main_items);
+    } else if (ddpc_check_file(c, path)) {
+        int shown = 0;
+        for (int i = 0; i < c->graphs.len; i++) {
+            Graph *g = c->graphs.items[i];
+            if (o->model && strcmp(g->model, o->model) != 0)
+                continue;
+            if (shown++)
+                putchar('\n');
+            graph_print(c, stdout, g);
+        }
+        if (!shown) {
+            if (o->model)
+                fprintf(stderr, "ddpc: %s has no model `%s` that can be shown: it needs an input "
+                                "shape and a default for every parameter\n", path, o->model);
+            else
+                fprintf(stderr, "ddpc: %s trains no model and has none with an input shape and "
+                                "defaults to show\n", path);
+            status = 1;
+        }
+    }
+    if (c->diag.errors)
+        status = 1;
+    ddpc_free(c);
+    return status;
+}
+
+static int check(const Options *o) {
+    int status = 0;
+    for (int i = 0; i < o->nfiles; i++) {
+        Ddpc *c = new_compiler(o);
+        if (!ddpc_check_file(c, o->files[i]))
+            status = 1;
+        ddpc_free(c);
+    }
+    return status;
+}
+
+int main(int argc, char **argv) {
+    Options o = {0};
+    int status = parse_options(argc, argv, &o);
+    if (status >= 0)
+        return status;
+    fflush(stdout);
+    return strcmp(o.command, "emit") == 0 ? emit(&o) : check(&o);
+}

@@ -1,0 +1,239 @@
+/* settings.c: the program as a whole: the trained model expanded, the strategy and
+ * train settings evaluated, and the checks that need both: loss against the model's
+ * output, dataset against its input, metrics against the loss, one learning rate.
+ * Models that can be checked on their own (an input shape, every parameter with a
+ * default) are expanded too, and every top-level definition is evaluated, so an
+ * unused one still reports its errors. */
+#include <string.h>
+
+#include "ddpc.h"
+
+static const Param dataset_param = {.name = "dataset", .kind = K_DATASET};
+
+Value spec_setting(const TrainSpec *spec, const char *name) {
+    int i;
+    if (builtin_param(spec->train_sig, name, &i))
+        return spec->train[i];
+    if (builtin_param(spec->strategy_sig, name, &i))
+        return spec->strategy[i];
+    Value none = {.kind = V_NONE};
+    return none;
+}
+
+static Value object_arg(Value obj, const char *name) {
+    int i;
+    if (obj.kind == V_OBJECT && builtin_param(obj.builtin, name, &i))
+        return obj.args[i];
+    Value none = {.kind = V_NONE};
+    return none;
+}
+
+static bool is_named(Value v, const char *name) {
+    return v.kind == V_OBJECT && strcmp(v.builtin->name, name) == 0;
+}
+
+/* ------------------------------------------------------------- outputs */
+
+/* Whether the model's last operation is this activation, as a layer or fused. */
+static bool ends_in(Graph *g, const char *activation) {
+    GNode *out = g->output;
+    if (out->layer && strcmp(out->layer->name, activation) == 0)
+        return true;
+    return out->attrs.activation && strcmp(out->attrs.activation, activation) == 0;
+}
+
+static bool is_classification(Value loss) {
+    return is_named(loss, "sparse_categorical_crossentropy") ||
+           is_named(loss, "categorical_crossentropy") || is_named(loss, "binary_crossentropy");
+}
+
+static void check_loss(Ddpc *c, TrainSpec *spec, Value loss) {
+    Graph *g = spec->graph;
+    const Shape *out = &g->output->out;
+    const char *shape = shape_text(c, out);
+    bool categorical = is_named(loss, "sparse_categorical_crossentropy") ||
+                       is_named(loss, "categorical_crossentropy");
+    if (categorical && (out->rank != 1 || out->dim[0] < 2)) {
+        diag_report(c, E_LOSS_MISMATCH, loss.loc,
+                    "%s needs one score per class, an output [classes] with 2 or more, but "
+                    "`%s` outputs %s", loss.builtin->name, g->model, shape);
+        if (out->rank == 1 && out->dim[0] == 1)
+            diag_note(c, loss.loc, "with one output for two classes, use binary_crossentropy");
+        return;
+    }
+    if (!is_classification(loss))
+        return;
+    bool logits = object_arg(loss, "from_logits").num != 0;
+    const char *prob = categorical ? "softmax" : "sigmoid";
+    bool ends_prob = ends_in(g, prob);
+    if (logits && ends_prob) {
+        diag_report(c, W_SOFTMAX_WITH_LOGITS, loss.loc,
+                    "`%s` ends in %s, but the loss is told it outputs logits (from_logits = true)",
+                    g->model, prob);
+        diag_note(c, g->output->loc, "remove the final %s: the loss applies it, more precisely", prob);
+    } else if (!logits && !ends_prob) {
+        diag_report(c, W_LOGITS_AS_PROBABILITIES, loss.loc,
+                    "%s expects probabilities (from_logits = false), but `%s` does not end in %s",
+                    loss.builtin->name, g->model, prob);
+        diag_note(c, loss.loc, "if the model outputs raw scores, write `from_logits = true`");
+    }
+}
+
+/* ------------------------------------------------------------ datasets */
+
+/* What a dataset's definition alone says of its samples; rank 0 when unknown. */
+static void dataset_facts(Value ds, Shape *shape, int64_t *classes) {
+    shape->rank = 0;
+    *classes = 0;
+    if (is_named(ds, "cifar10")) {
+        *shape = (Shape){3, {32, 32, 3}};
+        *classes = 10;
+    } else if (is_named(ds, "synthetic")) {
+        Value s = object_arg(ds, "shape");
+        shape->rank = s.len;
+        for (int i = 0; i < s.len; i++)
+            shape->dim[i] = (int64_t)s.items[i].num;
+        *classes = (int64_t)object_arg(ds, "classes").num;
+    } else if (is_named(ds, "csv")) {
+        *shape = (Shape){1, {object_arg(ds, "features").len}};
+    }
+}
+
+static const char *dataset_name(Ddpc *c, Value ds) {
+    return ds.decl ? arena_printf(c->arena, "`%s`", ds.decl->name)
+                   : arena_printf(c->arena, "this %s dataset", ds.builtin->name);
+}
+
+static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
+    if (ds.kind != V_OBJECT)
+        return;
+    Graph *g = spec->graph;
+    Shape shape;
+    int64_t classes;
+    dataset_facts(ds, &shape, &classes);
+    if (shape.rank && (shape.rank != g->input.rank ||
+                       memcmp(shape.dim, g->input.dim, sizeof(int64_t) * (size_t)shape.rank))) {
+        diag_report(c, E_DATA_MISMATCH, ds.loc, "%s gives samples of shape %s, but `%s` takes %s",
+                    dataset_name(c, ds), shape_text(c, &shape), g->model,
+                    shape_text(c, &g->input));
+    }
+    bool categorical = is_named(loss, "sparse_categorical_crossentropy") ||
+                       is_named(loss, "categorical_crossentropy");
+    const Shape *out = &g->output->out;
+    if (classes && categorical && out->rank == 1 && out->dim[0] != classes)
+        diag_report(c, E_DATA_MISMATCH, ds.loc, "%s has %lld classes, but `%s` outputs %s",
+                    dataset_name(c, ds), (long long)classes, g->model, shape_text(c, out));
+}
+
+/* ------------------------------------------------------------- metrics */
+
+static void check_metrics(Ddpc *c, TrainSpec *spec, Value metrics, Value loss) {
+    if (metrics.kind != V_LIST || loss.kind != V_OBJECT)
+        return;
+    const Shape *out = &spec->graph->output->out;
+    for (int i = 0; i < metrics.len; i++) {
+        Value m = metrics.items[i];
+        bool top_k = is_named(m, "top_k_accuracy");
+        if ((top_k || is_named(m, "accuracy")) && !is_classification(loss)) {
+            diag_report(c, E_METRIC_MISMATCH, m.loc,
+                        "%s counts right classes, but %s is not a classification loss",
+                        m.builtin->name, loss.builtin->name);
+            diag_note(c, m.loc, "for regression, use mae");
+            continue;
+        }
+        int64_t k = top_k ? (int64_t)object_arg(m, "k").num : 0;
+        if (top_k && out->rank == 1 && k >= out->dim[0])
+            diag_report(c, E_METRIC_MISMATCH, m.loc,
+                        "top_k_accuracy with k = %lld is always 1 for a model with %lld outputs",
+                        (long long)k, (long long)out->dim[0]);
+    }
+}
+
+/* ----------------------------------------------------------------- train */
+
+static void check_learning_rate(Ddpc *c, TrainSpec *spec) {
+    Value opt = spec_setting(spec, "optimizer");
+    Value lr = spec_setting(spec, "learning_rate");
+    int i;
+    if (opt.kind != V_OBJECT || lr.kind == V_NONE || lr.kind == V_POISON ||
+        !builtin_param(opt.builtin, "learning_rate", &i) || !opt.slots || !opt.slots[i])
+        return;
+    diag_report(c, E_LEARNING_RATE_TWICE, lr.loc,
+                "the learning rate is given twice: here and in the optimizer");
+    diag_note(c, opt.slots[i]->loc, "the optimizer's is here; keep one of them");
+}
+
+static void check_train(Ddpc *c, Node *t) {
+    TrainSpec *spec = arena_alloc(c->arena, sizeof *spec);
+    c->spec = spec;
+    spec->node = t;
+    spec->train_sig = c->strategy ? &train_settings : &toplevel_train_settings;
+    Signature sig = signature_of_builtin(spec->train_sig);
+    spec->train = eval_args(c, NULL, &sig, t->slots, "the train block", t->loc);
+    if (c->strategy) {
+        spec->strategy_sig = &strategy_settings;
+        spec->strategy = c->strategy_values;
+    } else {
+        spec->strategy_sig = spec->train_sig;
+        spec->strategy = spec->train;
+    }
+    spec->dataset = eval_arg(c, NULL, t->b, &dataset_param, "train");
+    Node *m = t->a;
+    if (m->res == RES_GLOBAL)
+        spec->graph = expand_model(c, m->decl, m, m->loc);
+    check_learning_rate(c, spec);
+    if (!spec->graph)
+        return;
+    vec_push(c->arena, &c->graphs, spec->graph);
+    Value loss = spec_setting(spec, "loss");
+    if (loss.kind == V_OBJECT)
+        check_loss(c, spec, loss);
+    check_dataset(c, spec, spec->dataset, loss);
+    Value validation = spec_setting(spec, "validation");
+    check_dataset(c, spec, validation, loss);
+    if (validation.kind == V_OBJECT && validation.decl && validation.decl == spec->dataset.decl)
+        diag_report(c, W_VALIDATION_IS_TRAINING, validation.loc,
+                    "validation on the training dataset measures memory, not generalisation");
+    check_metrics(c, spec, spec_setting(spec, "metrics"), loss);
+}
+
+/* ------------------------------------------------------------- program */
+
+/* A model that can be checked on its own: an input shape, a default for everything. */
+static bool standalone(Ddpc *c, Node *model) {
+    Signature *sig = signature_of_decl(c, model);
+    if (!sig->input)
+        return false;
+    for (int i = 0; i < sig->nparams; i++)
+        if (sig->params[i].flags & P_REQUIRED)
+            return false;
+    return true;
+}
+
+void check_program(Ddpc *c) {
+    if (c->syntax_errors || c->diag.stopped)
+        return;
+    if (c->strategy) {
+        Signature sig = signature_of_builtin(&strategy_settings);
+        c->strategy_values = eval_args(c, NULL, &sig, c->strategy->slots, "the strategy block",
+                                       c->strategy->loc);
+    }
+    if (c->train)
+        check_train(c, c->train);
+    Node *trained = c->spec && c->spec->graph && !c->train->a->has_parens ? c->spec->graph->decl : NULL;
+    for (int i = 0; i < c->main_items.len && !c->diag.stopped; i++) {
+        Node *n = c->main_items.items[i];
+        if (n->kind != N_MODEL || n == trained || !standalone(c, n))
+            continue;
+        if (c->only_model && strcmp(c->only_model, n->name) != 0)
+            continue;
+        Graph *g = expand_model(c, n, NULL, n->loc);
+        if (g)
+            vec_push(c->arena, &c->graphs, g);
+    }
+    for (int i = 0; i < c->items.len && !c->diag.stopped; i++) {
+        Node *n = c->items.items[i];
+        if (n->kind == N_LET || n->kind == N_DATASET)
+            global_value(c, n);
+    }
+}
