@@ -172,6 +172,45 @@ void ast_dump(Ddpc *c, FILE *out, NodeList *items) {
     }
 }
 
+/* ------------------------------------------------------ expression spans */
+
+static void span_of(const Node *n, uint32_t *start, uint32_t *end) {
+    if (!n || !n->loc.file)
+        return;
+    uint32_t s = n->loc.off, e = n->loc.off + n->loc.len;
+    if (n->kind == N_APP && n->label)
+        s = n->label_loc.off;
+    if (n->end > e)
+        e = n->end;
+    if (s < *start)
+        *start = s;
+    if (e > *end)
+        *end = e;
+    if (n->kind == N_BINARY || n->kind == N_UNARY || n->kind == N_CHAIN) {
+        span_of(n->a, start, end);
+        span_of(n->b, start, end);
+    }
+}
+
+Loc expr_span(const Node *n) {
+    Loc loc = n->loc;
+    if (!loc.file)
+        return loc;
+    uint32_t start = loc.off, end = loc.off + loc.len;
+    span_of(n, &start, &end);
+    /* the caret stays on the first line; the column moves back to the start */
+    const char *text = loc.file->text;
+    for (uint32_t i = start; i < loc.off; i++)
+        if (text[i] == '\n')
+            return loc;
+    for (uint32_t i = start; i < loc.off; i++)
+        if (((unsigned char)text[i] & 0xc0) != 0x80)
+            loc.col--;
+    loc.off = start;
+    loc.len = end - start;
+    return loc;
+}
+
 /* ------------------------------------------------- expressions as text */
 
 static int precedence(const Node *n) {

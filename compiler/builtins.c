@@ -214,6 +214,11 @@ const Param *builtin_param(const Builtin *b, const char *name, int *index) {
     return NULL;
 }
 
+/* "a layer", "an optimizer" */
+const char *builtin_kind_article(BuiltinKind k) {
+    return k == B_OPTIMIZER ? "an" : "a";
+}
+
 const char *builtin_kind_name(BuiltinKind k) {
     static const char *const names[] = {
         [B_LAYER] = "layer", [B_LOSS] = "loss", [B_OPTIMIZER] = "optimizer",
@@ -328,7 +333,7 @@ bool is_reserved_name(const char *name, const char **what) {
                                       communication_words, precision_words, strategy_kinds};
     for (size_t i = 0; i < sizeof word_sets / sizeof word_sets[0]; i++)
         if (word_in(word_sets[i], name)) {
-            *what = "built-in word";
+            *what = "word";
             return true;
         }
     return false;

@@ -141,6 +141,8 @@ typedef struct Diag {
     bool disabled[DIAG_COUNT];
     Map seen;            /* "file:off:id:message" of everything printed, to skip repeats */
     ExpansionFrame *expansion;
+    VEC(ExpansionFrame) pending_frames; /* of the last error, printed after its notes */
+    bool stop_reported;
     Loc last_loc;        /* of the last error or warning: its notes skip the source line */
     int hits[DIAG_COUNT];
 } Diag;
@@ -148,6 +150,8 @@ typedef struct Diag {
 void diag_report(Ddpc *c, DiagId id, Loc loc, const char *fmt, ...) PRINTF_LIKE(4, 5);
 void diag_note(Ddpc *c, Loc loc, const char *fmt, ...) PRINTF_LIKE(3, 4);
 void diag_note_plain(Ddpc *c, const char *fmt, ...) PRINTF_LIKE(2, 3);
+/* Prints what is still pending (the expansion notes of the last error). */
+void diag_flush(Ddpc *c);
 /* "did you mean" over a list of candidates; NULL when none is close. */
 const char *suggest(const char *name, const char *const *candidates, int n);
 void diag_did_you_mean(Ddpc *c, Loc loc, const char *name, const char *const *candidates, int n);
@@ -240,6 +244,7 @@ struct Node {
     const char *label;  /* N_APP: `label: layer` */
     Loc label_loc;
     int depth;          /* expression nesting, bounded by the parser */
+    uint32_t end;       /* offset just past a closing `)` or `]`, when it has one */
     /* filled by resolve.c */
     Res res;
     Node *decl;
@@ -259,6 +264,8 @@ const char *op_text(Op op);
 const char *node_kind_name(NodeKind k);
 /* The expression as source-like text, for messages: "0.001 * replicas". */
 const char *expr_text(Ddpc *c, const Node *n);
+/* The whole extent of an expression in its line(s), for a caret with ~~~ under it. */
+Loc expr_span(const Node *n);
 
 /* ---------------------------------------------------------------- parse.c */
 
@@ -364,6 +371,7 @@ extern const char *const strategy_kinds[];
 const Builtin *builtin_find(const char *name);
 const Param *builtin_param(const Builtin *b, const char *name, int *index);
 const char *builtin_kind_name(BuiltinKind k);
+const char *builtin_kind_article(BuiltinKind k); /* "a" or "an" */
 const char *kind_describe(const Param *p);    /* "a positive integer", ... */
 bool is_reserved_name(const char *name, const char **what);
 bool word_in(const char *const *words, const char *w);
@@ -522,7 +530,7 @@ struct Graph {
     int64_t params, nontrainable, macs;
 };
 
-enum { MAX_EXPANSION_STEPS = 1000000, MAX_REPEAT = 100000, MAX_LAYERS = 100000 };
+enum { MAX_EXPANSION_STEPS = 1000000, MAX_REPEAT = 100000, MAX_LAYERS = 100000, MAX_NESTING = 500 };
 
 /* Expands a model on its own input shape. app: the N_APP naming it with arguments
  * (`train resnet50(classes = 10) on ...`), or NULL for its defaults. NULL when the
@@ -565,16 +573,18 @@ struct Ddpc {
     NodeList items;           /* every top-level item of every file, imports first */
     NodeList main_items;      /* the items of the file being checked */
     SourceFile *main_file;
-    bool syntax_errors;       /* later passes then skip checks a lost line could fool */
+    bool syntax_errors;       /* later passes would be fooled by the lost lines: skipped */
     bool import_failed;       /* names from it would be unknown: stop after parsing */
     Value *strategy_values;   /* the strategy block's settings, when there is one */
     Map globals;              /* name -> declaring item */
+    Map misplaced;            /* settings written in the other block */
     Node *strategy, *train;
     TrainSpec *spec;
     VEC(Graph *) graphs;      /* every model expanded, the trained one first */
     const char *only_model;   /* --model */
     int expansion_steps;
-    int expansion_depth;
+    int nesting;              /* blocks within blocks, definitions within definitions */
+    bool too_deep_reported;
     struct Expander *expander; /* expand.c's state while a model is expanded */
 };
 

@@ -24,7 +24,7 @@ DiagId diag_by_name(const char *name) {
     return DIAG_COUNT;
 }
 
-enum { MAX_SHOWN_LINE = 160 };
+enum { MAX_SHOWN_LINE = 160, MAX_SHOWN_FRAMES = 8 };
 
 static const char *color(Ddpc *c, const char *code) {
     return c->diag.color ? code : "";
@@ -91,14 +91,44 @@ static bool already_seen(Ddpc *c, DiagId id, Loc loc, const char *msg) {
     return false;
 }
 
+/* Where the block that holds an error was used, innermost first; printed after the
+ * error's own notes. A deep stack shows its two ends. */
+static void print_expansion(Ddpc *c) {
+    Diag *d = &c->diag;
+    int depth = d->pending_frames.len;
+    for (int i = 0; i < depth; i++) {
+        if (depth > MAX_SHOWN_FRAMES && i == MAX_SHOWN_FRAMES / 2)
+            fprintf(d->out, "%snote:%s (%d more blocks in between)\n", color(c, "\033[1;36m"),
+                    color(c, "\033[0m"), depth - MAX_SHOWN_FRAMES);
+        if (depth > MAX_SHOWN_FRAMES && i >= MAX_SHOWN_FRAMES / 2 && i < depth - MAX_SHOWN_FRAMES / 2)
+            continue;
+        ExpansionFrame *f = &d->pending_frames.items[i];
+        print_head(c, f->at, SEV_NOTE);
+        fprintf(d->out, "in %s, used here\n", f->what);
+        show_source_line(c, f->at);
+    }
+    d->pending_frames.len = 0;
+}
+
+void diag_flush(Ddpc *c) {
+    print_expansion(c);
+    fflush(c->diag.out);
+}
+
 void diag_report(Ddpc *c, DiagId id, Loc loc, const char *fmt, ...) {
     Diag *d = &c->diag;
+    print_expansion(c);
     d->last_shown = false;
-    if (d->stopped)
-        return;
     Severity sev = diag_catalogue[id].sev;
     if (sev == SEV_WARNING && (d->warnings_off || d->disabled[id]))
         return;
+    if (d->stopped) {
+        if (!d->quiet && !d->stop_reported && (sev == SEV_ERROR || d->warnings_as_errors))
+            fprintf(d->out, "ddpc: too many errors (limit %d, see --max-errors); stopping\n",
+                    d->max_errors);
+        d->stop_reported = true;
+        return;
+    }
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
@@ -118,23 +148,15 @@ void diag_report(Ddpc *c, DiagId id, Loc loc, const char *fmt, ...) {
         d->warnings++;
     d->last_shown = !d->quiet;
     d->last_loc = loc;
+    if (sev == SEV_ERROR && d->max_errors > 0 && d->errors >= d->max_errors)
+        d->stopped = true;
     if (d->quiet)
-        goto count;
+        return;
     print_head(c, loc, sev);
     fprintf(d->out, "%s [%s]\n", msg, diag_catalogue[id].name);
     show_source_line(c, loc);
-    for (ExpansionFrame *f = d->expansion; f; f = f->outer) {
-        print_head(c, f->at, SEV_NOTE);
-        fprintf(d->out, "in %s, used here\n", f->what);
-        show_source_line(c, f->at);
-    }
-count:
-    if (sev == SEV_ERROR && d->max_errors > 0 && d->errors >= d->max_errors) {
-        d->stopped = true;
-        if (!d->quiet)
-            fprintf(d->out, "ddpc: too many errors (limit %d, see --max-errors); stopping\n",
-                    d->max_errors);
-    }
+    for (ExpansionFrame *f = d->expansion; f; f = f->outer)
+        vec_push(c->arena, &d->pending_frames, *f);
 }
 
 void diag_note(Ddpc *c, Loc loc, const char *fmt, ...) {
@@ -164,7 +186,9 @@ void diag_note_plain(Ddpc *c, const char *fmt, ...) {
 
 const char *suggest(const char *name, const char *const *candidates, int n) {
     int len = (int)strlen(name);
-    int limit = len <= 3 ? 1 : len <= 6 ? 2 : 3;
+    if (len <= 2)
+        return NULL; /* every short name is close to every other */
+    int limit = len <= 4 ? 1 : len <= 7 ? 2 : 3;
     const char *best = NULL;
     int best_d = limit + 1;
     for (int i = 0; i < n; i++) {

@@ -24,20 +24,24 @@ void ddpc_free(Ddpc *c) {
 }
 
 /* After parsing: a lost line or a missing import would make later passes report
- * errors that are not there, so they run only as far as is safe. */
+ * errors that are not there (its names unknown, its settings missing), so they run
+ * only on a program that parsed completely. */
 static bool check_parsed(Ddpc *c, int errors_before) {
     c->syntax_errors = c->diag.errors > errors_before;
-    if (!c->import_failed && !c->diag.stopped) {
+    if (!c->syntax_errors && !c->import_failed && !c->diag.stopped) {
         resolve_program(c);
         check_program(c);
     }
+    diag_flush(c);
     return c->diag.errors == errors_before;
 }
 
 bool ddpc_check_file(Ddpc *c, const char *path) {
     int before = c->diag.errors;
-    if (!parse_program(c, path) && !c->main_file)
+    if (!parse_program(c, path) && !c->main_file) {
+        diag_flush(c);
         return false;
+    }
     return check_parsed(c, before);
 }
 

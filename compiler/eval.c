@@ -12,8 +12,10 @@
 
 static const Value poison = {.kind = V_POISON};
 
+/* A whole number that a double holds exactly (|v| <= 2^53): larger ones are not
+ * counts of anything a machine has. */
 bool is_integer(double v) {
-    return isfinite(v) && v == floor(v);
+    return isfinite(v) && v == floor(v) && fabs(v) <= 9007199254740992.0;
 }
 
 /* ------------------------------------------------------------------ env */
@@ -314,8 +316,11 @@ Value *eval_args(Ddpc *c, Env *env, const Signature *sig, Node **slots, const ch
             Node *l = slots[i];
             Value list = {.kind = V_LIST, .len = l->list.len, .loc = l->loc};
             list.items = arena_alloc(c->arena, sizeof(Value) * (size_t)(l->list.len + 1));
-            for (int k = 0; k < l->list.len; k++)
+            for (int k = 0; k < l->list.len; k++) {
                 list.items[k] = eval_arg(c, env, l->list.items[k], p, owner);
+                if (list.items[k].kind == V_POISON)
+                    list.kind = V_POISON;
+            }
             args[i] = list;
         } else if (slots && slots[i]) {
             args[i] = eval_arg(c, env, slots[i], p, owner);
@@ -451,6 +456,18 @@ Value global_value(Ddpc *c, Node *decl) {
         diag_report(c, E_CYCLE, decl->loc, "the definition of `%s` depends on itself", decl->name);
         return poison;
     }
+    if (c->nesting >= MAX_NESTING) {
+        /* reported once: every definition further down the chain would say it again */
+        if (!c->too_deep_reported)
+            diag_report(c, E_TOO_DEEP, decl->loc,
+                        "`%s` depends on a chain of more than %d definitions", decl->name,
+                        MAX_NESTING);
+        c->too_deep_reported = true;
+        decl->value = arena_alloc(c->arena, sizeof(Value));
+        *decl->value = poison;
+        return poison;
+    }
+    c->nesting++;
     decl->evaluating = true;
     Value v;
     if (decl->kind == N_DATASET) {
@@ -462,6 +479,7 @@ Value global_value(Ddpc *c, Node *decl) {
         v = eval_expr(c, NULL, decl->a);
     }
     decl->evaluating = false;
+    c->nesting--;
     decl->value = arena_alloc(c->arena, sizeof(Value));
     *decl->value = v;
     return v;
@@ -542,8 +560,8 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
         return v;
     if (v.kind == V_RUNTIME && !(p->flags & P_RUNTIME)) {
         diag_report(c, E_RUNTIME_SCALAR, loc,
-                    "`%s` must be known when compiling, but %s is known only at start-up",
-                    p->name, value_text(c, v));
+                    "`%s`%s%s must be known when compiling, but %s is known only at start-up",
+                    p->name, owner ? " of " : "", owner ? owner : "", value_text(c, v));
         diag_note(c, loc, "replicas, workers and global_batch may appear in learning rates, "
                           "schedules and weight decay");
         return poison;
@@ -670,5 +688,5 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
 
 Value eval_arg(Ddpc *c, Env *env, Node *arg, const Param *p, const char *owner) {
     Value v = eval_expr(c, env, arg);
-    return check_value(c, v, p, owner, arg->loc);
+    return check_value(c, v, p, owner, expr_span(arg));
 }

@@ -37,9 +37,9 @@ static bool over_budget(Ddpc *c, Loc at) {
     Expander *ex = c->expander;
     if (ex->aborted || c->diag.stopped)
         return true;
-    if (++c->expansion_steps <= MAX_EXPANSION_STEPS && ex->g->nodes.len <= MAX_LAYERS)
+    if (++c->expansion_steps <= MAX_EXPANSION_STEPS && ex->g->nodes.len < MAX_LAYERS)
         return false;
-    if (ex->g->nodes.len > MAX_LAYERS)
+    if (ex->g->nodes.len >= MAX_LAYERS)
         diag_report(c, E_EXPANSION_TOO_LARGE, at,
                     "expanding `%s` makes more than %d layers; ddp stops there",
                     ex->g->model, MAX_LAYERS);
@@ -194,6 +194,12 @@ static Value apply_decl(Ddpc *c, Env *caller, Value cur, Node *app, Node *decl, 
         }
     if (cur.kind != V_TENSOR)
         return poison;
+    if (c->nesting >= MAX_NESTING) {
+        diag_report(c, E_EXPANSION_TOO_LARGE, app->loc,
+                    "blocks are nested more than %d deep here", MAX_NESTING);
+        ex->aborted = true;
+        return poison;
+    }
     Signature *sig = signature_of_decl(c, decl);
     Instance inst = {0};
     inst.path = instance_name(c, app, decl->name);
@@ -207,7 +213,9 @@ static Value apply_decl(Ddpc *c, Env *caller, Value cur, Node *app, Node *decl, 
     c->diag.expansion = &frame;
     vec_push(c->arena, &ex->active, decl);
     ex->inst = &inst;
+    c->nesting++;
     Value out = exec_body(c, &inst.env, decl->b, cur);
+    c->nesting--;
     ex->inst = inst.outer;
     ex->active.len--;
     c->diag.expansion = frame.outer;
@@ -411,6 +419,15 @@ Graph *expand_model(Ddpc *c, Node *model, Node *app, Loc at) {
     if (shape.kind == V_POISON)
         return NULL;
 
+    Shape in_shape = {shape.len, {0}};
+    for (int i = 0; i < shape.len; i++)
+        in_shape.dim[i] = (int64_t)shape.items[i].num;
+    if (shape_count(&in_shape) < 0) {
+        diag_report(c, E_TENSOR_TOO_LARGE, expr_span(sig->input->b),
+                    "the input %s of `%s` holds more than 2^53 values", shape_text(c, &in_shape),
+                    model->name);
+        return NULL;
+    }
     Graph *g = arena_alloc(c->arena, sizeof *g);
     g->model = model->name;
     g->decl = model;

@@ -35,7 +35,7 @@ static const char *details(Ddpc *c, GNode *n) {
             sb_printf(&sb, " (%s)", a->padding);
         break;
     case L_DENSE:
-        sb_printf(&sb, "%lld units", (long long)a->units);
+        sb_printf(&sb, "%lld unit%s", (long long)a->units, a->units == 1 ? "" : "s");
         break;
     case L_BATCHNORM:
         sb_printf(&sb, "momentum %s, epsilon %s", fmt_number(c->arena, a->momentum),
@@ -58,6 +58,8 @@ static const char *details(Ddpc *c, GNode *n) {
             sb_printf(&sb, ", %s", a->activation);
         if (strcmp(a->init, "glorot_uniform") != 0)
             sb_printf(&sb, ", init %s", a->init);
+        if (a->bias && strcmp(a->bias_init, "zeros") != 0)
+            sb_printf(&sb, ", bias_init %s", a->bias_init);
     }
     const char *s = arena_strdup(c->arena, sb.data ? sb.data : "");
     sb_free(&sb);

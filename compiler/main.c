@@ -229,14 +229,18 @@ static int emit(const Options *o) {
         if (parse_program(c, path) || c->main_file)
             ast_dump(c, stdout, &c->main_items);
     } else if (ddpc_check_file(c, path)) {
+        /* the trained model's graph, or the one asked for, or every model that can be
+         * shown on its own */
         int shown = 0;
         for (int i = 0; i < c->graphs.len; i++) {
             Graph *g = c->graphs.items[i];
-            if (o->model && strcmp(g->model, o->model) != 0)
+            if (o->model ? strcmp(g->model, o->model) != 0 : c->spec && g != c->spec->graph)
                 continue;
             if (shown++)
                 putchar('\n');
             graph_print(c, stdout, g);
+            if (o->model)
+                break;
         }
         if (!shown) {
             if (o->model)

@@ -66,6 +66,10 @@ static const char *expected_text(Ddpc *c, const int *expected, int n) {
         set[TK_ARROW] = false;
         words[nwords++] = "an operator";
     }
+    /* keywords that fall back to names are not worth naming where a name is expected */
+    for (int i = 0; i < n; i++)
+        if (expected[i] == TK_NAME)
+            set[TK_TRAIN] = set[TK_ON] = set[TK_AS] = false;
     for (int k = 0; k < 256; k++)
         if (set[k]) {
             if (nwords == COUNT(words))

@@ -137,7 +137,9 @@ static const char *param_names(Ddpc *c, const Signature *sig) {
     return s;
 }
 
-static void unknown_argument(Ddpc *c, const Signature *sig, Node *a, bool settings) {
+/* Returns the parameter suggested instead, if any: a misspelt argument is not also
+ * reported as missing. */
+static const char *unknown_argument(Ddpc *c, const Signature *sig, Node *a, bool settings) {
     if (settings)
         diag_report(c, E_UNKNOWN_ARGUMENT, a->loc, "%s has no setting `%s`", sig->what, a->name);
     else
@@ -154,6 +156,7 @@ static void unknown_argument(Ddpc *c, const Signature *sig, Node *a, bool settin
     else
         diag_note(c, a->loc, "%s: %s", settings ? "its settings are" : "its parameters are",
                   param_names(c, sig));
+    return s;
 }
 
 Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool settings) {
@@ -165,6 +168,7 @@ Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool se
             variadic = i;
     int pos = 0;
     bool named_seen = false, too_many = false;
+    Map suggested = {0};
     for (int k = 0; k < args->len; k++) {
         Node *a = args->items[k];
         if (!a->name) {
@@ -201,7 +205,9 @@ Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool se
             if (strcmp(sig->params[i].name, a->name) == 0)
                 idx = i;
         if (idx < 0) {
-            unknown_argument(c, sig, a, settings);
+            const char *instead = unknown_argument(c, sig, a, settings);
+            if (instead)
+                map_put(c->arena, &suggested, instead, (void *)1);
             continue;
         }
         if (slots[idx]) {
@@ -216,11 +222,10 @@ Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool se
             slots[idx] = a->a;
         }
     }
-    if (c->syntax_errors)
-        return slots; /* a required argument may sit on the line that failed to parse */
     for (int i = 0; i < n; i++) {
         const Param *p = &sig->params[i];
-        if (slots[i] || !(p->flags & P_REQUIRED))
+        if (slots[i] || !(p->flags & P_REQUIRED) || map_get(&suggested, p->name) ||
+            (settings && map_get(&c->misplaced, p->name)))
             continue;
         if (settings)
             diag_report(c, E_MISSING_SETTING, at, "%s needs the setting `%s` (%s)", sig->what,
@@ -504,8 +509,8 @@ static void resolve_layer_app(Resolver *r, Node *app) {
     }
     app->res = RES_ERROR;
     if (b) {
-        diag_report(c, E_NOT_A_LAYER, app->loc, "`%s` is a %s, not a layer", app->name,
-                    builtin_kind_name(b->kind));
+        diag_report(c, E_NOT_A_LAYER, app->loc, "`%s` is %s %s, not a layer", app->name,
+                    builtin_kind_article(b->kind), builtin_kind_name(b->kind));
     } else if (word_in(runtime_scalars, app->name)) {
         diag_report(c, E_NOT_A_LAYER, app->loc, "`%s` is a run-time scalar, not a layer",
                     app->name);
@@ -611,8 +616,7 @@ static void resolve_body(Resolver *r, Node *body) {
     scopes_push(r->c->arena, &r->scopes);
     for (int i = 0; i < body->list.len; i++)
         resolve_statement(r, body->list.items[i]);
-    if (!r->c->syntax_errors)
-        warn_unused_lets(r);
+    warn_unused_lets(r);
     scopes_pop(r->c->arena, &r->scopes);
 }
 
@@ -639,17 +643,21 @@ static void resolve_decl(Resolver *r, Node *decl) {
 
 /* ------------------------------------------------------ strategy and train */
 
-/* Settings that belong to the other block are reported, not matched. */
+/* Settings that belong to the other block are reported, not matched; their names are
+ * kept so that the other block does not also call them missing. */
 static NodeList placed_settings(Resolver *r, NodeList *list, const Builtin *own,
-                                const Builtin *other, const char *other_place) {
+                                const Builtin *other, const char *other_place, bool report) {
     NodeList kept = {0};
     for (int i = 0; i < list->len; i++) {
         Node *s = list->items[i];
         if (s->kind == N_TRAIN)
             continue;
         if (!builtin_param(own, s->name, NULL) && other && builtin_param(other, s->name, NULL)) {
-            diag_report(r->c, E_MISPLACED_SETTING, s->loc, "`%s` is a %s setting; move it to %s",
-                        s->name, other->name, other_place);
+            if (report) {
+                diag_report(r->c, E_MISPLACED_SETTING, s->loc, "`%s` is a %s setting; move it to %s",
+                            s->name, other->name, other_place);
+                map_put(r->c->arena, &r->c->misplaced, s->name, (void *)1);
+            }
             continue;
         }
         vec_push(r->c->arena, &kept, s);
@@ -659,7 +667,7 @@ static NodeList placed_settings(Resolver *r, NodeList *list, const Builtin *own,
 
 static void resolve_settings(Resolver *r, Node *n, const Builtin *own, const Builtin *other,
                              const char *other_place) {
-    NodeList kept = placed_settings(r, &n->list, own, other, other_place);
+    NodeList kept = placed_settings(r, &n->list, own, other, other_place, false);
     Signature sig = signature_of_builtin(own);
     n->slots = match_args(r->c, &sig, &kept, n->loc, true);
     resolve_slots(r, &sig, n->slots);
@@ -721,6 +729,11 @@ static void resolve_strategy(Resolver *r, Node *n) {
                     words_list(c, strategy_kinds, " and "));
         diag_did_you_mean(c, n->loc, n->name, strategy_kinds, word_count(strategy_kinds));
     }
+    placed_settings(r, &n->list, &strategy_settings, &train_settings, "the train block", true);
+    for (int i = 0; i < n->list.len; i++)
+        if (n->list.items[i]->kind == N_TRAIN)
+            placed_settings(r, &n->list.items[i]->list, &train_settings, &strategy_settings,
+                            "the strategy block", true);
     resolve_settings(r, n, &strategy_settings, &train_settings, "the train block");
     for (int i = 0; i < n->list.len; i++)
         if (n->list.items[i]->kind == N_TRAIN)
@@ -779,8 +792,6 @@ void resolve_program(Ddpc *c) {
             break;
         }
     }
-    if (c->syntax_errors)
-        return;
     for (int i = 0; i < c->main_items.len; i++) {
         Node *n = c->main_items.items[i];
         if (n->kind == N_LET && !n->used)

@@ -158,9 +158,11 @@ static void check_learning_rate(Ddpc *c, TrainSpec *spec) {
     if (opt.kind != V_OBJECT || lr.kind == V_NONE || lr.kind == V_POISON ||
         !builtin_param(opt.builtin, "learning_rate", &i) || !opt.slots || !opt.slots[i])
         return;
-    diag_report(c, E_LEARNING_RATE_TWICE, lr.loc,
+    int j;
+    builtin_param(spec->train_sig, "learning_rate", &j);
+    diag_report(c, E_LEARNING_RATE_TWICE, expr_span(spec->node->slots[j]),
                 "the learning rate is given twice: here and in the optimizer");
-    diag_note(c, opt.slots[i]->loc, "the optimizer's is here; keep one of them");
+    diag_note(c, expr_span(opt.slots[i]), "the optimizer's is here; keep one of them");
 }
 
 static void check_train(Ddpc *c, Node *t) {
@@ -211,7 +213,7 @@ static bool standalone(Ddpc *c, Node *model) {
 }
 
 void check_program(Ddpc *c) {
-    if (c->syntax_errors || c->diag.stopped)
+    if (c->diag.stopped)
         return;
     if (c->strategy) {
         Signature sig = signature_of_builtin(&strategy_settings);

@@ -28,7 +28,7 @@ static Loc arg_loc(Rule *r, const char *name) {
     int i = 0;
     builtin_param(r->call->layer, name, &i);
     Node *n = r->call->arg_nodes ? r->call->arg_nodes[i] : NULL;
-    return n ? n->loc : r->call->loc;
+    return n ? expr_span(n) : r->call->loc;
 }
 
 static void pair_of(Value v, int64_t out[2]) {
@@ -42,7 +42,7 @@ static void pair_of(Value v, int64_t out[2]) {
 
 static bool too_large(Rule *r, const char *what) {
     diag_report(r->c, E_TENSOR_TOO_LARGE, r->call->loc,
-                "%s of %s is beyond 2^53, more than any machine can hold", what, r->call->name);
+                "%s of `%s` is beyond 2^53, more than any machine can hold", what, r->call->name);
     return false;
 }
 
@@ -121,7 +121,7 @@ static bool window_axis(Rule *r, int axis, int64_t in, int64_t k, int64_t s, int
         const char *what = r->call->layer->kind == B_LAYER && r->call->layer->op == L_CONV2D
                                ? "kernel" : "window";
         diag_report(r->c, E_INPUT_TOO_SMALL, r->call->loc,
-                    "the %s of %s spans %lld %s, more than its input %s gives with padding %lld",
+                    "the %s of `%s` spans %lld %s, more than its input %s gives with padding %lld",
                     what, r->call->name, (long long)span, axis == 0 ? "rows" : "columns",
                     input_text(r), (long long)p[axis]);
         return false;
@@ -185,7 +185,7 @@ static bool pool_rule(Rule *r) {
         for (int axis = 0; axis < 2; axis++)
             if (2 * p[axis] > k[axis]) {
                 diag_report(r->c, E_OUT_OF_RANGE, arg_loc(r, "padding"),
-                            "the padding of %s is at most half its window (%lld), not %lld",
+                            "the padding of `%s` is at most half its window (%lld), not %lld",
                             r->call->name, (long long)(k[axis] / 2), (long long)p[axis]);
                 return false;
             }
@@ -226,7 +226,7 @@ static bool normalize_axis(Rule *r, int rank, int *axis) {
     int64_t a = (int64_t)v.num;
     if (a < -rank || a >= rank) {
         diag_report(r->c, E_AXIS_RANGE, arg_loc(r, "axis"),
-                    "%s has no axis %lld: its input %s has axes 0 to %d (or -1 to -%d)",
+                    "`%s` has no axis %lld: its input %s has axes 0 to %d (or -1 to -%d)",
                     r->call->name, (long long)a, input_text(r), rank - 1, rank);
         return false;
     }
@@ -268,9 +268,16 @@ static bool reshape_rule(Rule *r) {
     if (infer >= 0 && known > 0 && have % known == 0)
         out->dim[infer] = have / known;
     if ((infer >= 0 && (have % known != 0)) || (infer < 0 && known != have)) {
-        diag_report(r->c, E_RESHAPE_SIZE, arg_loc(r, "shape"),
-                    "reshape cannot turn %s (%s values) into %s", input_text(r),
-                    fmt_count(r->c->arena, have), value_text(r->c, target));
+        if (infer >= 0)
+            diag_report(r->c, E_RESHAPE_SIZE, arg_loc(r, "shape"),
+                        "reshape cannot turn %s (%s values) into %s: %s is not a multiple of %s",
+                        input_text(r), fmt_count(r->c->arena, have), value_text(r->c, target),
+                        fmt_count(r->c->arena, have), fmt_count(r->c->arena, known));
+        else
+            diag_report(r->c, E_RESHAPE_SIZE, arg_loc(r, "shape"),
+                        "reshape cannot turn %s (%s values) into %s (%s values)", input_text(r),
+                        fmt_count(r->c->arena, have), value_text(r->c, target),
+                        fmt_count(r->c->arena, known));
         return false;
     }
     r->res->attrs.target = *out;

@@ -237,7 +237,7 @@ const char *fmt_count(Arena *a, int64_t n) {
 /* The shortest text that reads back as the same double: 0.001, 1e-07, 3. */
 const char *fmt_number(Arena *a, double v) {
     char buf[40];
-    if (v == (double)(int64_t)v && v > -1e15 && v < 1e15) {
+    if (v > -1e15 && v < 1e15 && v == (double)(int64_t)v) {
         snprintf(buf, sizeof buf, "%lld", (long long)v);
         return arena_strdup(a, buf);
     }

@@ -42,7 +42,7 @@ static Token *emit(Lexer *lx, TokenList *out, int kind, const unsigned char *sta
     t.kind = kind;
     t.loc = loc_at(lx, start, end);
     t.text = (const char *)start;
-    if (kind == TK_NAME)
+    if (kind == TK_NAME || (*start >= 'a' && *start <= 'z')) /* names, keywords */
         t.str = arena_strndup(lx->c->arena, (const char *)start, (size_t)(end - start));
     vec_push(lx->c->arena, out, t);
     return &out->items[out->len - 1];

@@ -107,6 +107,10 @@ static Node *chain(ParseState *ps, Node *a, Node *b) {
 /* The tokens, in the order the lexer's tables list them. */
 %token IMPORT DATASET MODEL BLOCK STRATEGY TRAIN ON LET IN IF ELSE REPEAT AS TRUE FALSE.
 %token NAME NUMBER DURATION STRING.
+
+/* Where a keyword cannot stand, these are names: `part = train` picks the training
+ * part of a dataset, `on` and `as` may name things. */
+%fallback NAME TRAIN ON AS.
 %token LPAREN RPAREN LBRACKET RBRACKET LBRACE RBRACE COMMA COLON ASSIGN PIPE.
 
 /* Precedence, lowest first: `a + b -> relu` applies relu to a + b; comparisons do not
@@ -156,8 +160,8 @@ param(X) ::= NAME(N) COLON annotation(A) ASSIGN expr(E).
                                             { X = mk_named(ps, N_PARAM, N); X->b = A; X->a = E; }
 
 /* annotation = "[" elements "]" | NAME ("|" NAME)* */
-annotation(X) ::= LBRACKET(T) elements(L) RBRACKET.
-                                            { X = mk(ps, N_LIST, T); X->list = L->list; }
+annotation(X) ::= LBRACKET(T) elements(L) RBRACKET(R).
+                                            { X = mk(ps, N_LIST, T); X->list = L->list; X->end = R->loc.off + 1; }
 annotation(X) ::= words(W).                 { X = W; }
 words(X) ::= NAME(N).                       { X = mk(ps, N_ANNOT_WORDS, N); push(ps, X, mk_named(ps, N_NAME, N)); }
 words(X) ::= words(W) PIPE NAME(N).         { X = push(ps, W, mk_named(ps, N_NAME, N)); }
@@ -197,7 +201,7 @@ chain(X) ::= chain(A) ARROW labelled_app(B). { X = chain(ps, A, B); }
 labelled_app(X) ::= app(A).                 { X = A; }
 labelled_app(X) ::= NAME(L) COLON app(A).   { X = A; X->label = L->str; X->label_loc = L->loc; }
 app(X) ::= NAME(N).                         { X = mk_named(ps, N_APP, N); }
-app(X) ::= NAME(N) LPAREN args(A) RPAREN.   { X = mk_named(ps, N_APP, N); X->list = A->list; X->has_parens = true; }
+app(X) ::= NAME(N) LPAREN args(A) RPAREN(R). { X = mk_named(ps, N_APP, N); X->list = A->list; X->has_parens = true; X->end = R->loc.off + 1; }
 
 /* args = [arg ("," arg)* [","]];  arg = [NAME "="] expr */
 args(X) ::= .                               { X = new_list(ps); }
@@ -247,7 +251,7 @@ primary(X) ::= FALSE(T).                    { X = mk(ps, N_BOOL, T); X->num = 0;
 primary(X) ::= IN(T).                       { X = mk(ps, N_IN, T); }
 primary(X) ::= app(A).                      { X = A; }
 primary(X) ::= LPAREN expr(E) RPAREN.       { X = E; }
-primary(X) ::= LBRACKET(T) elements(L) RBRACKET. { X = mk(ps, N_LIST, T); X->list = L->list; }
+primary(X) ::= LBRACKET(T) elements(L) RBRACKET(R). { X = mk(ps, N_LIST, T); X->list = L->list; X->end = R->loc.off + 1; }
 
 /* elements = [expr ("," expr)* [","]] */
 elements(X) ::= .                           { X = new_list(ps); }
