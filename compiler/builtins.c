@@ -146,8 +146,8 @@ static const Param toplevel_train_params[] = {TRAIN_SETTINGS, STRATEGY_SETTINGS}
 const Builtin builtins[] = {
     LAYER("dense", dense_params, L_DENSE, "fully connected: [n] -> [units]"),
     LAYER("conv2d", conv2d_params, L_CONV2D, "2-D convolution: [h, w, c] -> [h', w', filters]"),
-    LAYER("maxpool", pool_params, L_MAXPOOL, "2-D max pooling: [h, w, c] -> [h', w', c]"),
-    LAYER("avgpool", pool_params, L_AVGPOOL, "2-D average pooling: [h, w, c] -> [h', w', c]"),
+    LAYER("maxpool", pool_params, L_MAXPOOL, "2-D max pooling: [h, w, c] -> [h', w', c]; stride none is the window size"),
+    LAYER("avgpool", pool_params, L_AVGPOOL, "2-D average pooling: [h, w, c] -> [h', w', c]; stride none is the window size"),
     LAYER0("global_avgpool", L_GLOBAL_AVGPOOL, "mean over height and width: [h, w, c] -> [c]"),
     LAYER("batchnorm", batchnorm_params, L_BATCHNORM, "batch normalisation over the last axis"),
     LAYER("dropout", dropout_params, L_DROPOUT, "zeroes a fraction of values in training"),

@@ -41,6 +41,7 @@ static const char usage[] =
     "  -Wno-NAME              turn off the warning NAME (see --list-diagnostics)\n"
     "  --color=WHEN           colour diagnostics: auto (on a terminal), always, never\n"
     "  --list-diagnostics     print every diagnostic ddpc can give, with its name\n"
+    "  --list-builtins        print every built-in layer, loss, optimizer, ... and setting\n"
     "  -h, --help             this help\n"
     "  --version              the version\n"
     "\n"
@@ -70,8 +71,47 @@ static int bad_usage(const char *fmt, const char *arg) {
 static void list_diagnostics(void) {
     static const char *const sev[] = {"error", "warning", "note"};
     for (int i = 0; i < DIAG_COUNT; i++)
-        printf("%-26s %-8s %s\n", diag_catalogue[i].name, sev[diag_catalogue[i].sev],
+        printf("| `%s` | %s | %s |\n", diag_catalogue[i].name, sev[diag_catalogue[i].sev],
                diag_catalogue[i].summary);
+}
+
+/* A parameter as the reference documents it: `name`, `name = default`. */
+static void print_param(Ddpc *c, const Param *p) {
+    printf("%s%s", p->name, p->flags & P_VARIADIC ? "..." : "");
+    if (p->flags & P_REQUIRED)
+        return;
+    Value v = param_default(c, p, (Loc){0});
+    if (v.kind == V_NONE)
+        printf(" = none");
+    else
+        printf(" = %s", value_text(c, v));
+}
+
+/* The built-ins and settings as markdown table rows, the source of docs/language.md's
+ * reference tables (tests/docs.sh checks that they agree). */
+static void list_builtins(void) {
+    Ddpc *c = ddpc_new();
+    const Builtin *settings[] = {&strategy_settings, &train_settings};
+    for (int i = 0; i < builtin_count + 2; i++) {
+        const Builtin *b = i < builtin_count ? &builtins[i] : settings[i - builtin_count];
+        if (i < builtin_count) {
+            printf("| %s | `%s", builtin_kind_name(b->kind), b->name);
+            if (b->nparams)
+                putchar('(');
+            for (int k = 0; k < b->nparams; k++) {
+                printf("%s", k ? ", " : "");
+                print_param(c, &b->params[k]);
+            }
+            printf("%s` | %s |\n", b->nparams ? ")" : "", b->summary);
+            continue;
+        }
+        for (int k = 0; k < b->nparams; k++) {
+            printf("| %s | `", b->name);
+            print_param(c, &b->params[k]);
+            printf("` | %s |\n", kind_describe(&b->params[k]));
+        }
+    }
+    ddpc_free(c);
 }
 
 static bool is_dir(const char *path) {
@@ -114,6 +154,9 @@ static int parse_options(int argc, char **argv, Options *o) {
             return 0;
         } else if (strcmp(a, "--list-diagnostics") == 0) {
             list_diagnostics();
+            return 0;
+        } else if (strcmp(a, "--list-builtins") == 0) {
+            list_builtins();
             return 0;
         } else if (strcmp(a, "-I") == 0 || strncmp(a, "-I", 2) == 0) {
             const char *dir = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);

@@ -5,7 +5,7 @@ set -u
 ddpc=$(realpath "$1")
 cd "$(dirname "$0")" || exit 2
 missing=0
-for name in $("$ddpc" --list-diagnostics | awk '{print $1}'); do
+for name in $("$ddpc" --list-diagnostics | awk -F'`' '{print $2}'); do
     if ! grep -q -F "[$name]" */*.expected; then
         echo "no golden case produces [$name]"
         missing=$((missing + 1))

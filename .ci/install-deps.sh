@@ -1,0 +1,18 @@
+#!/bin/sh
+# install-deps.sh: installs, on Debian 12, the packages ddp needs to build and test
+# that are missing. Nothing is done when all are present (so it also works offline);
+# sudo is used only when not already root.
+set -eu
+packages="build-essential cmake ninja-build re2c lemon clang libclang-rt-14-dev"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing"
+if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+# shellcheck disable=SC2086
+$sudo apt-get install -y -q --no-install-recommends $missing
