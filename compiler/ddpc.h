@@ -149,7 +149,6 @@ typedef struct Diag {
 
 void diag_report(Ddpc *c, DiagId id, Loc loc, const char *fmt, ...) PRINTF_LIKE(4, 5);
 void diag_note(Ddpc *c, Loc loc, const char *fmt, ...) PRINTF_LIKE(3, 4);
-void diag_note_plain(Ddpc *c, const char *fmt, ...) PRINTF_LIKE(2, 3);
 /* Prints what is still pending (the expansion notes of the last error). */
 void diag_flush(Ddpc *c);
 /* "did you mean" over a list of candidates; NULL when none is close. */
@@ -465,6 +464,8 @@ Value param_default(Ddpc *c, const Param *p, Loc at);
 bool is_integer(double v);
 const char *value_describe(Ddpc *c, Value v); /* "the number 2.5", "a tensor [7, 7, 64]" */
 const char *value_text(Ddpc *c, Value v);     /* "same", "[2, 2]", "0.001 * replicas" */
+/* An object with every argument: "adam(learning_rate = 0.001, beta1 = 0.9, ...)". */
+const char *object_text(Ddpc *c, Value v);
 const char *shape_text(Ddpc *c, const Shape *s);
 Value global_value(Ddpc *c, Node *decl);      /* a top-level let or dataset, evaluated once */
 
@@ -557,10 +558,12 @@ typedef struct TrainSpec {
 
 Value spec_setting(const TrainSpec *spec, const char *name);
 void check_program(Ddpc *c);
+/* `ddpc emit --stage=settings`: the datasets, strategy and train settings in effect. */
+void settings_print(Ddpc *c, FILE *out);
 
 /* --------------------------------------------------------------- main.c */
 
-typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH } Stage;
+typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS } Stage;
 
 struct Ddpc {
     Arena *arena;

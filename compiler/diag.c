@@ -173,17 +173,6 @@ void diag_note(Ddpc *c, Loc loc, const char *fmt, ...) {
         show_source_line(c, loc);
 }
 
-void diag_note_plain(Ddpc *c, const char *fmt, ...) {
-    if (!c->diag.last_shown)
-        return;
-    fprintf(c->diag.out, "%snote:%s ", color(c, "\033[1;36m"), color(c, "\033[0m"));
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(c->diag.out, fmt, ap);
-    va_end(ap);
-    fputc('\n', c->diag.out);
-}
-
 const char *suggest(const char *name, const char *const *candidates, int n) {
     int len = (int)strlen(name);
     if (len <= 2)

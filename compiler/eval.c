@@ -99,11 +99,29 @@ const char *value_text(Ddpc *c, Value v) {
     }
     case V_TENSOR: return "a tensor";
     case V_LAYER: return v.builtin ? v.builtin->name : v.decl->name;
-    case V_OBJECT: return v.decl ? v.decl->name : v.builtin->name;
+    case V_OBJECT: return v.decl ? v.decl->name : object_text(c, v);
     case V_NONE: return "none";
     case V_POISON: return "?";
     }
     return "?";
+}
+
+const char *object_text(Ddpc *c, Value v) {
+    const Builtin *b = v.builtin;
+    StrBuf sb = {0};
+    sb_printf(&sb, "%s", b->name);
+    int shown = 0;
+    for (int i = 0; i < b->nparams; i++) {
+        if (v.args[i].kind == V_NONE)
+            continue;
+        sb_printf(&sb, "%s%s = %s", shown++ ? ", " : "(", b->params[i].name,
+                  value_text(c, v.args[i]));
+    }
+    if (shown)
+        sb_putc(&sb, ')');
+    const char *t = arena_strdup(c->arena, sb.data);
+    sb_free(&sb);
+    return t;
 }
 
 const char *value_describe(Ddpc *c, Value v) {
@@ -122,7 +140,7 @@ const char *value_describe(Ddpc *c, Value v) {
                             value_text(c, v));
     case V_OBJECT:
         return arena_printf(c->arena, "the %s `%s`", builtin_kind_name(v.builtin->kind),
-                            value_text(c, v));
+                            v.decl ? v.decl->name : v.builtin->name);
     case V_NONE: return "nothing";
     case V_POISON: return "?";
     }

@@ -30,6 +30,8 @@ static const char usage[] =
     "                           ast     the syntax tree\n"
     "                           graph   every layer after expansion, with shapes, parameters\n"
     "                                   and multiply-accumulates\n"
+    "                           settings  the datasets, strategy and train settings in effect,\n"
+    "                                   defaults filled in\n"
     "\n"
     "options:\n"
     "  -I DIR                 look for imports in DIR too (before the standard library)\n"
@@ -170,7 +172,8 @@ static int parse_options(int argc, char **argv, Options *o) {
             if (strcmp(s, "tokens") == 0) o->stage = STAGE_TOKENS;
             else if (strcmp(s, "ast") == 0) o->stage = STAGE_AST;
             else if (strcmp(s, "graph") == 0) o->stage = STAGE_GRAPH;
-            else return bad_usage("unknown stage `%s`; the stages are tokens, ast and graph", s);
+            else if (strcmp(s, "settings") == 0) o->stage = STAGE_SETTINGS;
+            else return bad_usage("unknown stage `%s`; the stages are tokens, ast, graph and settings", s);
         } else if (strcmp(a, "--model") == 0 || strncmp(a, "--model=", 8) == 0) {
             o->model = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
             if (!o->model || !*o->model)
@@ -214,7 +217,7 @@ static int parse_options(int argc, char **argv, Options *o) {
     if (o->nfiles == 0)
         return bad_usage("%s needs a .ddp file", o->command);
     if (strcmp(o->command, "emit") == 0 && o->stage == STAGE_CHECK)
-        return bad_usage("emit needs --stage=tokens, --stage=ast or --stage=graph%s", "");
+        return bad_usage("emit needs --stage=tokens, --stage=ast, --stage=graph or --stage=settings%s", "");
     if (strcmp(o->command, "emit") == 0 && o->nfiles != 1)
         return bad_usage("emit takes one file%s", "");
     if (strcmp(o->command, "check") == 0 && o->stage != STAGE_CHECK)
@@ -271,6 +274,9 @@ static int emit(const Options *o) {
     } else if (o->stage == STAGE_AST) {
         if (parse_program(c, path) || c->main_file)
             ast_dump(c, stdout, &c->main_items);
+    } else if (o->stage == STAGE_SETTINGS) {
+        if (ddpc_check_file(c, path))
+            settings_print(c, stdout);
     } else if (ddpc_check_file(c, path)) {
         /* the trained model's graph, or the one asked for, or every model that can be
          * shown on its own */

@@ -165,6 +165,28 @@ static void check_learning_rate(Ddpc *c, TrainSpec *spec) {
     diag_note(c, expr_span(opt.slots[i]), "the optimizer's is here; keep one of them");
 }
 
+/* Ports are 16-bit: a base or range beyond 65535 could never be listened on. */
+static void check_ports(Ddpc *c, Value cluster) {
+    Value base = object_arg(cluster, "port_base"), range = object_arg(cluster, "port_range");
+    if (base.kind == V_NUM && base.num > 65535)
+        diag_report(c, E_OUT_OF_RANGE, base.loc, "a port is at most 65535, not %s",
+                    value_text(c, base));
+    if (range.kind == V_LIST && range.items[1].num > 65535)
+        diag_report(c, E_OUT_OF_RANGE, range.items[1].loc, "a port is at most 65535, not %s",
+                    value_text(c, range.items[1]));
+}
+
+/* A learning rate written in train is the optimizer's: the optimizer then carries the
+ * one rate in effect (a number, a run-time expression or a schedule). */
+static void use_one_learning_rate(TrainSpec *spec) {
+    Value opt = spec_setting(spec, "optimizer");
+    Value lr = spec_setting(spec, "learning_rate");
+    int i;
+    if (opt.kind == V_OBJECT && lr.kind != V_NONE && lr.kind != V_POISON &&
+        builtin_param(opt.builtin, "learning_rate", &i))
+        opt.args[i] = lr;
+}
+
 static void check_train(Ddpc *c, Node *t) {
     TrainSpec *spec = arena_alloc(c->arena, sizeof *spec);
     c->spec = spec;
@@ -178,12 +200,14 @@ static void check_train(Ddpc *c, Node *t) {
     } else {
         spec->strategy_sig = spec->train_sig;
         spec->strategy = spec->train;
+        check_ports(c, spec_setting(spec, "cluster"));
     }
     spec->dataset = eval_arg(c, NULL, t->b, &dataset_param, "train");
     Node *m = t->a;
     if (m->res == RES_GLOBAL)
         spec->graph = expand_model(c, m->decl, m, m->loc);
     check_learning_rate(c, spec);
+    use_one_learning_rate(spec);
     if (!spec->graph)
         return;
     vec_push(c->arena, &c->graphs, spec->graph);
@@ -219,6 +243,9 @@ void check_program(Ddpc *c) {
         Signature sig = signature_of_builtin(&strategy_settings);
         c->strategy_values = eval_args(c, NULL, &sig, c->strategy->slots, "the strategy block",
                                        c->strategy->loc);
+        int cluster;
+        builtin_param(&strategy_settings, "cluster", &cluster);
+        check_ports(c, c->strategy_values[cluster]);
     }
     if (c->train)
         check_train(c, c->train);
@@ -238,4 +265,49 @@ void check_program(Ddpc *c) {
         if (n->kind == N_LET || n->kind == N_DATASET)
             global_value(c, n);
     }
+}
+
+/* ------------------------------------------------------------- printing */
+
+static void print_settings(Ddpc *c, FILE *out, const Builtin *sig, const Value *values,
+                           const char *only_kind) {
+    int width = 0;
+    for (int i = 0; i < sig->nparams; i++)
+        if (!only_kind || builtin_param(only_kind[0] == 's' ? &strategy_settings : &train_settings,
+                                        sig->params[i].name, NULL))
+            width = (int)strlen(sig->params[i].name) > width ? (int)strlen(sig->params[i].name) : width;
+    for (int i = 0; i < sig->nparams; i++) {
+        const char *name = sig->params[i].name;
+        if (only_kind && !builtin_param(only_kind[0] == 's' ? &strategy_settings : &train_settings,
+                                        name, NULL))
+            continue;
+        fprintf(out, "    %-*s = %s\n", width, name, value_text(c, values[i]));
+    }
+}
+
+void settings_print(Ddpc *c, FILE *out) {
+    for (int i = 0; i < c->items.len; i++) {
+        Node *n = c->items.items[i];
+        if (n->kind == N_DATASET && n->value && n->value->kind == V_OBJECT)
+            fprintf(out, "dataset %s = %s\n", n->name, object_text(c, *n->value));
+    }
+    TrainSpec *spec = c->spec;
+    if (!spec) {
+        if (c->strategy_values) {
+            fprintf(out, "strategy %s\n", c->strategy->name);
+            print_settings(c, out, &strategy_settings, c->strategy_values, NULL);
+        }
+        return;
+    }
+    if (c->strategy) {
+        fprintf(out, "strategy %s\n", c->strategy->name);
+        print_settings(c, out, &strategy_settings, c->strategy_values, NULL);
+    } else {
+        fprintf(out, "strategy (none: train's own settings and the defaults)\n");
+        print_settings(c, out, spec->train_sig, spec->train, "strategy");
+    }
+    Node *m = spec->node->a;
+    fprintf(out, "train %s on %s\n", m->has_parens ? expr_text(c, m) : m->name,
+            value_text(c, spec->dataset));
+    print_settings(c, out, spec->train_sig, spec->train, c->strategy ? NULL : "train");
 }

@@ -7,7 +7,7 @@
 # A case runs `ddpc check CASE` unless its first lines say otherwise:
 #   # RUN: ddpc emit --stage=graph %s
 # where %s is the case's own path; the folder name picks the default for graph/,
-# tokens/ and ast/. The expectation holds the exit status, stdout and stderr.
+# settings/, tokens/ and ast/. The expectation holds the exit status, stdout and stderr.
 set -u
 ddpc=$(realpath "$1")
 case=$2
@@ -21,6 +21,7 @@ if [ -z "$run" ]; then
     graph/*) run='ddpc emit --stage=graph %s' ;;
     tokens/*) run='ddpc emit --stage=tokens %s' ;;
     ast/*) run='ddpc emit --stage=ast %s' ;;
+    settings/*) run='ddpc emit --stage=settings %s' ;;
     *) run='ddpc check %s' ;;
     esac
 fi
