@@ -251,6 +251,7 @@ struct Node {
     int runtime;        /* RES_RUNTIME: which scalar */
     Node **slots;       /* N_APP with a known callee: the argument for each parameter */
     bool used;          /* N_LET, N_PARAM: referenced somewhere */
+    int scope_depth;    /* N_LET: how deep the scope that binds it is */
     struct Signature *sig; /* N_MODEL, N_BLOCK: their parameters, made once */
     Value *value;       /* N_LET, N_DATASET at top level: evaluated once */
     bool evaluating;    /* ... and being evaluated (a cycle if met again) */
@@ -392,6 +393,7 @@ typedef struct Signature {
     int nparams;
     Node *decl;             /* blocks and models */
     Node *input;            /* models: the `input: [...]` parameter, if any */
+    Map index;              /* blocks and models: name -> Param */
 } Signature;
 Signature signature_of_builtin(const Builtin *b);
 Signature *signature_of_decl(Ddpc *c, Node *decl);

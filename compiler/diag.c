@@ -24,7 +24,7 @@ DiagId diag_by_name(const char *name) {
     return DIAG_COUNT;
 }
 
-enum { MAX_SHOWN_LINE = 160, MAX_SHOWN_FRAMES = 8 };
+enum { MAX_SHOWN_LINE = 160, MAX_SHOWN_FRAMES = 8, MAX_SCAN = MAX_SHOWN_LINE };
 
 static const char *color(Ddpc *c, const char *code) {
     return c->diag.color ? code : "";
@@ -37,10 +37,12 @@ static void show_source_line(Ddpc *c, Loc loc) {
     SourceFile *f = loc.file;
     if (!f || loc.off > f->len)
         return;
+    /* look for the line's ends only so far: a diagnostic on a megabyte-long line
+     * costs no more than one on a short one */
     size_t start = loc.off, end = loc.off;
-    while (start > 0 && f->text[start - 1] != '\n')
+    while (start > 0 && f->text[start - 1] != '\n' && loc.off - start < MAX_SCAN)
         start--;
-    while (end < f->len && f->text[end] != '\n')
+    while (end < f->len && f->text[end] != '\n' && end - loc.off < MAX_SCAN)
         end++;
     size_t from = start, to = end;
     if (end - start > MAX_SHOWN_LINE) {
@@ -193,6 +195,8 @@ const char *suggest(const char *name, const char *const *candidates, int n) {
 }
 
 void diag_did_you_mean(Ddpc *c, Loc loc, const char *name, const char *const *candidates, int n) {
+    if (!c->diag.last_shown)
+        return;
     const char *s = suggest(name, candidates, n);
     if (s)
         diag_note(c, loc, "did you mean `%s`?", s);

@@ -319,6 +319,9 @@ static int check(const Options *o) {
 }
 
 int main(int argc, char **argv) {
+    /* diagnostics are written a character at a time; a line at a time is one write */
+    static char stderr_buffer[1 << 16];
+    setvbuf(stderr, stderr_buffer, _IOLBF, sizeof stderr_buffer);
     Options o = {0};
     int status = parse_options(argc, argv, &o);
     if (status >= 0)

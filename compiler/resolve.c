@@ -34,7 +34,7 @@ static bool is_bare_name(const Node *n) {
 /* ------------------------------------------------------------ signatures */
 
 Signature signature_of_builtin(const Builtin *b) {
-    Signature s = {b->name, builtin_kind_name(b->kind), b->params, b->nparams, NULL, NULL};
+    Signature s = {b->name, builtin_kind_name(b->kind), b->params, b->nparams, NULL, NULL, {0}};
     if (b->kind == B_SETTINGS)
         s.what = b->name;
     return s;
@@ -70,11 +70,12 @@ static void annotate_param(Ddpc *c, Param *p, Node *annot) {
         return;
     }
     const char **words = arena_alloc(c->arena, sizeof(char *) * (size_t)(w->len + 1));
+    Map seen = {0};
     for (int i = 0; i < w->len; i++) {
-        for (int j = 0; j < i; j++)
-            if (strcmp(words[j], w->items[i]->name) == 0)
-                diag_report(c, E_REDEFINITION, w->items[i]->loc, "the word `%s` is listed twice",
-                            words[j]);
+        if (map_get(&seen, w->items[i]->name))
+            diag_report(c, E_REDEFINITION, w->items[i]->loc, "the word `%s` is listed twice",
+                        w->items[i]->name);
+        map_put(c->arena, &seen, w->items[i]->name, (void *)1);
         words[i] = w->items[i]->name;
     }
     p->kind = K_WORD;
@@ -106,14 +107,16 @@ Signature *signature_of_decl(Ddpc *c, Node *decl) {
             s->input = pn;
             continue;
         }
-        for (int j = 0; j < s->nparams; j++)
-            if (strcmp(params[j].name, pn->name) == 0) {
-                diag_report(c, E_REDEFINITION, pn->loc, "%s has two parameters named `%s`",
-                            decl->name, pn->name);
-                diag_note(c, params[j].decl->loc, "the first is here");
-            }
+        Param *first = map_get(&s->index, pn->name);
+        if (first) {
+            diag_report(c, E_REDEFINITION, pn->loc, "%s has two parameters named `%s`",
+                        decl->name, pn->name);
+            diag_note(c, first->decl->loc, "the first is here");
+        }
         check_definable(c, pn->name, pn->loc, "parameter");
         Param *p = &params[s->nparams++];
+        if (!first)
+            map_put(c->arena, &s->index, pn->name, p);
         p->name = pn->name;
         p->kind = K_ANY;
         p->decl = pn;
@@ -201,9 +204,14 @@ Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool se
         }
         named_seen = true;
         int idx = -1;
-        for (int i = 0; i < n; i++)
-            if (strcmp(sig->params[i].name, a->name) == 0)
-                idx = i;
+        if (sig->index.len) { /* a block's parameters: there may be many */
+            const Param *p = map_get(&sig->index, a->name);
+            idx = p ? (int)(p - sig->params) : -1;
+        } else {
+            for (int i = 0; i < n; i++)
+                if (strcmp(sig->params[i].name, a->name) == 0)
+                    idx = i;
+        }
         if (idx < 0) {
             const char *instead = unknown_argument(c, sig, a, settings);
             if (instead)
@@ -291,6 +299,8 @@ static bool decl_wanted(const Node *d, const Param *expect, Want want) {
 /* "did you mean" over every name that could stand in this place. */
 static void suggest_name(Resolver *r, Loc loc, const char *name, const Param *expect, Want want) {
     Ddpc *c = r->c;
+    if (!c->diag.last_shown)
+        return;
     VEC(const char *) cands = {0};
     if (want != WANT_MODEL)
         for (int i = 0; i < r->scopes.map.cap; i++)
@@ -531,10 +541,8 @@ static void resolve_statement_chain(Resolver *r, Node *n) {
 }
 
 static bool bound_in_innermost(Resolver *r, const char *name) {
-    for (int i = scopes_innermost(&r->scopes); i < r->scopes.undo.len; i++)
-        if (strcmp(r->scopes.undo.items[i].name, name) == 0)
-            return true;
-    return false;
+    Node *n = scopes_get(&r->scopes, name);
+    return n && n->kind == N_LET && n->scope_depth == r->scopes.marks.len;
 }
 
 static void resolve_let(Resolver *r, Node *n) {
@@ -547,6 +555,7 @@ static void resolve_let(Resolver *r, Node *n) {
                     n->name, n->name);
         diag_note(r->c, prev->loc, "bound here");
     }
+    n->scope_depth = r->scopes.marks.len;
     scopes_bind(r->c->arena, &r->scopes, n->name, n);
 }
 

@@ -121,5 +121,18 @@ expect block_chain 1 'nested more than'
 { i=0; while [ $i -lt 20000 ]; do printf 'let c%d = %d\n' $i $i; i=$((i + 1)); done; } >"$work/many_lets.ddp"
 expect many_lets 0 'never used'
 
+{ printf 'block b('; i=0; while [ $i -lt 50000 ]; do printf 'p%d = 1, ' $i; i=$((i + 1)); done; echo 'last = 1) { relu }';
+  printf 'model m(input: [4]) { b('; i=0; while [ $i -lt 50000 ]; do printf 'p%d = 2, ' $i; i=$((i + 1)); done; echo ') }'; } >"$work/many_params.ddp"
+expect many_params 0 EMPTY
+
+{ echo 'model m(input: [4]) {'; i=0; while [ $i -lt 50000 ]; do printf 'let v%d = in\n' $i; i=$((i + 1)); done; echo '}'; } >"$work/many_locals.ddp"
+expect many_locals 0 'never used'
+
+{ i=0; while [ $i -lt 50000 ]; do printf 'let w%d = 1 ' $i; i=$((i + 1)); done; echo; } >"$work/warnings_on_long_line.ddp"
+expect warnings_on_long_line 0 'never used'
+
+{ printf 'block b(mode: a0'; i=1; while [ $i -lt 50000 ]; do printf ' | a%d' $i; i=$((i + 1)); done; echo ') { relu }'; } >"$work/many_words.ddp"
+expect many_words 0 EMPTY
+
 echo "robustness: $((cases - failures)) of $cases inputs handled"
 [ "$failures" -eq 0 ]
