@@ -526,7 +526,6 @@ struct GNode {
 struct Graph {
     const char *model;        /* the instance name */
     Node *decl;
-    Value *model_args;        /* the arguments the model was instantiated with */
     Shape input;
     VEC(GNode *) nodes;
     GNode *output;
@@ -563,17 +562,16 @@ void check_program(Ddpc *c);
 /* `ddpc emit --stage=settings`: the datasets, strategy and train settings in effect. */
 void settings_print(Ddpc *c, FILE *out);
 
-/* --------------------------------------------------------------- main.c */
+/* ------------------------------------------------------------- driver.c */
 
-typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS } Stage;
-
+/* One compilation: its arena, diagnostics, files and what each pass found. */
 struct Ddpc {
     Arena *arena;
     Diag diag;
     const char **include_dirs;
     int ninclude_dirs;
     const char *stdlib_dir;
-    bool no_imports;          /* the fuzzer: nothing is read from disk */
+    bool no_imports;          /* read std/ imports only (the fuzzer) */
     VEC(SourceFile *) files;
     NodeList items;           /* every top-level item of every file, imports first */
     NodeList main_items;      /* the items of the file being checked */

@@ -49,6 +49,8 @@ static const char usage[] =
     "\n"
     "environment: DDP_STDLIB overrides the standard library folder; NO_COLOR turns colour off.\n";
 
+typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS } Stage;
+
 typedef struct Options {
     const char *command;
     Stage stage;
