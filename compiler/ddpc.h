@@ -23,6 +23,7 @@ typedef struct Builtin Builtin;
 typedef struct GNode GNode;
 typedef struct Graph Graph;
 typedef struct Value Value;
+typedef struct IrOp IrOp;
 
 /* ---------------------------------------------------------------- util.c */
 
@@ -561,6 +562,213 @@ Value spec_setting(const TrainSpec *spec, const char *name);
 void check_program(Ddpc *c);
 /* `ddpc emit --stage=settings`: the datasets, strategy and train settings in effect. */
 void settings_print(Ddpc *c, FILE *out);
+
+/* ---------------------------------------------------------------- ir.c */
+
+/* The tensor-op IR: the trained model's layer graph lowered to buffers and the ops
+ * on them, for a replica's batch of batch_per_replica samples. Every size that grows
+ * with the batch is kept as (fixed, per_sample), since kernels run on the live batch,
+ * which the last batch of an epoch (or a worker's share of it) may make smaller. */
+
+typedef enum { DT_F32, DT_F64, DT_I32, DT_I64 } DType;
+
+typedef enum {
+    T_INPUT,      /* the batch's samples */
+    T_LABEL,      /* the batch's labels */
+    T_SAMPLE_ID,  /* each sample's index in the dataset: the key of its random draws */
+    T_PARAM,      /* a trainable parameter, in the flat parameter vector */
+    T_GRAD,       /* its gradient, at the same place of the flat gradient vector */
+    T_STAT,       /* a non-trainable value (running statistics), in the stats vector */
+    T_ACT,        /* a value computed in the forward pass */
+    T_DACT,       /* the gradient of an activation */
+    T_WORK,       /* scratch: im2col columns, per-channel statistics */
+    T_ACCUM,      /* loss and metric sums (f64) */
+    T_STATE,      /* the optimizer's state vectors, whole */
+} TensorKind;
+
+typedef struct Tensor Tensor;
+struct Tensor {
+    int id;
+    const char *name;
+    TensorKind kind;
+    DType dtype;
+    bool batched;        /* its first axis is the batch */
+    Shape shape;         /* per sample when batched, else whole */
+    int64_t per_sample;  /* elements per sample (batched) */
+    int64_t elems;       /* elements for a full batch */
+    Tensor *base;        /* a view (reshape, flatten) shares its base's storage */
+    Tensor *grad;        /* autodiff: the gradient of this value */
+    GNode *layer;        /* the layer it belongs to, if any */
+    /* parameters and statistics */
+    int64_t flat;        /* offset in its flat vector, in elements */
+    const char *layout;  /* "HWIO", "IO", "C" */
+    const char *init;
+    int64_t fan_in, fan_out;
+    /* the memory plan */
+    int first_use, last_use; /* positions in the train (or eval) schedule */
+    int uses_mask;           /* 1: used in training, 2: in evaluation */
+    int64_t offset;          /* bytes into the arena (or its region) */
+    int slot;                /* index in the buffer table, -1 until used by an op */
+    int region;              /* ddp_region */
+    int consumers;           /* ops that read it (for fusion and gradient aliasing) */
+    bool needs_grad;         /* autodiff: a parameter depends on it */
+    bool written;            /* autodiff: a gradient already holds a contribution */
+    IrOp *producer;          /* the forward op that writes it */
+};
+
+/* Pointwise expressions: the bodies of elementwise kernels, a DAG per output. */
+typedef enum {
+    X_LOAD,      /* t[index], broadcast as bc */
+    X_CONST,     /* num */
+    X_SCALAR,    /* a run-time scalar (ddp_scalar_slot), as a number */
+    X_NEG, X_ADD, X_SUB, X_MUL, X_DIV, X_MAX,
+    X_EXP, X_LOG, X_TANH, X_ERF, X_SQRT,
+    X_GT,        /* a > b ? 1 : 0 */
+    X_KEEP,      /* dropout: 1 where the sample's draw keeps the element, else 0 */
+} XKind;
+
+typedef enum {
+    BC_FULL,     /* t[i] */
+    BC_CHANNEL,  /* t[i % channels]: a per-channel vector (bias, batchnorm) */
+    BC_SAMPLE,   /* t[i / per_sample]: one value per sample */
+    BC_SCALAR,   /* t[0] */
+} Bcast;
+
+typedef struct XExpr XExpr;
+struct XExpr {
+    XKind kind;
+    Tensor *t;           /* X_LOAD */
+    Bcast bc;
+    int64_t channels;    /* BC_CHANNEL */
+    double num;          /* X_CONST; X_KEEP: the dropout rate */
+    int scalar;          /* X_SCALAR */
+    int64_t key;         /* X_KEEP: the layer's key in the random stream */
+    XExpr *a, *b;
+};
+
+typedef enum {
+    OP_GEMM,          /* out = op(in0) op(in1) (+ out) */
+    OP_POINTWISE,     /* out[k][i] = expr[k](i) */
+    OP_IM2COL,        /* in0 [n, h, w, c] -> out [n * oh * ow, kh * kw * c] */
+    OP_COL2IM,        /* the adjoint: columns added back into an image */
+    OP_MAXPOOL, OP_MAXPOOL_BWD, OP_AVGPOOL, OP_AVGPOOL_BWD,
+    OP_GAP, OP_GAP_BWD,             /* global average pool and its adjoint */
+    OP_BN_STATS,      /* in0 [rows, c] -> out [2c]: batch mean and variance per channel */
+    OP_BN_RUNNING,    /* running statistics moved towards the batch's */
+    OP_BN_BWD_SUMS,   /* dy, x, stats -> out [2c]: sum dy, sum dy * xhat per channel */
+    OP_SOFTMAX, OP_SOFTMAX_BWD,
+    OP_REDUCE_ROWS,   /* in0 [rows, c] -> out [c]: column sums (bias gradients) */
+    OP_CONCAT, OP_SPLIT,
+    OP_LOSS,          /* output, labels -> each sample's loss, and the output's gradient */
+    OP_METRIC,        /* output, labels -> each sample's value of the metric */
+    OP_ACCUMULATE,    /* per-sample values -> (sum, count) pairs of the accumulators */
+    OP_FILL,          /* out = 0 */
+    OP_OPTIMIZER,     /* params, grads, state -> updated, over a range of the flat vector */
+    OP_BUCKET_READY,  /* marker: a gradient bucket is final */
+    OP_WAIT_BUCKETS,  /* marker: all-reduce of every bucket is done */
+    OP_METRICS_READY, /* marker: this batch's sums are final */
+} OpKind;
+
+typedef enum { PH_FORWARD, PH_BACKWARD, PH_OPTIMIZER, PH_EVAL, PH_COUNT } Phase;
+
+typedef struct IrDim {
+    int64_t fixed, per_sample;
+} IrDim;
+
+struct IrOp {
+    int id;
+    OpKind kind;
+    Phase phase;
+    Tensor *in[8];
+    int nin;
+    Tensor *out[4];
+    int nout;
+    bool accumulate;          /* add into out[0] instead of overwriting it */
+    GNode *layer;
+    XExpr *expr[4];           /* OP_POINTWISE: one per output */
+    IrDim range;              /* the kernel's index range */
+    /* OP_GEMM */
+    bool ta, tb;
+    IrDim m, n, k;
+    /* windows, axes, kinds */
+    int64_t kernel[2], stride[2], dilation[2], pad[4];
+    int64_t rows_per_sample, channels, axis_outer, axis_len, axis_inner;
+    int64_t concat_offset, concat_width; /* OP_CONCAT/OP_SPLIT: this input's columns */
+    double momentum, epsilon;
+    const char *what;         /* OP_LOSS, OP_METRIC, OP_OPTIMIZER: which */
+    bool from_logits;
+    double smoothing;
+    int64_t k_top;            /* top_k_accuracy */
+    int64_t bucket;           /* OP_BUCKET_READY */
+    int64_t begin, end;       /* OP_OPTIMIZER: the range of the flat vectors */
+    int pair[8];              /* OP_ACCUMULATE: the accumulator pair of each input */
+    int kernel_index;         /* after codegen: the kernel that runs it */
+};
+
+typedef struct Bucket {
+    int64_t begin, end;       /* elements of the flat gradient vector */
+} Bucket;
+
+typedef VEC(Tensor *) TensorList;
+typedef VEC(IrOp *) OpList;
+
+typedef struct Ir {
+    Graph *graph;
+    TrainSpec *spec;
+    DType dtype;
+    int64_t batch;            /* batch_per_replica */
+    TensorList tensors;
+    OpList ops[PH_COUNT];
+    Tensor *input, *label, *sample_id, *output;
+    Tensor *accum;            /* [2 * (1 + metrics)]: loss (sum, count), then each metric */
+    TensorList params;        /* in the order of the flat vector */
+    TensorList stats;
+    int64_t param_count, stats_count;
+    int state_vectors;        /* optimizer state: flat vectors of param_count each */
+    VEC(const char *) metric_names;
+    VEC(Bucket) buckets;
+    int64_t bucket_bytes;
+    Tensor *all_params, *all_grads, *states[2]; /* the flat vectors, for the optimizer */
+    /* the memory plan */
+    int64_t arena_bytes, workspace_bytes;                 /* peaks, planned */
+    int64_t no_reuse_arena_bytes, no_reuse_workspace_bytes; /* each tensor apart */
+    int64_t input_bytes, accum_bytes;
+    bool no_reuse;            /* place every tensor apart (the poison test's reference) */
+    TensorList slots;         /* the buffer table: storage tensors in slot order */
+} Ir;
+
+/* Lowers the trained model: forward, loss, metrics, backward, optimizer, evaluation. */
+Ir *ir_build(Ddpc *c, DType dtype, int64_t bucket_bytes, bool no_reuse);
+Tensor *ir_tensor(Ddpc *c, Ir *ir, const char *name, TensorKind kind, DType dt, bool batched,
+                  const Shape *shape);
+IrOp *ir_op(Ddpc *c, Ir *ir, Phase phase, OpKind kind);
+XExpr *x_load(Ddpc *c, Tensor *t, Bcast bc);
+XExpr *x_const(Ddpc *c, double v);
+XExpr *x_scalar(Ddpc *c, int slot);
+XExpr *x_unary(Ddpc *c, XKind k, XExpr *a);
+XExpr *x_binary(Ddpc *c, XKind k, XExpr *a, XExpr *b);
+int64_t dtype_size(DType dt);
+const char *dtype_name(DType dt);
+const char *op_kind_name(OpKind k);
+
+/* ---------------------------------------------------------- autodiff.c */
+
+void autodiff(Ddpc *c, Ir *ir);
+
+/* -------------------------------------------------------------- fuse.c */
+
+void fuse(Ddpc *c, Ir *ir);
+
+/* -------------------------------------------------------------- plan.c */
+
+/* Lays out the flat vectors, cuts the gradient into buckets, places every activation,
+ * gradient and workspace in the arena by liveness (or each apart with no_reuse). */
+void plan(Ddpc *c, Ir *ir);
+
+/* ---------------------------------------------------------- ir_print.c */
+
+void ir_print(Ddpc *c, FILE *out, Ir *ir);
+void plan_print(Ddpc *c, FILE *out, Ir *ir);
 
 /* ------------------------------------------------------------- driver.c */
 

@@ -32,12 +32,19 @@ static const char usage[] =
     "                                   and multiply-accumulates\n"
     "                           settings  the datasets, strategy and train settings in effect,\n"
     "                                   defaults filled in\n"
+    "                           ir      the training step as tensor ops: forward, backward,\n"
+    "                                   optimizer, evaluation\n"
+    "                           plan    the memory plan, parameter layout, gradient buckets\n"
+    "                                   and schedule\n"
     "\n"
     "options:\n"
     "  -I DIR                 look for imports in DIR too (before the standard library)\n"
     "  --model NAME           emit --stage=graph: the model to show (default: the trained one,\n"
     "                         or every model with an input shape)\n"
     "  --max-errors N         stop after N errors (default 20; 0 means no limit)\n"
+    "  --dtype f32|f64        the element type of the generated code (f64 for gradient checks)\n"
+    "  --bucket-size BYTES    gradient bucket size (default 25M; 64K at least)\n"
+    "  --no-reuse             give every value its own memory (to test the memory plan)\n"
     "  -w                     no warnings\n"
     "  -Werror                warnings are errors\n"
     "  -Wno-NAME              turn off the warning NAME (see --list-diagnostics)\n"
@@ -49,7 +56,7 @@ static const char usage[] =
     "\n"
     "environment: DDP_STDLIB overrides the standard library folder; NO_COLOR turns colour off.\n";
 
-typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS } Stage;
+typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS, STAGE_IR, STAGE_PLAN } Stage;
 
 typedef struct Options {
     const char *command;
@@ -63,6 +70,9 @@ typedef struct Options {
     bool warnings_off, werror;
     bool disabled[DIAG_COUNT];
     int color; /* -1 auto, 0 never, 1 always */
+    DType dtype;
+    int64_t bucket_bytes;
+    bool no_reuse;
 } Options;
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -148,6 +158,7 @@ static const char *find_stdlib(void) {
 static int parse_options(int argc, char **argv, Options *o) {
     o->max_errors = 20;
     o->color = -1;
+    o->bucket_bytes = 25 << 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -175,7 +186,25 @@ static int parse_options(int argc, char **argv, Options *o) {
             else if (strcmp(s, "ast") == 0) o->stage = STAGE_AST;
             else if (strcmp(s, "graph") == 0) o->stage = STAGE_GRAPH;
             else if (strcmp(s, "settings") == 0) o->stage = STAGE_SETTINGS;
-            else return bad_usage("unknown stage `%s`; the stages are tokens, ast, graph and settings", s);
+            else if (strcmp(s, "ir") == 0) o->stage = STAGE_IR;
+            else if (strcmp(s, "plan") == 0) o->stage = STAGE_PLAN;
+            else return bad_usage("unknown stage `%s`; the stages are tokens, ast, graph, settings, ir and plan", s);
+        } else if (strncmp(a, "--dtype=", 8) == 0 || strcmp(a, "--dtype") == 0) {
+            const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : "");
+            if (strcmp(v, "f32") == 0) o->dtype = DT_F32;
+            else if (strcmp(v, "f64") == 0) o->dtype = DT_F64;
+            else return bad_usage("--dtype takes f32 or f64, not `%s`", v);
+        } else if (strncmp(a, "--bucket-size=", 14) == 0 || strcmp(a, "--bucket-size") == 0) {
+            const char *v = a[13] == '=' ? a + 14 : (i + 1 < argc ? argv[++i] : "");
+            char *end;
+            long long n = strtoll(v, &end, 10);
+            if (*end == 'K' || *end == 'k') n <<= 10, end++;
+            else if (*end == 'M' || *end == 'm') n <<= 20, end++;
+            if (!*v || *end || n < 65536 || n > (1ll << 32))
+                return bad_usage("--bucket-size takes bytes from 64K to 4G (e.g. 25M), not `%s`", v);
+            o->bucket_bytes = n;
+        } else if (strcmp(a, "--no-reuse") == 0) {
+            o->no_reuse = true;
         } else if (strcmp(a, "--model") == 0 || strncmp(a, "--model=", 8) == 0) {
             o->model = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
             if (!o->model || !*o->model)
@@ -219,7 +248,7 @@ static int parse_options(int argc, char **argv, Options *o) {
     if (o->nfiles == 0)
         return bad_usage("%s needs a .ddp file", o->command);
     if (strcmp(o->command, "emit") == 0 && o->stage == STAGE_CHECK)
-        return bad_usage("emit needs --stage=tokens, --stage=ast, --stage=graph or --stage=settings%s", "");
+        return bad_usage("emit needs --stage=tokens, ast, graph, settings, ir or plan%s", "");
     if (strcmp(o->command, "emit") == 0 && o->nfiles != 1)
         return bad_usage("emit takes one file%s", "");
     if (strcmp(o->command, "check") == 0 && o->stage != STAGE_CHECK)
@@ -279,6 +308,20 @@ static int emit(const Options *o) {
     } else if (o->stage == STAGE_SETTINGS) {
         if (ddpc_check_file(c, path))
             settings_print(c, stdout);
+    } else if (o->stage == STAGE_IR || o->stage == STAGE_PLAN) {
+        if (ddpc_check_file(c, path)) {
+            if (!c->spec || !c->spec->graph) {
+                fprintf(stderr, "ddpc: %s trains no model; the %s stage shows a training step\n",
+                        path, o->stage == STAGE_IR ? "ir" : "plan");
+                status = 1;
+            } else {
+                Ir *ir = ir_build(c, o->dtype, o->bucket_bytes, o->no_reuse);
+                if (o->stage == STAGE_IR)
+                    ir_print(c, stdout, ir);
+                else
+                    plan_print(c, stdout, ir);
+            }
+        }
     } else if (ddpc_check_file(c, path)) {
         /* the trained model's graph, or the one asked for, or every model that can be
          * shown on its own */

@@ -7,7 +7,7 @@
 # A case runs `ddpc check CASE` unless its first lines say otherwise:
 #   # RUN: ddpc emit --stage=graph %s
 # where %s is the case's own path; the folder name picks the default for graph/,
-# settings/, tokens/ and ast/. The expectation holds the exit status, stdout and stderr.
+# settings/, ir/, plan/, tokens/ and ast/. The expectation holds the exit status, stdout and stderr.
 set -u
 ddpc=$(realpath "$1")
 case=$2
@@ -22,6 +22,8 @@ if [ -z "$run" ]; then
     tokens/*) run='ddpc emit --stage=tokens %s' ;;
     ast/*) run='ddpc emit --stage=ast %s' ;;
     settings/*) run='ddpc emit --stage=settings %s' ;;
+    ir/*) run='ddpc emit --stage=ir %s' ;;
+    plan/*) run='ddpc emit --stage=plan %s' ;;
     *) run='ddpc check %s' ;;
     esac
 fi

@@ -1,0 +1,454 @@
+/* autodiff.c: reverse-mode differentiation of the forward ops into the backward pass.
+ *
+ * The forward ops are visited last to first. Each adds the ops that turn its output's
+ * gradient into its inputs' gradients. Pointwise ops are differentiated symbolically,
+ * so every activation, dropout and normalisation expression gets its exact derivative;
+ * the derivative's loads of values that pointwise ops computed are replaced by those
+ * ops' expressions, so the backward pass recomputes cheap values (and regenerates
+ * dropout masks from the counter-based generator) instead of keeping them.
+ *
+ * A value read by several ops gets one contribution from each: the first written
+ * (by the last reader, since the walk goes backward) overwrites, the rest accumulate.
+ * A gradient that only passes through (`x + y`) becomes the same tensor when nothing
+ * else contributes to it. Only values a parameter depends on get gradients. */
+#include <string.h>
+
+#include "ddpc.h"
+#include "../runtime/ddp_abi.h"
+
+enum { MAX_REMAT_NODES = 400 };
+
+typedef struct Diff {
+    Ddpc *c;
+    Ir *ir;
+} Diff;
+
+static Tensor *storage(Tensor *t) {
+    return t->base ? t->base : t;
+}
+
+/* A value needs a gradient when a parameter flows into it; a view shares its base's. */
+static bool requires(const Tensor *t) {
+    return t->needs_grad || (t->base && t->base->needs_grad);
+}
+
+/* ----------------------------------------------------- gradient tensors */
+
+static Tensor *grad_of(Diff *d, Tensor *t) {
+    if (t->grad)
+        return t->grad;
+    Ddpc *c = d->c;
+    if (t->base) {
+        Tensor *base_grad = grad_of(d, t->base);
+        Tensor *g = ir_tensor(c, d->ir, arena_printf(c->arena, "d:%s", t->name), T_DACT, t->dtype,
+                              t->batched, &t->shape);
+        g->base = storage(base_grad);
+        t->grad = g;
+        return g;
+    }
+    TensorKind kind = t->kind == T_PARAM ? T_GRAD : T_DACT;
+    Tensor *g = ir_tensor(c, d->ir, arena_printf(c->arena, "d:%s", t->name), kind, t->dtype,
+                          t->batched, &t->shape);
+    g->layer = t->layer;
+    t->grad = g;
+    return g;
+}
+
+/* Whether the next contribution to t's gradient adds to an earlier one; marks it. */
+static bool accumulates(Diff *d, Tensor *t) {
+    Tensor *g = storage(grad_of(d, t));
+    bool acc = g->written;
+    g->written = true;
+    return acc;
+}
+
+/* -------------------------------------------------- symbolic derivatives */
+
+static bool is_const(const XExpr *e, double v) {
+    return e && e->kind == X_CONST && e->num == v;
+}
+
+static XExpr *mul(Ddpc *c, XExpr *a, XExpr *b) {
+    if (!a || !b)
+        return NULL;
+    if (is_const(a, 1))
+        return b;
+    if (is_const(b, 1))
+        return a;
+    return x_binary(c, X_MUL, a, b);
+}
+
+static XExpr *add(Ddpc *c, XExpr *a, XExpr *b) {
+    if (!a)
+        return b;
+    if (!b)
+        return a;
+    return x_binary(c, X_ADD, a, b);
+}
+
+static XExpr *neg(Ddpc *c, XExpr *a) {
+    return a ? x_unary(c, X_NEG, a) : NULL;
+}
+
+/* d e / d (t loaded as bc); NULL for zero. */
+static XExpr *derive(Ddpc *c, XExpr *e, Tensor *t, Bcast bc) {
+    if (!e)
+        return NULL;
+    XExpr *da, *db;
+    switch (e->kind) {
+    case X_LOAD:
+        return e->t == t && e->bc == bc ? x_const(c, 1) : NULL;
+    case X_CONST: case X_SCALAR: case X_KEEP: case X_GT:
+        return NULL;
+    case X_NEG:
+        return neg(c, derive(c, e->a, t, bc));
+    case X_ADD:
+        return add(c, derive(c, e->a, t, bc), derive(c, e->b, t, bc));
+    case X_SUB:
+        return add(c, derive(c, e->a, t, bc), neg(c, derive(c, e->b, t, bc)));
+    case X_MUL:
+        return add(c, mul(c, derive(c, e->a, t, bc), e->b), mul(c, e->a, derive(c, e->b, t, bc)));
+    case X_DIV:
+        da = derive(c, e->a, t, bc);
+        db = derive(c, e->b, t, bc);
+        return add(c, da ? x_binary(c, X_DIV, da, e->b) : NULL,
+                   db ? neg(c, x_binary(c, X_DIV, mul(c, e->a, db), x_binary(c, X_MUL, e->b, e->b)))
+                      : NULL);
+    case X_MAX: { /* a tie goes to the second operand: relu = max(x, 0) has 0 at 0 */
+        XExpr *pick_a = x_binary(c, X_GT, e->a, e->b);
+        da = derive(c, e->a, t, bc);
+        db = derive(c, e->b, t, bc);
+        return add(c, mul(c, pick_a, da),
+                   db ? mul(c, x_binary(c, X_SUB, x_const(c, 1), pick_a), db) : NULL);
+    }
+    case X_EXP:
+        return mul(c, e, derive(c, e->a, t, bc));
+    case X_LOG:
+        da = derive(c, e->a, t, bc);
+        return da ? x_binary(c, X_DIV, da, e->a) : NULL;
+    case X_TANH:
+        return mul(c, x_binary(c, X_SUB, x_const(c, 1), x_binary(c, X_MUL, e, e)),
+                   derive(c, e->a, t, bc));
+    case X_ERF: /* 2 / sqrt(pi) exp(-a^2) */
+        return mul(c, x_binary(c, X_MUL, x_const(c, 1.1283791670955126),
+                               x_unary(c, X_EXP, x_unary(c, X_NEG, x_binary(c, X_MUL, e->a, e->a)))),
+                   derive(c, e->a, t, bc));
+    case X_SQRT:
+        da = derive(c, e->a, t, bc);
+        return da ? x_binary(c, X_DIV, mul(c, x_const(c, 0.5), da), e) : NULL;
+    }
+    return NULL;
+}
+
+/* Loads of values made by forward pointwise ops become those ops' expressions. */
+static int expr_size(const XExpr *e) {
+    return e ? 1 + expr_size(e->a) + expr_size(e->b) : 0;
+}
+
+static XExpr *remat(Ddpc *c, XExpr *e, int *budget) {
+    if (!e)
+        return NULL;
+    if (e->kind == X_LOAD) {
+        IrOp *p = e->t->producer;
+        if (e->bc == BC_FULL && p && p->kind == OP_POINTWISE && p->phase == PH_FORWARD &&
+            p->nout == 1 && !e->t->base) {
+            int size = expr_size(p->expr[0]);
+            if (size <= *budget) {
+                *budget -= size;
+                return remat(c, p->expr[0], budget);
+            }
+        }
+        return e;
+    }
+    XExpr *a = remat(c, e->a, budget), *b = remat(c, e->b, budget);
+    if (a == e->a && b == e->b)
+        return e;
+    XExpr *copy = arena_alloc(c->arena, sizeof *copy);
+    *copy = *e;
+    copy->a = a;
+    copy->b = b;
+    return copy;
+}
+
+/* ------------------------------------------------------------ the rules */
+
+static IrOp *op_for(Diff *d, OpKind kind, IrOp *fwd) {
+    IrOp *op = ir_op(d->c, d->ir, PH_BACKWARD, kind);
+    op->layer = fwd->layer;
+    return op;
+}
+
+/* A contribution dy * deriv to t's gradient, a pointwise op or, for a per-channel
+ * value, a sum over rows. */
+static void contribute(Diff *d, IrOp *fwd, Tensor *t, Bcast bc, Tensor *dy, XExpr *deriv) {
+    Ddpc *c = d->c;
+    int budget = MAX_REMAT_NODES;
+    deriv = remat(c, deriv, &budget);
+    XExpr *term = mul(c, x_load(c, dy, BC_FULL), deriv);
+    if (bc == BC_CHANNEL) {
+        IrOp *op = op_for(d, OP_REDUCE_ROWS, fwd);
+        op->accumulate = accumulates(d, t);
+        op->in[op->nin++] = dy;
+        op->out[op->nout++] = grad_of(d, t);
+        op->expr[0] = term;
+        op->channels = t->elems;
+        op->rows_per_sample = dy->per_sample / t->elems;
+        op->range = (IrDim){t->elems, 0};
+        return;
+    }
+    /* a pure pass-through to a value nothing else reads: share the gradient */
+    if (term->kind == X_LOAD && !t->grad && t->consumers == 1 && !t->base && !dy->base &&
+        t->elems == dy->elems) {
+        t->grad = dy;
+        storage(dy)->written = true;
+        return;
+    }
+    bool acc = accumulates(d, t);
+    Tensor *g = grad_of(d, t);
+    if (acc)
+        term = x_binary(c, X_ADD, x_load(c, g, BC_FULL), term);
+    IrOp *op = op_for(d, OP_POINTWISE, fwd);
+    op->out[op->nout++] = g;
+    op->expr[0] = term;
+    op->range = g->batched ? (IrDim){0, g->per_sample} : (IrDim){g->elems, 0};
+}
+
+typedef struct LoadRef {
+    Tensor *t;
+    Bcast bc;
+} LoadRef;
+
+static void collect_loads(XExpr *e, LoadRef *refs, int *n, int cap) {
+    if (!e)
+        return;
+    if (e->kind == X_LOAD) {
+        for (int i = 0; i < *n; i++)
+            if (refs[i].t == e->t && refs[i].bc == e->bc)
+                return;
+        if (*n < cap)
+            refs[(*n)++] = (LoadRef){e->t, e->bc};
+        return;
+    }
+    collect_loads(e->a, refs, n, cap);
+    collect_loads(e->b, refs, n, cap);
+}
+
+/* Structural equality of expressions, to reuse a gradient already computed. */
+static bool x_equal(const XExpr *a, const XExpr *b) {
+    if (a == b)
+        return true;
+    if (!a || !b || a->kind != b->kind || a->t != b->t || a->bc != b->bc || a->num != b->num ||
+        a->scalar != b->scalar || a->key != b->key)
+        return false;
+    return x_equal(a->a, b->a) && x_equal(a->b, b->b);
+}
+
+static void backward_pointwise(Diff *d, IrOp *op) {
+    Tensor *y = op->out[0];
+    if (!y->grad)
+        return;
+    LoadRef refs[16];
+    int n = 0;
+    collect_loads(op->expr[0], refs, &n, 16);
+    /* full-size inputs first: a bias's gradient is then the sum of the rows of the
+     * gradient its sibling just stored (z + b: dz and db have one derivative) */
+    XExpr *full_deriv[16];
+    Tensor *full_grad[16];
+    int nfull = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            if (!requires(refs[i].t) || (refs[i].bc == BC_FULL) != (pass == 0))
+                continue;
+            XExpr *deriv = derive(d->c, op->expr[0], refs[i].t, refs[i].bc);
+            if (!deriv)
+                continue;
+            Tensor *dy = y->grad;
+            if (pass == 1)
+                for (int k = 0; k < nfull; k++)
+                    if (full_grad[k] && x_equal(full_deriv[k], deriv)) {
+                        dy = full_grad[k];
+                        deriv = x_const(d->c, 1);
+                        break;
+                    }
+            bool fresh = pass == 0 && !refs[i].t->grad;
+            contribute(d, op, refs[i].t, refs[i].bc, dy, deriv);
+            if (pass == 0 && nfull < 16) {
+                full_deriv[nfull] = deriv;
+                full_grad[nfull++] = fresh ? refs[i].t->grad : NULL;
+            }
+        }
+}
+
+/* The im2col that made a forward GEMM's columns, made again for the backward pass:
+ * columns are cheap to rebuild and large to keep. */
+static Tensor *columns_again(Diff *d, IrOp *gemm) {
+    Tensor *col = gemm->in[0];
+    IrOp *im2col = col->producer;
+    if (!im2col || im2col->kind != OP_IM2COL)
+        return col;
+    Tensor *again = ir_tensor(d->c, d->ir, arena_printf(d->c->arena, "%s'", col->name), T_WORK,
+                              col->dtype, true, &col->shape);
+    again->layer = col->layer;
+    IrOp *op = op_for(d, OP_IM2COL, im2col);
+    *op = *im2col;
+    op->phase = PH_BACKWARD;
+    op->out[0] = again;
+    return again;
+}
+
+/* C = A B: dA = dC B^T, dB = A^T dC. */
+static void backward_gemm(Diff *d, IrOp *op) {
+    Tensor *a = op->in[0], *b = op->in[1], *cc = op->out[0];
+    if (!cc->grad)
+        return;
+    if (requires(a)) {
+        IrOp *g = op_for(d, OP_GEMM, op);
+        g->accumulate = accumulates(d, a);
+        g->in[g->nin++] = cc->grad;
+        g->in[g->nin++] = b;
+        g->out[g->nout++] = grad_of(d, a);
+        g->tb = true;
+        g->m = op->m;
+        g->n = op->k;
+        g->k = op->n;
+    }
+    if (requires(b)) {
+        Tensor *cols = columns_again(d, op);
+        IrOp *g = op_for(d, OP_GEMM, op);
+        g->accumulate = accumulates(d, b);
+        g->in[g->nin++] = cols;
+        g->in[g->nin++] = cc->grad;
+        g->out[g->nout++] = grad_of(d, b);
+        g->ta = true;
+        g->m = op->k;
+        g->n = op->n;
+        g->k = op->m;
+    }
+}
+
+/* Ops whose adjoint reads the output's gradient (and perhaps the input) and writes
+ * the input's: im2col, the pools, softmax, concat. */
+static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
+    Tensor *x = op->in[0], *y = op->out[0];
+    if (!y->grad || !requires(x))
+        return;
+    IrOp *b = op_for(d, kind, op);
+    *b = *op;
+    b->phase = PH_BACKWARD;
+    b->kind = kind;
+    b->nin = 0;
+    b->nout = 0;
+    if (kind == OP_MAXPOOL_BWD)
+        b->in[b->nin++] = x;
+    if (kind == OP_SOFTMAX_BWD)
+        b->in[b->nin++] = y;
+    b->in[b->nin++] = y->grad;
+    b->accumulate = accumulates(d, x);
+    b->out[b->nout++] = grad_of(d, x);
+    b->range = (IrDim){0, x->per_sample};
+    if (kind == OP_SOFTMAX_BWD || kind == OP_SPLIT)
+        b->range = op->range;
+    if (kind == OP_COL2IM)
+        b->range = (IrDim){0, x->per_sample};
+}
+
+/* mean and var of x, per channel: dx += (dmean + 2 dvar (x - mean)) / rows. */
+static void backward_bn_stats(Diff *d, IrOp *op) {
+    Ddpc *c = d->c;
+    Tensor *x = op->in[0], *mean = op->out[0], *var = op->out[1];
+    if (!requires(x) || (!mean->grad && !var->grad))
+        return;
+    int64_t rows_per_sample = x->per_sample / op->channels;
+    XExpr *sum = NULL;
+    if (mean->grad)
+        sum = x_load(c, mean->grad, BC_CHANNEL);
+    if (var->grad)
+        sum = add(c, sum, x_binary(c, X_MUL, x_binary(c, X_MUL, x_const(c, 2), x_load(c, var->grad, BC_CHANNEL)),
+                                   x_binary(c, X_SUB, x_load(c, x, BC_FULL), x_load(c, mean, BC_CHANNEL))));
+    XExpr *rows = x_binary(c, X_MUL, x_scalar(c, DDP_S_LOCAL_BATCH), x_const(c, (double)rows_per_sample));
+    XExpr *term = x_binary(c, X_DIV, sum, rows);
+    bool acc = accumulates(d, x);
+    Tensor *g = grad_of(d, x);
+    if (acc)
+        term = x_binary(c, X_ADD, x_load(c, g, BC_FULL), term);
+    IrOp *b = op_for(d, OP_POINTWISE, op);
+    b->out[b->nout++] = g;
+    b->expr[0] = term;
+    b->range = (IrDim){0, x->per_sample};
+}
+
+/* ---------------------------------------------------------------- driver */
+
+static void mark_needs_grad(Ir *ir) {
+    for (int i = 0; i < ir->params.len; i++)
+        ir->params.items[i]->needs_grad = true;
+    OpList *ops = &ir->ops[PH_FORWARD];
+    for (int i = 0; i < ops->len; i++) {
+        IrOp *op = ops->items[i];
+        if (op->kind == OP_BN_RUNNING || op->kind == OP_LOSS || op->kind == OP_METRIC ||
+            op->kind == OP_ACCUMULATE)
+            continue;
+        bool any = false;
+        for (int k = 0; k < op->nin; k++)
+            any |= requires(op->in[k]);
+        if (op->kind == OP_POINTWISE) {
+            LoadRef refs[16];
+            int n = 0;
+            collect_loads(op->expr[0], refs, &n, 16);
+            for (int k = 0; k < n; k++)
+                any |= requires(refs[k].t);
+        }
+        for (int k = 0; k < op->nout; k++)
+            op->out[k]->needs_grad |= any;
+    }
+    for (int i = 0; i < ir->tensors.len; i++) {
+        Tensor *t = ir->tensors.items[i];
+        if (t->base && requires(t))
+            t->needs_grad = t->base->needs_grad = true;
+    }
+}
+
+/* Readers of each tensor in the forward pass, and each tensor's producer. */
+static void count_forward_uses(Ir *ir) {
+    OpList *ops = &ir->ops[PH_FORWARD];
+    for (int i = 0; i < ops->len; i++) {
+        IrOp *op = ops->items[i];
+        LoadRef refs[16];
+        int n = 0;
+        if (op->kind == OP_POINTWISE)
+            collect_loads(op->expr[0], refs, &n, 16);
+        for (int k = 0; k < op->nin; k++)
+            refs[n++] = (LoadRef){op->in[k], BC_FULL};
+        for (int k = 0; k < n; k++)
+            refs[k].t->consumers++;
+        for (int k = 0; k < op->nout; k++)
+            if (!op->out[k]->producer)
+                op->out[k]->producer = op;
+    }
+}
+
+void autodiff(Ddpc *c, Ir *ir) {
+    Diff d = {c, ir};
+    count_forward_uses(ir);
+    mark_needs_grad(ir);
+    storage(ir->output->grad)->written = true;
+    OpList *fwd = &ir->ops[PH_FORWARD];
+    for (int i = fwd->len - 1; i >= 0; i--) {
+        IrOp *op = fwd->items[i];
+        switch (op->kind) {
+        case OP_GEMM: backward_gemm(&d, op); break;
+        case OP_POINTWISE: backward_pointwise(&d, op); break;
+        case OP_IM2COL: backward_simple(&d, op, OP_COL2IM); break;
+        case OP_MAXPOOL: backward_simple(&d, op, OP_MAXPOOL_BWD); break;
+        case OP_AVGPOOL: backward_simple(&d, op, OP_AVGPOOL_BWD); break;
+        case OP_GAP: backward_simple(&d, op, OP_GAP_BWD); break;
+        case OP_SOFTMAX: backward_simple(&d, op, OP_SOFTMAX_BWD); break;
+        case OP_CONCAT: backward_simple(&d, op, OP_SPLIT); break;
+        case OP_BN_STATS: backward_bn_stats(&d, op); break;
+        default: break;
+        }
+    }
+    /* every parameter has a gradient slot, zero where nothing reaches it */
+    for (int i = 0; i < ir->params.len; i++)
+        grad_of(&d, ir->params.items[i]);
+}

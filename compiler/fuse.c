@@ -1,0 +1,248 @@
+/* fuse.c: chains of pointwise ops become one kernel; sums over the same rows become
+ * one pass.
+ *
+ * A pointwise op P merges into a later pointwise op Q over the same index range when
+ * the ops between them neither read what P writes nor write what P reads: Q's loads of
+ * P's outputs become P's expressions, and an output of P is still stored only if some
+ * other op reads it. Reductions over rows (bias and batchnorm gradients) that follow
+ * one another over the same rows become one op with several outputs. A kernel computes
+ * every expression of an index before storing any, so an op may read what it writes. */
+#include <string.h>
+
+#include "ddpc.h"
+
+enum { FUSE_WINDOW = 8, MAX_OUTPUTS = 4 };
+
+/* ------------------------------------------------------------- reads */
+
+typedef struct Access {
+    Tensor *t;
+    bool full;  /* every access of it is element-for-element (BC_FULL) */
+} Access;
+
+static Tensor *storage(Tensor *t) {
+    return t->base ? t->base : t;
+}
+
+static void expr_reads(const XExpr *e, Tensor **out, bool *full, int *n, int cap) {
+    if (!e)
+        return;
+    if (e->kind == X_LOAD && *n < cap) {
+        out[*n] = storage(e->t);
+        full[(*n)++] = e->bc == BC_FULL;
+    }
+    expr_reads(e->a, out, full, n, cap);
+    expr_reads(e->b, out, full, n, cap);
+}
+
+enum { MAX_READS = 256 };
+
+/* Everything an op reads (storage tensors), with whether each read is full. */
+static int op_reads(const IrOp *op, Tensor **out, bool *full) {
+    int n = 0;
+    for (int k = 0; k < op->nin && n < MAX_READS; k++) {
+        out[n] = storage(op->in[k]);
+        full[n++] = false;
+    }
+    for (int k = 0; k < MAX_OUTPUTS; k++)
+        expr_reads(op->expr[k], out, full, &n, MAX_READS);
+    if (op->accumulate && n < MAX_READS) {
+        out[n] = storage(op->out[0]);
+        full[n++] = op->kind == OP_POINTWISE;
+    }
+    return n;
+}
+
+static bool op_reads_tensor(const IrOp *op, const Tensor *t) {
+    Tensor *r[MAX_READS];
+    bool f[MAX_READS];
+    int n = op_reads(op, r, f);
+    for (int i = 0; i < n; i++)
+        if (r[i] == storage((Tensor *)t))
+            return true;
+    return false;
+}
+
+static bool op_writes_tensor(const IrOp *op, const Tensor *t) {
+    for (int k = 0; k < op->nout; k++)
+        if (storage(op->out[k]) == storage((Tensor *)t))
+            return true;
+    return false;
+}
+
+/* Adds delta to the reader count of everything op reads (each tensor once). */
+static void adjust_readers(const IrOp *op, int *readers, int delta) {
+    Tensor *r[MAX_READS];
+    bool f[MAX_READS];
+    int n = op_reads(op, r, f);
+    for (int k = 0; k < n; k++) {
+        bool seen = false;
+        for (int j = 0; j < k; j++)
+            seen |= r[j] == r[k];
+        if (!seen)
+            readers[r[k]->id] += delta;
+    }
+}
+
+/* How many ops, in every phase, read each tensor's storage. */
+static void count_readers(Ir *ir, int *readers) {
+    memset(readers, 0, sizeof(int) * (size_t)ir->tensors.len);
+    for (int ph = 0; ph < PH_COUNT; ph++)
+        for (int i = 0; i < ir->ops[ph].len; i++)
+            adjust_readers(ir->ops[ph].items[i], readers, 1);
+}
+
+/* ------------------------------------------------------------- merging */
+
+static bool same_range(const IrOp *a, const IrOp *b) {
+    return a->range.fixed == b->range.fixed && a->range.per_sample == b->range.per_sample;
+}
+
+static XExpr *substitute(Ddpc *c, XExpr *e, const IrOp *p) {
+    if (!e)
+        return NULL;
+    if (e->kind == X_LOAD && e->bc == BC_FULL)
+        for (int k = 0; k < p->nout; k++)
+            if (storage(e->t) == storage(p->out[k]) && e->t->elems == p->out[k]->elems)
+                return p->expr[k];
+    XExpr *a = substitute(c, e->a, p), *b = substitute(c, e->b, p);
+    if (a == e->a && b == e->b)
+        return e;
+    XExpr *copy = arena_alloc(c->arena, sizeof *copy);
+    *copy = *e;
+    copy->a = a;
+    copy->b = b;
+    return copy;
+}
+
+/* Whether every access q makes to what p writes, and p to what q writes, is
+ * element-for-element: then one pass over the indices does both. */
+static bool elementwise_compatible(const IrOp *p, const IrOp *q) {
+    const IrOp *pair[2][2] = {{p, q}, {q, p}};
+    for (int s = 0; s < 2; s++) {
+        const IrOp *writer = pair[s][0], *reader = pair[s][1];
+        Tensor *r[MAX_READS];
+        bool f[MAX_READS];
+        int n = op_reads(reader, r, f);
+        for (int i = 0; i < n; i++)
+            if (!f[i] && op_writes_tensor(writer, r[i]))
+                return false;
+    }
+    return true;
+}
+
+/* Q absorbs P: P's outputs that other ops still read stay stored. The caller has
+ * taken p's and q's reads out of the counts. */
+static bool merge_pointwise(Ddpc *c, IrOp *p, IrOp *q, const int *readers) {
+    if (!elementwise_compatible(p, q))
+        return false;
+    Tensor *outs[2 * MAX_OUTPUTS];
+    XExpr *exprs[2 * MAX_OUTPUTS];
+    int n = 0;
+    for (int k = 0; k < p->nout; k++) {
+        Tensor *t = storage(p->out[k]);
+        int others = readers[t->id]; /* p's and q's own reads are not counted now */
+        bool kept = others > 0 || (t->kind != T_ACT && t->kind != T_DACT && t->kind != T_WORK);
+        /* q overwriting it makes p's store dead */
+        for (int j = 0; j < q->nout; j++)
+            if (storage(q->out[j]) == t)
+                kept = false;
+        if (kept) {
+            outs[n] = p->out[k];
+            exprs[n++] = p->expr[k];
+        }
+    }
+    for (int k = 0; k < q->nout; k++) {
+        outs[n] = q->out[k];
+        exprs[n++] = substitute(c, q->expr[k], p);
+    }
+    if (n > MAX_OUTPUTS)
+        return false;
+    q->nout = n;
+    for (int k = 0; k < n; k++) {
+        q->out[k] = outs[k];
+        q->expr[k] = exprs[k];
+    }
+    if (!q->layer)
+        q->layer = p->layer;
+    return true;
+}
+
+static bool merge_reductions(IrOp *p, IrOp *q) {
+    if (p->accumulate || q->accumulate || p->nout + q->nout > MAX_OUTPUTS ||
+        p->channels != q->channels || p->rows_per_sample != q->rows_per_sample ||
+        p->in[0]->per_sample != q->in[0]->per_sample)
+        return false;
+    for (int k = 0; k < q->nout; k++) {
+        p->out[p->nout] = q->out[k];
+        p->expr[p->nout++] = q->expr[k];
+    }
+    for (int k = 0; k < q->nin; k++) {
+        bool seen = false;
+        for (int j = 0; j < p->nin; j++)
+            seen |= p->in[j] == q->in[k];
+        if (!seen && p->nin < 8)
+            p->in[p->nin++] = q->in[k];
+    }
+    return true;
+}
+
+/* Whether p can move down past op: op neither reads nor writes what p writes, nor
+ * writes what p reads. */
+static bool independent(const IrOp *p, const IrOp *op) {
+    if (op->kind == OP_BUCKET_READY || op->kind == OP_WAIT_BUCKETS || op->kind == OP_METRICS_READY)
+        return false;
+    for (int k = 0; k < p->nout; k++)
+        if (op_reads_tensor(op, p->out[k]) || op_writes_tensor(op, p->out[k]))
+            return false;
+    Tensor *r[MAX_READS];
+    bool f[MAX_READS];
+    int n = op_reads(p, r, f);
+    for (int i = 0; i < n; i++)
+        if (op_writes_tensor(op, r[i]))
+            return false;
+    return true;
+}
+
+static void remove_at(OpList *ops, int i) {
+    memmove(&ops->items[i], &ops->items[i + 1], sizeof(IrOp *) * (size_t)(ops->len - i - 1));
+    ops->len--;
+}
+
+/* Each op tries to merge into one of the next few that it can reach: past ops that
+ * do not touch what it reads or writes. */
+static void fuse_phase(Ddpc *c, OpList *ops, int *readers) {
+    int i = 0;
+    while (i < ops->len) {
+        IrOp *p = ops->items[i];
+        bool merged = false;
+        for (int j = i + 1; !merged && j < ops->len && j <= i + FUSE_WINDOW; j++) {
+            IrOp *q = ops->items[j];
+            bool pointwise = p->kind == OP_POINTWISE && q->kind == OP_POINTWISE && same_range(p, q);
+            bool sums = p->kind == OP_REDUCE_ROWS && q->kind == OP_REDUCE_ROWS && j == i + 1;
+            if (pointwise || sums) {
+                adjust_readers(p, readers, -1);
+                adjust_readers(q, readers, -1);
+                merged = pointwise ? merge_pointwise(c, p, q, readers) : merge_reductions(p, q);
+                if (merged) {
+                    adjust_readers(sums ? p : q, readers, 1);
+                    remove_at(ops, sums ? j : i);
+                } else {
+                    adjust_readers(p, readers, 1);
+                    adjust_readers(q, readers, 1);
+                }
+            }
+            if (!merged && !independent(p, q))
+                break;
+        }
+        if (!merged)
+            i++;
+    }
+}
+
+void fuse(Ddpc *c, Ir *ir) {
+    int *readers = arena_alloc(c->arena, sizeof(int) * (size_t)(ir->tensors.len + 1));
+    count_readers(ir, readers);
+    for (int ph = 0; ph < PH_COUNT; ph++)
+        fuse_phase(c, &ir->ops[ph], readers);
+}

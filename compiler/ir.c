@@ -1,0 +1,637 @@
+/* ir.c: the trained model's layer graph lowered to tensor ops.
+ *
+ * Each layer becomes a few primitive ops on tensors of a replica's batch: matrix
+ * products (dense, and convolutions after im2col), pointwise expressions (bias,
+ * activations, dropout, residual sums, batch normalisation's arithmetic), and the
+ * window, reduction and copy ops that are neither. Pointwise ops are expressions, not
+ * opaque kinds, so autodiff can differentiate any of them and fusion can merge them.
+ * The forward pass is lowered twice, for training and for evaluation (dropout off,
+ * batchnorm on running statistics); the loss and the metrics follow each; autodiff
+ * adds the backward pass and this file the optimizer. */
+#include <string.h>
+
+#include "ddpc.h"
+#include "../runtime/ddp_abi.h"
+
+int64_t dtype_size(DType dt) {
+    return dt == DT_F32 || dt == DT_I32 ? 4 : 8;
+}
+
+const char *dtype_name(DType dt) {
+    static const char *const names[] = {"f32", "f64", "i32", "i64"};
+    return names[dt];
+}
+
+const char *op_kind_name(OpKind k) {
+    static const char *const names[] = {
+        [OP_GEMM] = "gemm", [OP_POINTWISE] = "pointwise", [OP_IM2COL] = "im2col",
+        [OP_COL2IM] = "col2im", [OP_MAXPOOL] = "maxpool", [OP_MAXPOOL_BWD] = "maxpool_bwd",
+        [OP_AVGPOOL] = "avgpool", [OP_AVGPOOL_BWD] = "avgpool_bwd", [OP_GAP] = "gap",
+        [OP_GAP_BWD] = "gap_bwd", [OP_BN_STATS] = "bn_stats", [OP_BN_RUNNING] = "bn_running",
+        [OP_BN_BWD_SUMS] = "bn_bwd_sums", [OP_SOFTMAX] = "softmax",
+        [OP_SOFTMAX_BWD] = "softmax_bwd", [OP_REDUCE_ROWS] = "reduce_rows",
+        [OP_CONCAT] = "concat", [OP_SPLIT] = "split", [OP_LOSS] = "loss",
+        [OP_METRIC] = "metric", [OP_ACCUMULATE] = "accumulate", [OP_FILL] = "fill", [OP_OPTIMIZER] = "optimizer",
+        [OP_BUCKET_READY] = "bucket_ready", [OP_WAIT_BUCKETS] = "wait_buckets",
+        [OP_METRICS_READY] = "metrics_ready",
+    };
+    return names[k];
+}
+
+/* ------------------------------------------------------------ builders */
+
+Tensor *ir_tensor(Ddpc *c, Ir *ir, const char *name, TensorKind kind, DType dt, bool batched,
+                  const Shape *shape) {
+    Tensor *t = arena_alloc(c->arena, sizeof *t);
+    t->id = ir->tensors.len;
+    t->name = name;
+    t->kind = kind;
+    t->dtype = dt;
+    t->batched = batched;
+    t->shape = *shape;
+    int64_t n = 1;
+    for (int i = 0; i < shape->rank; i++)
+        n *= shape->dim[i];
+    t->per_sample = batched ? n : 0;
+    t->elems = batched ? n * ir->batch : n;
+    t->slot = -1;
+    t->first_use = t->last_use = -1;
+    vec_push(c->arena, &ir->tensors, t);
+    return t;
+}
+
+IrOp *ir_op(Ddpc *c, Ir *ir, Phase phase, OpKind kind) {
+    IrOp *op = arena_alloc(c->arena, sizeof *op);
+    op->kind = kind;
+    op->phase = phase;
+    op->kernel_index = -1;
+    vec_push(c->arena, &ir->ops[phase], op);
+    return op;
+}
+
+static void add_in(IrOp *op, Tensor *t) {
+    op->in[op->nin++] = t;
+}
+
+static void add_out(IrOp *op, Tensor *t) {
+    op->out[op->nout++] = t;
+}
+
+XExpr *x_load(Ddpc *c, Tensor *t, Bcast bc) {
+    XExpr *e = arena_alloc(c->arena, sizeof *e);
+    e->kind = X_LOAD;
+    e->t = t;
+    e->bc = bc;
+    if (bc == BC_CHANNEL)
+        e->channels = t->elems;
+    return e;
+}
+
+XExpr *x_const(Ddpc *c, double v) {
+    XExpr *e = arena_alloc(c->arena, sizeof *e);
+    e->kind = X_CONST;
+    e->num = v;
+    return e;
+}
+
+XExpr *x_scalar(Ddpc *c, int slot) {
+    XExpr *e = arena_alloc(c->arena, sizeof *e);
+    e->kind = X_SCALAR;
+    e->scalar = slot;
+    return e;
+}
+
+XExpr *x_unary(Ddpc *c, XKind k, XExpr *a) {
+    XExpr *e = arena_alloc(c->arena, sizeof *e);
+    e->kind = k;
+    e->a = a;
+    return e;
+}
+
+XExpr *x_binary(Ddpc *c, XKind k, XExpr *a, XExpr *b) {
+    XExpr *e = arena_alloc(c->arena, sizeof *e);
+    e->kind = k;
+    e->a = a;
+    e->b = b;
+    return e;
+}
+
+static IrDim dim_fixed(int64_t v) {
+    return (IrDim){v, 0};
+}
+
+static IrDim dim_batched(int64_t per_sample) {
+    return (IrDim){0, per_sample};
+}
+
+/* The index range of a kernel over every element of t. */
+static IrDim range_of(const Tensor *t) {
+    return t->batched ? dim_batched(t->per_sample) : dim_fixed(t->elems);
+}
+
+/* A pointwise op writing one tensor. */
+static IrOp *pointwise(Ddpc *c, Ir *ir, Phase ph, Tensor *out, XExpr *e) {
+    IrOp *op = ir_op(c, ir, ph, OP_POINTWISE);
+    add_out(op, out);
+    op->expr[0] = e;
+    op->range = range_of(out);
+    return op;
+}
+
+/* ------------------------------------------------------------ lowering */
+
+typedef struct LayerParams {
+    Tensor *weight, *bias, *running_mean, *running_var;
+} LayerParams;
+
+typedef struct Lower {
+    Ddpc *c;
+    Ir *ir;
+    Phase phase;
+    Tensor **value;        /* by GNode id: the tensor holding its output */
+    LayerParams *params;   /* by GNode id, made once, shared by both passes */
+    int64_t dropout_keys;
+} Lower;
+
+static const char *dotted(Ddpc *c, const char *path, const char *what) {
+    char *s = arena_printf(c->arena, "%s.%s", path, what);
+    for (char *p = s; *p; p++)
+        if (*p == '/')
+            *p = '.';
+    return s;
+}
+
+static Shape shape_of(int rank, const int64_t *dims) {
+    Shape s = {rank, {0}};
+    memcpy(s.dim, dims, sizeof(int64_t) * (size_t)rank);
+    return s;
+}
+
+static Tensor *param(Lower *L, GNode *n, const char *what, TensorKind kind, Shape s,
+                     const char *layout, const char *init) {
+    Tensor *t = ir_tensor(L->c, L->ir, dotted(L->c, n->name, what), kind, L->ir->dtype, false, &s);
+    t->layer = n;
+    t->layout = layout;
+    t->init = init;
+    vec_push(L->c->arena, kind == T_PARAM ? &L->ir->params : &L->ir->stats, t);
+    return t;
+}
+
+static Tensor *activation(Lower *L, GNode *n, const char *suffix, const Shape *s) {
+    const char *name = L->phase == PH_EVAL
+                           ? arena_printf(L->c->arena, "eval:%s%s", n->name, suffix)
+                           : arena_printf(L->c->arena, "%s%s", n->name, suffix);
+    Tensor *t = ir_tensor(L->c, L->ir, name, T_ACT, L->ir->dtype, true, s);
+    t->layer = n;
+    return t;
+}
+
+static Tensor *view(Lower *L, GNode *n, Tensor *base, const Shape *s) {
+    Tensor *t = activation(L, n, "", s);
+    t->base = base->base ? base->base : base;
+    return t;
+}
+
+/* act(z + bias): the activation is applied as an expression, so autodiff and fusion
+ * see through it. */
+static XExpr *activate(Ddpc *c, const char *act, XExpr *x) {
+    if (!act)
+        return x;
+    if (strcmp(act, "relu") == 0)
+        return x_binary(c, X_MAX, x, x_const(c, 0));
+    if (strcmp(act, "sigmoid") == 0)
+        return x_binary(c, X_DIV, x_const(c, 1),
+                        x_binary(c, X_ADD, x_const(c, 1), x_unary(c, X_EXP, x_unary(c, X_NEG, x))));
+    if (strcmp(act, "tanh") == 0)
+        return x_unary(c, X_TANH, x);
+    if (strcmp(act, "gelu") == 0) /* x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 */
+        return x_binary(c, X_MUL, x,
+                        x_binary(c, X_MUL, x_const(c, 0.5),
+                                 x_binary(c, X_ADD, x_const(c, 1),
+                                          x_unary(c, X_ERF, x_binary(c, X_MUL, x,
+                                                                     x_const(c, 0.7071067811865476))))));
+    return x; /* identity; softmax as an activation is lowered as its own op */
+}
+
+/* The bias and activation after a matrix product, as one pointwise op; a softmax
+ * activation is its own op after it. */
+static Tensor *activation_op(Lower *L, GNode *n, Tensor *z, const char *act, Tensor *bias) {
+    Ddpc *c = L->c;
+    bool softmax = act && strcmp(act, "softmax") == 0;
+    const char *elementwise = softmax ? NULL : act;
+    Tensor *y = z;
+    if (bias || elementwise) {
+        y = activation(L, n, softmax ? ":a" : "", &z->shape);
+        XExpr *e = x_load(c, z, BC_FULL);
+        if (bias)
+            e = x_binary(c, X_ADD, e, x_load(c, bias, BC_CHANNEL));
+        pointwise(c, L->ir, L->phase, y, activate(c, elementwise, e))->layer = n;
+    }
+    if (softmax) {
+        Tensor *s = activation(L, n, "", &z->shape);
+        IrOp *op = ir_op(c, L->ir, L->phase, OP_SOFTMAX);
+        add_in(op, y);
+        add_out(op, s);
+        op->axis_outer = y->per_sample / y->shape.dim[y->shape.rank - 1];
+        op->axis_len = y->shape.dim[y->shape.rank - 1];
+        op->axis_inner = 1;
+        op->range = dim_batched(op->axis_outer);
+        op->layer = n;
+        y = s;
+    }
+    return y;
+}
+
+static void lower_dense(Lower *L, GNode *n) {
+    Ddpc *c = L->c;
+    Tensor *x = L->value[n->inputs[0]->id];
+    int64_t k = x->per_sample, u = n->attrs.units;
+    LayerParams *p = &L->params[n->id];
+    if (!p->weight) {
+        int64_t wd[2] = {k, u};
+        p->weight = param(L, n, "weight", T_PARAM, shape_of(2, wd), "IO", n->attrs.init);
+        p->weight->fan_in = k;
+        p->weight->fan_out = u;
+        if (n->attrs.bias)
+            p->bias = param(L, n, "bias", T_PARAM, shape_of(1, &u), "C", n->attrs.bias_init);
+    }
+    bool more = p->bias || n->attrs.activation;
+    Tensor *z = activation(L, n, more ? ":z" : "", &n->out);
+    IrOp *op = ir_op(c, L->ir, L->phase, OP_GEMM);
+    add_in(op, x);
+    add_in(op, p->weight);
+    add_out(op, z);
+    op->m = dim_batched(1);
+    op->n = dim_fixed(u);
+    op->k = dim_fixed(k);
+    op->layer = n;
+    L->value[n->id] = activation_op(L, n, z, n->attrs.activation, p->bias);
+}
+
+static void window_attrs(IrOp *op, const GNode *n) {
+    memcpy(op->kernel, n->attrs.kernel, sizeof op->kernel);
+    memcpy(op->stride, n->attrs.stride, sizeof op->stride);
+    memcpy(op->dilation, n->attrs.dilation, sizeof op->dilation);
+    memcpy(op->pad, n->attrs.pad, sizeof op->pad);
+    op->layer = (GNode *)n;
+}
+
+static void lower_conv2d(Lower *L, GNode *n) {
+    Ddpc *c = L->c;
+    Tensor *x = L->value[n->inputs[0]->id];
+    const LayerAttrs *a = &n->attrs;
+    int64_t cin = x->shape.dim[2], f = a->units, kk = a->kernel[0] * a->kernel[1] * cin;
+    int64_t rows = n->out.dim[0] * n->out.dim[1];
+    LayerParams *p = &L->params[n->id];
+    if (!p->weight) {
+        int64_t wd[4] = {a->kernel[0], a->kernel[1], cin, f};
+        p->weight = param(L, n, "weight", T_PARAM, shape_of(4, wd), "HWIO", a->init);
+        p->weight->fan_in = kk;
+        p->weight->fan_out = a->kernel[0] * a->kernel[1] * f;
+        if (a->bias)
+            p->bias = param(L, n, "bias", T_PARAM, shape_of(1, &f), "C", a->bias_init);
+    }
+    /* a 1x1 convolution with stride 1 and no padding reads its input as the columns */
+    bool pointwise_conv = a->kernel[0] == 1 && a->kernel[1] == 1 && a->stride[0] == 1 &&
+                          a->stride[1] == 1 && !a->pad[0] && !a->pad[1] && !a->pad[2] && !a->pad[3];
+    Tensor *col = x;
+    if (!pointwise_conv) {
+        int64_t cd[2] = {rows, kk};
+        Shape cs = shape_of(2, cd);
+        col = activation(L, n, ":col", &cs);
+        col->kind = T_WORK;
+        IrOp *op = ir_op(c, L->ir, L->phase, OP_IM2COL);
+        add_in(op, x);
+        add_out(op, col);
+        window_attrs(op, n);
+        op->rows_per_sample = rows;
+        op->channels = cin;
+        op->range = dim_batched(rows * kk);
+    }
+    bool more = p->bias || a->activation;
+    Tensor *z = activation(L, n, more ? ":z" : "", &n->out);
+    IrOp *op = ir_op(c, L->ir, L->phase, OP_GEMM);
+    add_in(op, col);
+    add_in(op, p->weight);
+    add_out(op, z);
+    op->m = dim_batched(rows);
+    op->n = dim_fixed(f);
+    op->k = dim_fixed(kk);
+    op->layer = n;
+    L->value[n->id] = activation_op(L, n, z, a->activation, p->bias);
+}
+
+static void lower_pool(Lower *L, GNode *n) {
+    Tensor *x = L->value[n->inputs[0]->id];
+    Tensor *y = activation(L, n, "", &n->out);
+    OpKind kind = n->op == L_MAXPOOL ? OP_MAXPOOL : n->op == L_AVGPOOL ? OP_AVGPOOL : OP_GAP;
+    IrOp *op = ir_op(L->c, L->ir, L->phase, kind);
+    add_in(op, x);
+    add_out(op, y);
+    window_attrs(op, n);
+    op->channels = x->shape.dim[2];
+    op->range = range_of(y);
+    L->value[n->id] = y;
+}
+
+/* Batch normalisation in training: statistics of this batch, their running averages
+ * updated, then (x - mean) / sqrt(var + eps) * weight + bias as one expression. In
+ * evaluation the running statistics take the batch's place. */
+static void lower_batchnorm(Lower *L, GNode *n) {
+    Ddpc *c = L->c;
+    Tensor *x = L->value[n->inputs[0]->id];
+    int64_t ch = x->shape.dim[x->shape.rank - 1];
+    LayerParams *p = &L->params[n->id];
+    if (!p->weight) {
+        Shape cs = shape_of(1, &ch);
+        p->weight = param(L, n, "weight", T_PARAM, cs, "C", "ones");
+        p->bias = param(L, n, "bias", T_PARAM, cs, "C", "zeros");
+        p->running_mean = param(L, n, "running_mean", T_STAT, cs, "C", "zeros");
+        p->running_var = param(L, n, "running_var", T_STAT, cs, "C", "ones");
+    }
+    Tensor *mean = p->running_mean, *var = p->running_var;
+    if (L->phase == PH_FORWARD) {
+        Shape cs = shape_of(1, &ch);
+        mean = ir_tensor(c, L->ir, arena_printf(c->arena, "%s:mean", n->name), T_WORK,
+                         L->ir->dtype, false, &cs);
+        var = ir_tensor(c, L->ir, arena_printf(c->arena, "%s:var", n->name), T_WORK,
+                        L->ir->dtype, false, &cs);
+        IrOp *op = ir_op(c, L->ir, L->phase, OP_BN_STATS);
+        add_in(op, x);
+        add_out(op, mean);
+        add_out(op, var);
+        op->channels = ch;
+        op->range = dim_fixed(ch);
+        op->layer = n;
+        IrOp *run = ir_op(c, L->ir, L->phase, OP_BN_RUNNING);
+        add_in(run, mean);
+        add_in(run, var);
+        add_out(run, p->running_mean);
+        add_out(run, p->running_var);
+        run->channels = ch;
+        run->rows_per_sample = x->per_sample / ch;
+        run->momentum = n->attrs.momentum;
+        run->range = dim_fixed(ch);
+        run->layer = n;
+    }
+    Tensor *y = activation(L, n, "", &n->out);
+    XExpr *centred = x_binary(c, X_SUB, x_load(c, x, BC_FULL), x_load(c, mean, BC_CHANNEL));
+    XExpr *scale = x_binary(c, X_DIV, x_load(c, p->weight, BC_CHANNEL),
+                            x_unary(c, X_SQRT, x_binary(c, X_ADD, x_load(c, var, BC_CHANNEL),
+                                                        x_const(c, n->attrs.epsilon))));
+    XExpr *e = x_binary(c, X_ADD, x_binary(c, X_MUL, centred, scale),
+                        x_load(c, p->bias, BC_CHANNEL));
+    pointwise(c, L->ir, L->phase, y, e)->layer = n;
+    L->value[n->id] = y;
+}
+
+static void lower_dropout(Lower *L, GNode *n) {
+    Tensor *x = L->value[n->inputs[0]->id];
+    if (L->phase == PH_EVAL || n->attrs.rate == 0) {
+        L->value[n->id] = view(L, n, x, &n->out);
+        return;
+    }
+    Ddpc *c = L->c;
+    XExpr *keep = arena_alloc(c->arena, sizeof *keep);
+    keep->kind = X_KEEP;
+    keep->num = n->attrs.rate;
+    keep->key = n->id; /* the layer's place in the graph: the same on every worker */
+    Tensor *y = activation(L, n, "", &n->out);
+    XExpr *e = x_binary(c, X_MUL, x_load(c, x, BC_FULL),
+                        x_binary(c, X_MUL, keep, x_const(c, 1 / (1 - n->attrs.rate))));
+    pointwise(c, L->ir, L->phase, y, e)->layer = n;
+    L->value[n->id] = y;
+}
+
+static void lower_add(Lower *L, GNode *n) {
+    Ddpc *c = L->c;
+    XExpr *e = x_load(c, L->value[n->inputs[0]->id], BC_FULL);
+    for (int i = 1; i < n->ninputs; i++)
+        e = x_binary(c, X_ADD, e, x_load(c, L->value[n->inputs[i]->id], BC_FULL));
+    Tensor *y = activation(L, n, "", &n->out);
+    pointwise(c, L->ir, L->phase, y, e)->layer = n;
+    L->value[n->id] = y;
+}
+
+/* The output seen as [outer, axis, inner]: concat and softmax work along one axis. */
+static void axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int i = 0; i < axis; i++)
+        *outer *= s->dim[i];
+    *len = s->dim[axis];
+    for (int i = axis + 1; i < s->rank; i++)
+        *inner *= s->dim[i];
+}
+
+static void lower_concat(Lower *L, GNode *n) {
+    Tensor *y = activation(L, n, "", &n->out);
+    int axis = n->attrs.axis;
+    int64_t offset = 0;
+    for (int i = 0; i < n->ninputs; i++) {
+        Tensor *x = L->value[n->inputs[i]->id];
+        IrOp *op = ir_op(L->c, L->ir, L->phase, OP_CONCAT);
+        add_in(op, x);
+        add_out(op, y);
+        int64_t outer, len, inner;
+        axis_split(&n->out, axis, &outer, &len, &inner);
+        op->axis_outer = outer;
+        op->axis_len = len;
+        op->axis_inner = inner;
+        op->concat_offset = offset;
+        op->concat_width = x->shape.dim[axis];
+        op->range = range_of(x);
+        op->layer = n;
+        offset += x->shape.dim[axis];
+    }
+    L->value[n->id] = y;
+}
+
+static void lower_softmax(Lower *L, GNode *n) {
+    Tensor *x = L->value[n->inputs[0]->id];
+    Tensor *y = activation(L, n, "", &n->out);
+    IrOp *op = ir_op(L->c, L->ir, L->phase, OP_SOFTMAX);
+    add_in(op, x);
+    add_out(op, y);
+    axis_split(&n->out, n->attrs.axis, &op->axis_outer, &op->axis_len, &op->axis_inner);
+    op->range = dim_batched(op->axis_outer * op->axis_inner);
+    op->layer = n;
+    L->value[n->id] = y;
+}
+
+static void lower_activation(Lower *L, GNode *n) {
+    Tensor *x = L->value[n->inputs[0]->id];
+    Tensor *y = activation(L, n, "", &n->out);
+    pointwise(L->c, L->ir, L->phase, y, activate(L->c, n->layer->name, x_load(L->c, x, BC_FULL)))
+        ->layer = n;
+    L->value[n->id] = y;
+}
+
+static void lower_node(Lower *L, GNode *n) {
+    switch (n->op) {
+    case L_INPUT: L->value[n->id] = L->ir->input; break;
+    case L_DENSE: lower_dense(L, n); break;
+    case L_CONV2D: lower_conv2d(L, n); break;
+    case L_MAXPOOL: case L_AVGPOOL: case L_GLOBAL_AVGPOOL: lower_pool(L, n); break;
+    case L_BATCHNORM: lower_batchnorm(L, n); break;
+    case L_DROPOUT: lower_dropout(L, n); break;
+    case L_FLATTEN: case L_RESHAPE: case L_IDENTITY:
+        L->value[n->id] = view(L, n, L->value[n->inputs[0]->id], &n->out);
+        break;
+    case L_ADD: lower_add(L, n); break;
+    case L_CONCAT: lower_concat(L, n); break;
+    case L_SOFTMAX: lower_softmax(L, n); break;
+    case L_RELU: case L_GELU: case L_SIGMOID: case L_TANH: lower_activation(L, n); break;
+    case L_NONE: break;
+    }
+}
+
+/* ------------------------------------------------------- loss, metrics */
+
+/* Per-sample values, summed in a fixed order by one accumulate op, so the sums do not
+ * depend on threads; a later all-reduce of (sum, count) gives exact global figures. */
+static Tensor *per_sample(Lower *L, const char *what) {
+    Shape none = {0, {0}};
+    const char *name = arena_printf(L->c->arena, "%s%s", L->phase == PH_EVAL ? "eval:" : "", what);
+    Tensor *t = ir_tensor(L->c, L->ir, name, T_WORK, DT_F64, true, &none);
+    t->per_sample = 1;
+    t->elems = L->ir->batch;
+    return t;
+}
+
+static void lower_loss_and_metrics(Lower *L, Tensor *out, Tensor *dout) {
+    Ddpc *c = L->c;
+    Ir *ir = L->ir;
+    TrainSpec *spec = ir->spec;
+    Value loss = spec_setting(spec, "loss");
+    IrOp *op = ir_op(c, ir, L->phase, OP_LOSS);
+    add_in(op, out);
+    add_in(op, ir->label);
+    add_out(op, per_sample(L, "loss"));
+    if (dout)
+        add_out(op, dout);
+    op->what = loss.builtin->name;
+    int i;
+    if (builtin_param(loss.builtin, "from_logits", &i))
+        op->from_logits = loss.args[i].num != 0;
+    if (builtin_param(loss.builtin, "label_smoothing", &i))
+        op->smoothing = loss.args[i].num;
+    op->range = dim_batched(1);
+    op->channels = out->per_sample;
+    IrOp *acc = ir_op(c, ir, L->phase, OP_ACCUMULATE);
+    add_in(acc, op->out[0]);
+    acc->pair[0] = 0;
+    add_out(acc, ir->accum);
+    acc->range = dim_fixed(1);
+    Value metrics = spec_setting(spec, "metrics");
+    for (int m = 0; m < metrics.len; m++) {
+        Value v = metrics.items[m];
+        if (strcmp(v.builtin->name, "loss") == 0)
+            continue; /* the loss's own pair */
+        IrOp *mo = ir_op(c, ir, L->phase, OP_METRIC);
+        add_in(mo, out);
+        add_in(mo, ir->label);
+        add_out(mo, per_sample(L, v.builtin->name));
+        mo->what = v.builtin->name;
+        mo->from_logits = op->from_logits;
+        if (builtin_param(v.builtin, "k", &i))
+            mo->k_top = (int64_t)v.args[i].num;
+        mo->range = dim_batched(1);
+        mo->channels = out->per_sample;
+        if (acc->nin < 8) {
+            acc->pair[acc->nin] = 1 + m;
+            add_in(acc, mo->out[0]);
+        }
+        /* the accumulate op goes last */
+        OpList *ops = &ir->ops[L->phase];
+        ops->items[ops->len - 2] = mo;
+        ops->items[ops->len - 1] = acc;
+    }
+    ir_op(c, ir, L->phase, OP_METRICS_READY);
+}
+
+/* The labels a loss reads: class indices for the sparse loss, else one value per
+ * output (one-hot rows, 0/1 targets, regression targets). */
+static Tensor *label_tensor(Ddpc *c, Ir *ir, const Shape *out) {
+    Value loss = spec_setting(ir->spec, "loss");
+    if (strcmp(loss.builtin->name, "sparse_categorical_crossentropy") == 0) {
+        Shape none = {0, {0}};
+        Tensor *t = ir_tensor(c, ir, "label", T_LABEL, DT_I32, true, &none);
+        t->per_sample = 1;
+        t->elems = ir->batch;
+        return t;
+    }
+    return ir_tensor(c, ir, "label", T_LABEL, ir->dtype, true, out);
+}
+
+/* --------------------------------------------------------------- build */
+
+static void lower_pass(Lower *L, Phase ph) {
+    Graph *g = L->ir->graph;
+    L->phase = ph;
+    for (int i = 0; i < g->nodes.len; i++)
+        lower_node(L, g->nodes.items[i]);
+}
+
+Ir *ir_build(Ddpc *c, DType dtype, int64_t bucket_bytes, bool no_reuse) {
+    Ir *ir = arena_alloc(c->arena, sizeof *ir);
+    TrainSpec *spec = c->spec;
+    ir->spec = spec;
+    ir->graph = spec->graph;
+    ir->dtype = dtype;
+    ir->batch = (int64_t)spec_setting(spec, "batch_per_replica").num;
+    ir->bucket_bytes = bucket_bytes;
+    ir->no_reuse = no_reuse;
+    Graph *g = ir->graph;
+
+    ir->input = ir_tensor(c, ir, "input", T_INPUT, dtype, true, &g->input);
+    Shape none = {0, {0}};
+    ir->sample_id = ir_tensor(c, ir, "sample_id", T_SAMPLE_ID, DT_I64, true, &none);
+    ir->sample_id->per_sample = 1;
+    ir->sample_id->elems = ir->batch;
+    ir->label = label_tensor(c, ir, &g->output->out);
+    Value metrics = spec_setting(spec, "metrics");
+    int64_t pairs = 1 + metrics.len;
+    int64_t acc = 2 * pairs;
+    Shape as = shape_of(1, &acc);
+    ir->accum = ir_tensor(c, ir, "accumulators", T_ACCUM, DT_F64, false, &as);
+    for (int i = 0; i < metrics.len; i++)
+        vec_push(c->arena, &ir->metric_names, metrics.items[i].builtin->name);
+
+    Lower L = {c, ir, PH_FORWARD, NULL, NULL, 0};
+    L.value = arena_alloc(c->arena, sizeof(Tensor *) * (size_t)g->nodes.len);
+    L.params = arena_alloc(c->arena, sizeof(LayerParams) * (size_t)g->nodes.len);
+    lower_pass(&L, PH_FORWARD);
+    ir->output = L.value[g->output->id];
+    Tensor *dout = ir_tensor(c, ir, arena_printf(c->arena, "d:%s", g->output->name), T_DACT,
+                             dtype, true, &ir->output->shape);
+    ir->output->grad = dout;
+    lower_loss_and_metrics(&L, ir->output, dout);
+
+    autodiff(c, ir);
+
+    /* the optimizer updates the flat vectors in one pass once every bucket is summed */
+    Value opt = spec_setting(spec, "optimizer");
+    ir_op(c, ir, PH_OPTIMIZER, OP_WAIT_BUCKETS);
+    IrOp *op = ir_op(c, ir, PH_OPTIMIZER, OP_OPTIMIZER);
+    op->what = opt.builtin->name;
+    int momentum;
+    builtin_param(opt.builtin, "momentum", &momentum);
+    ir->state_vectors = strcmp(op->what, "sgd") != 0 ? 2 : opt.args[momentum].num > 0 ? 1 : 0;
+    Shape flat = {0, {0}};
+    ir->all_params = ir_tensor(c, ir, "params", T_PARAM, dtype, false, &flat);
+    ir->all_grads = ir_tensor(c, ir, "grads", T_GRAD, dtype, false, &flat);
+    add_out(op, ir->all_params);
+    add_in(op, ir->all_grads);
+    for (int i = 0; i < ir->state_vectors; i++) {
+        ir->states[i] = ir_tensor(c, ir, arena_printf(c->arena, "state%d", i), T_STATE, dtype,
+                                  false, &flat);
+        add_out(op, ir->states[i]);
+    }
+
+    lower_pass(&L, PH_EVAL);
+    lower_loss_and_metrics(&L, L.value[g->output->id], NULL);
+
+    fuse(c, ir);
+    plan(c, ir);
+    return ir;
+}
