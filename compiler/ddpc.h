@@ -108,6 +108,10 @@ enum { MAX_SOURCE_BYTES = 64 << 20 };
 SourceFile *source_load(Ddpc *c, const char *path, bool imported, const char **why);
 SourceFile *source_from_memory(Ddpc *c, const char *name, const char *data, size_t len);
 const char *source_find_import(Ddpc *c, SourceFile *from, const char *name);
+/* An installed file or folder: $env, else `relative` beside the running executable,
+ * else the install path, else the source tree's; NULL when none exists. */
+const char *find_installed(const char *env, const char *relative, const char *install_path,
+                           const char *tree_path, bool folder);
 
 /* ---------------------------------------------------------------- diag.c */
 
@@ -464,6 +468,8 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc);
 /* The arguments of a call, defaults filled in, one per parameter. */
 Value *eval_args(Ddpc *c, Env *env, const Signature *sig, Node **slots, const char *owner, Loc at);
 Value param_default(Ddpc *c, const Param *p, Loc at);
+/* An argument of a loss, optimizer, dataset, ... by name; V_NONE when it has none. */
+Value object_arg(Value obj, const char *name);
 bool is_integer(double v);
 const char *value_describe(Ddpc *c, Value v); /* "the number 2.5", "a tensor [7, 7, 64]" */
 const char *value_text(Ddpc *c, Value v);     /* "same", "[2, 2]", "0.001 * replicas" */
@@ -770,6 +776,19 @@ void plan(Ddpc *c, Ir *ir);
 void ir_print(Ddpc *c, FILE *out, Ir *ir);
 void plan_print(Ddpc *c, FILE *out, Ir *ir);
 
+/* ------------------------------------------------------------- build.c */
+
+typedef struct BuildOptions {
+    const char *output;
+    int opt_level;
+    bool stats, object_only;
+} BuildOptions;
+
+/* Generates, compiles and links the program; prints --stats. Returns the exit status. */
+int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source);
+/* --stage=llvm (the CPU module, unoptimised) or --stage=ptx (the GPU module). */
+bool build_emit_code(Ddpc *c, Ir *ir, bool ptx, int opt, FILE *out);
+
 /* ------------------------------------------------------------- driver.c */
 
 /* One compilation: its arena, diagnostics, files and what each pass found. */
@@ -797,6 +816,7 @@ struct Ddpc {
     int nesting;              /* blocks within blocks, definitions within definitions */
     bool too_deep_reported;
     struct Expander *expander; /* expand.c's state while a model is expanded */
+    VEC(const char *) defines; /* -D setting=value, applied after parsing */
 };
 
 Ddpc *ddpc_new(void);

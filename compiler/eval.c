@@ -299,6 +299,14 @@ static Value eval_unary(Ddpc *c, Env *env, Node *n) {
 
 /* ------------------------------------------------------------- objects */
 
+Value object_arg(Value obj, const char *name) {
+    int i;
+    if (obj.kind == V_OBJECT && builtin_param(obj.builtin, name, &i))
+        return obj.args[i];
+    Value none = {.kind = V_NONE};
+    return none;
+}
+
 Value param_default(Ddpc *c, const Param *p, Loc at) {
     Value v = {.loc = at};
     switch (p->def) {

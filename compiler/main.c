@@ -7,7 +7,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ddpc.h"
@@ -25,6 +24,7 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  check FILE...          check programs: exit 0 when clean, 1 when a program has errors\n"
+    "  build FILE -o OUT      compile a program into one executable (-c: an object file)\n"
     "  emit --stage=S FILE    print a stage of the compiler for one program:\n"
     "                           tokens  the lexer's tokens\n"
     "                           ast     the syntax tree\n"
@@ -36,9 +36,15 @@ static const char usage[] =
     "                                   optimizer, evaluation\n"
     "                           plan    the memory plan, parameter layout, gradient buckets\n"
     "                                   and schedule\n"
+    "                           llvm    the generated CPU kernels as LLVM IR\n"
+    "                           ptx     the generated GPU kernels as PTX\n"
     "\n"
     "options:\n"
     "  -I DIR                 look for imports in DIR too (before the standard library)\n"
+    "  -D SETTING=VALUE       override a setting of the program (build, emit)\n"
+    "  -o OUT, -c             build: the executable, or an object file with -c\n"
+    "  -O0 .. -O3             build: optimisation of the generated code (default -O2)\n"
+    "  --stats                build: print the peak memory per replica by kind\n"
     "  --model NAME           emit --stage=graph: the model to show (default: the trained one,\n"
     "                         or every model with an input shape)\n"
     "  --max-errors N         stop after N errors (default 20; 0 means no limit)\n"
@@ -56,7 +62,8 @@ static const char usage[] =
     "\n"
     "environment: DDP_STDLIB overrides the standard library folder; NO_COLOR turns colour off.\n";
 
-typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS, STAGE_IR, STAGE_PLAN } Stage;
+typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS, STAGE_IR, STAGE_PLAN,
+               STAGE_LLVM, STAGE_PTX } Stage;
 
 typedef struct Options {
     const char *command;
@@ -73,6 +80,9 @@ typedef struct Options {
     DType dtype;
     int64_t bucket_bytes;
     bool no_reuse;
+    BuildOptions build;
+    const char *defines[64];
+    int ndefines;
 } Options;
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -128,30 +138,9 @@ static void list_builtins(void) {
     ddpc_free(c);
 }
 
-static bool is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /* DDP_STDLIB, else beside the installed binary, else the source tree it was built from. */
 static const char *find_stdlib(void) {
-    const char *env = getenv("DDP_STDLIB");
-    if (env && *env)
-        return env;
-    static char path[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
-    if (n > 0) {
-        path[n] = '\0';
-        char *slash = strrchr(path, '/');
-        if (slash) {
-            strcpy(slash, "/../share/ddp/stdlib");
-            if (is_dir(path))
-                return path;
-        }
-    }
-    if (is_dir(DDP_INSTALL_STDLIB))
-        return DDP_INSTALL_STDLIB;
-    return is_dir(DDP_SOURCE_STDLIB) ? DDP_SOURCE_STDLIB : NULL;
+    return find_installed("DDP_STDLIB", "../share/ddp/stdlib", DDP_INSTALL_STDLIB, DDP_SOURCE_STDLIB, true);
 }
 
 /* Returns -1 when parsing went fine, else the exit status. */
@@ -159,6 +148,7 @@ static int parse_options(int argc, char **argv, Options *o) {
     o->max_errors = 20;
     o->color = -1;
     o->bucket_bytes = 25 << 20;
+    o->build.opt_level = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -188,7 +178,27 @@ static int parse_options(int argc, char **argv, Options *o) {
             else if (strcmp(s, "settings") == 0) o->stage = STAGE_SETTINGS;
             else if (strcmp(s, "ir") == 0) o->stage = STAGE_IR;
             else if (strcmp(s, "plan") == 0) o->stage = STAGE_PLAN;
-            else return bad_usage("unknown stage `%s`; the stages are tokens, ast, graph, settings, ir and plan", s);
+            else if (strcmp(s, "llvm") == 0) o->stage = STAGE_LLVM;
+            else if (strcmp(s, "ptx") == 0) o->stage = STAGE_PTX;
+            else return bad_usage("unknown stage `%s`; the stages are tokens, ast, graph, settings, ir, "
+                                  "plan, llvm and ptx", s);
+        } else if (strcmp(a, "-o") == 0) {
+            if (i + 1 >= argc)
+                return bad_usage("-o needs a file name%s", "");
+            o->build.output = argv[++i];
+        } else if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3' && !a[3]) {
+            o->build.opt_level = a[2] - '0';
+        } else if (strcmp(a, "--stats") == 0) {
+            o->build.stats = true;
+        } else if (strcmp(a, "-c") == 0) {
+            o->build.object_only = true;
+        } else if (strcmp(a, "-D") == 0 || strncmp(a, "-D", 2) == 0) {
+            const char *d = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!d || !strchr(d, '='))
+                return bad_usage("-D takes setting=value, such as -D batch_per_replica=16%s", "");
+            if (o->ndefines == 64)
+                return bad_usage("too many -D settings (at most 64)%s", "");
+            o->defines[o->ndefines++] = d;
         } else if (strncmp(a, "--dtype=", 8) == 0 || strcmp(a, "--dtype") == 0) {
             const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : "");
             if (strcmp(v, "f32") == 0) o->dtype = DT_F32;
@@ -243,8 +253,15 @@ static int parse_options(int argc, char **argv, Options *o) {
     }
     if (!o->command)
         return bad_usage("no command given%s", "");
-    if (strcmp(o->command, "check") != 0 && strcmp(o->command, "emit") != 0)
-        return bad_usage("unknown command `%s`; the commands are check and emit", o->command);
+    bool build = strcmp(o->command, "build") == 0;
+    if (strcmp(o->command, "check") != 0 && strcmp(o->command, "emit") != 0 && !build)
+        return bad_usage("unknown command `%s`; the commands are check, emit and build", o->command);
+    if (build && o->nfiles != 1)
+        return bad_usage("build takes one file%s", "");
+    if (build && !o->build.output)
+        return bad_usage("build needs -o OUTPUT%s", "");
+    if (!build && (o->build.output || o->build.stats || o->build.object_only))
+        return bad_usage("-o, -c and --stats belong to build%s", "");
     if (o->nfiles == 0)
         return bad_usage("%s needs a .ddp file", o->command);
     if (strcmp(o->command, "emit") == 0 && o->stage == STAGE_CHECK)
@@ -262,6 +279,8 @@ static Ddpc *new_compiler(const Options *o) {
     c->ninclude_dirs = o->ninclude_dirs;
     c->stdlib_dir = find_stdlib();
     c->only_model = o->model;
+    for (int i = 0; i < o->ndefines; i++)
+        vec_push(c->arena, &c->defines, o->defines[i]);
     c->diag.max_errors = o->max_errors;
     c->diag.warnings_off = o->warnings_off;
     c->diag.warnings_as_errors = o->werror;
@@ -287,6 +306,18 @@ static void print_tokens(Ddpc *c, TokenList *toks) {
     }
 }
 
+/* The checked program's training step as IR, or NULL (reported). */
+static Ir *training_ir(Ddpc *c, const Options *o, const char *path) {
+    if (!ddpc_check_file(c, path))
+        return NULL;
+    if (!c->spec || !c->spec->graph) {
+        fprintf(stderr, "ddpc: %s trains no model; there is no training step to %s\n", path,
+                strcmp(o->command, "build") == 0 ? "build" : "show");
+        return NULL;
+    }
+    return ir_build(c, o->dtype, o->bucket_bytes, o->no_reuse);
+}
+
 static int emit(const Options *o) {
     Ddpc *c = new_compiler(o);
     int status = 0;
@@ -308,20 +339,17 @@ static int emit(const Options *o) {
     } else if (o->stage == STAGE_SETTINGS) {
         if (ddpc_check_file(c, path))
             settings_print(c, stdout);
-    } else if (o->stage == STAGE_IR || o->stage == STAGE_PLAN) {
-        if (ddpc_check_file(c, path)) {
-            if (!c->spec || !c->spec->graph) {
-                fprintf(stderr, "ddpc: %s trains no model; the %s stage shows a training step\n",
-                        path, o->stage == STAGE_IR ? "ir" : "plan");
-                status = 1;
-            } else {
-                Ir *ir = ir_build(c, o->dtype, o->bucket_bytes, o->no_reuse);
-                if (o->stage == STAGE_IR)
-                    ir_print(c, stdout, ir);
-                else
-                    plan_print(c, stdout, ir);
-            }
-        }
+    } else if (o->stage == STAGE_IR || o->stage == STAGE_PLAN || o->stage == STAGE_LLVM ||
+               o->stage == STAGE_PTX) {
+        Ir *ir = training_ir(c, o, path);
+        if (!ir)
+            status = 1;
+        else if (o->stage == STAGE_IR)
+            ir_print(c, stdout, ir);
+        else if (o->stage == STAGE_PLAN)
+            plan_print(c, stdout, ir);
+        else if (!build_emit_code(c, ir, o->stage == STAGE_PTX, o->build.opt_level, stdout))
+            status = 1;
     } else if (ddpc_check_file(c, path)) {
         /* the trained model's graph, or the one asked for, or every model that can be
          * shown on its own */
@@ -352,6 +380,14 @@ static int emit(const Options *o) {
     return status;
 }
 
+static int build(const Options *o) {
+    Ddpc *c = new_compiler(o);
+    Ir *ir = training_ir(c, o, o->files[0]);
+    int status = ir ? build_program(c, ir, &o->build, o->files[0]) : 1;
+    ddpc_free(c);
+    return status;
+}
+
 static int check(const Options *o) {
     int status = 0;
     for (int i = 0; i < o->nfiles; i++) {
@@ -372,5 +408,7 @@ int main(int argc, char **argv) {
     if (status >= 0)
         return status;
     fflush(stdout);
+    if (strcmp(o.command, "build") == 0)
+        return build(&o);
     return strcmp(o.command, "emit") == 0 ? emit(&o) : check(&o);
 }

@@ -251,8 +251,14 @@ static void place_small_regions(Ir *ir) {
         }
 }
 
-/* The buffer table: one slot per storage tensor an op touches, in order of use. */
+/* The buffer table: the batch's and the accumulators' first (the runtime fills and
+ * reads them), then one slot per storage tensor an op touches, in order of use. */
 static void assign_slots(Ddpc *c, Ir *ir) {
+    Tensor *fixed[] = {ir->input, ir->label, ir->sample_id, ir->accum};
+    for (int i = 0; i < 4; i++) {
+        fixed[i]->slot = ir->slots.len;
+        vec_push(c->arena, &ir->slots, fixed[i]);
+    }
     for (int ph = 0; ph < PH_COUNT; ph++)
         for (int i = 0; i < ir->ops[ph].len; i++) {
             Tensor *touched[MAX_TOUCHED];

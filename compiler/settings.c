@@ -20,14 +20,6 @@ Value spec_setting(const TrainSpec *spec, const char *name) {
     return none;
 }
 
-static Value object_arg(Value obj, const char *name) {
-    int i;
-    if (obj.kind == V_OBJECT && builtin_param(obj.builtin, name, &i))
-        return obj.args[i];
-    Value none = {.kind = V_NONE};
-    return none;
-}
-
 static bool is_named(Value v, const char *name) {
     return v.kind == V_OBJECT && strcmp(v.builtin->name, name) == 0;
 }

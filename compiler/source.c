@@ -130,3 +130,29 @@ const char *source_find_import(Ddpc *c, SourceFile *from, const char *name) {
     }
     return NULL;
 }
+
+static bool exists(const char *path, bool folder) {
+    struct stat st;
+    return path && *path && stat(path, &st) == 0 && (folder ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+}
+
+const char *find_installed(const char *env, const char *relative, const char *install_path,
+                           const char *tree_path, bool folder) {
+    const char *e = getenv(env);
+    if (e && *e)
+        return e;
+    static char path[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - strlen(relative) - 2);
+    if (n > 0) {
+        path[n] = '\0';
+        char *slash = strrchr(path, '/');
+        if (slash) {
+            strcpy(slash + 1, relative);
+            if (exists(path, folder))
+                return path;
+        }
+    }
+    if (exists(install_path, folder))
+        return install_path;
+    return exists(tree_path, folder) ? tree_path : NULL;
+}

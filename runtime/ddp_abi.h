@@ -88,6 +88,10 @@ typedef struct ddp_buffer {
     int64_t offset;         /* bytes from the start of its region */
     int64_t bytes;          /* for a full batch */
     int64_t dtype;          /* ddp_dtype */
+    /* arena and workspace buffers: the steps that first and last use it, counted over
+     * the training sequence (forward, backward, optimizer) or, for evaluation's own
+     * buffers (sequence 2), over the evaluation phase; sequence 0 for other regions */
+    int64_t sequence, first_step, last_step;
 } ddp_buffer;
 
 /* ---------------------------------------------------------------- schedule */
@@ -157,5 +161,140 @@ typedef struct ddp_rt_expr {
     const ddp_rt_instr *code;
     int64_t count;
 } ddp_rt_expr;
+
+/* --------------------------------------------------------- random draws */
+
+/* Every random draw (dropout, shuffling, initialisation) is Philox4x32-10 with
+ *   key     = {seed & 0xffffffff, (seed >> 32) ^ stream}
+ *   counter = {element, sample & 0xffffffff, sample >> 32, step}
+ * where stream names the use (DDP_STREAM_DROPOUT + layer key, DDP_STREAM_SHUFFLE,
+ * DDP_STREAM_INIT + parameter index). A draw depends on nothing else: not on the
+ * worker, the thread or the device. The first output word w gives the uniform number
+ * (w >> 8) * 2^-24 in [0, 1) (two words, 53 bits, for f64 initialisation). */
+enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_INIT = 3 << 16 };
+
+/* ----------------------------------------------------------------- settings */
+
+enum ddp_unit { DDP_UNIT_EPOCHS = 1, DDP_UNIT_STEPS = 2 };
+
+typedef struct ddp_duration {
+    int64_t value;
+    int64_t unit;           /* ddp_unit; 0: not set */
+} ddp_duration;
+
+enum ddp_schedule_kind { DDP_SCHEDULE_CONSTANT, DDP_SCHEDULE_STEP, DDP_SCHEDULE_COSINE,
+                         DDP_SCHEDULE_LINEAR };
+
+/* The learning rate of step t: constant `rate`; step: rate * drop^(t / period);
+ * cosine and linear: from 0 to rate over `warmup`, then down to `final` at the end. */
+typedef struct ddp_schedule {
+    int64_t kind;           /* ddp_schedule_kind */
+    ddp_rt_expr rate;       /* lr or peak */
+    ddp_rt_expr drop;       /* step */
+    ddp_rt_expr final;      /* cosine, linear */
+    ddp_duration period;    /* step: every; cosine, linear: warmup */
+} ddp_schedule;
+
+enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };
+
+typedef struct ddp_optimizer {
+    int64_t kind;           /* ddp_optimizer_kind */
+    ddp_schedule learning_rate;
+    ddp_rt_expr weight_decay;
+    double momentum, beta1, beta2, epsilon;
+    int64_t nesterov;
+    int64_t state_vectors;
+} ddp_optimizer;
+
+enum ddp_loss_kind { DDP_LOSS_SPARSE_CATEGORICAL, DDP_LOSS_CATEGORICAL, DDP_LOSS_BINARY,
+                     DDP_LOSS_MSE };
+enum ddp_metric_kind { DDP_METRIC_LOSS, DDP_METRIC_ACCURACY, DDP_METRIC_TOP_K, DDP_METRIC_MAE };
+
+typedef struct ddp_metric {
+    const char *name;       /* "accuracy", "top_k_accuracy", ... */
+    int64_t kind;           /* ddp_metric_kind */
+    int64_t pair;           /* its (sum, count) in the accumulators */
+} ddp_metric;
+
+enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_CSV,
+                        DDP_DATA_SYNTHETIC };
+
+typedef struct ddp_dataset {
+    const char *name;       /* its definition's name, or "" */
+    int64_t kind;           /* ddp_dataset_kind */
+    const char *path[2];    /* idx: images, labels; npy: inputs, labels; cifar10: dir; csv */
+    double scale;
+    int64_t part;           /* cifar10: 0 train, 1 test */
+    int64_t header;         /* csv */
+    const char *const *features;
+    int64_t nfeatures;
+    const char *target;
+    int64_t classes, samples;  /* synthetic */
+} ddp_dataset;
+
+enum ddp_cluster_kind { DDP_CLUSTER_AUTO, DDP_CLUSTER_SLURM, DDP_CLUSTER_ENV, DDP_CLUSTER_LOCAL };
+enum ddp_comm_kind { DDP_COMM_AUTO, DDP_COMM_NCCL, DDP_COMM_RING };
+enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_BF16, DDP_PRECISION_FP16 };
+
+typedef struct ddp_settings {
+    int64_t cluster;        /* ddp_cluster_kind */
+    int64_t port_base;      /* -1: derived from the job within port_range */
+    int64_t port_range[2];
+    int64_t communication;  /* ddp_comm_kind */
+    int64_t batch_per_replica, gpus_per_worker, seed, shuffle, drop_remainder;
+    int64_t precision;      /* ddp_precision */
+    int64_t epochs;
+    int64_t steps_per_epoch;   /* -1: every full global batch */
+    ddp_duration validate_every;
+    const char *checkpoint_dir; /* NULL: none */
+    ddp_duration checkpoint_every;
+    int64_t checkpoint_keep;
+    ddp_dataset train, validation; /* validation.kind -1: none */
+    int64_t loss;           /* ddp_loss_kind */
+    int64_t from_logits;
+    double label_smoothing;
+    const ddp_metric *metrics;
+    int64_t nmetrics;
+    ddp_optimizer optimizer;
+} ddp_settings;
+
+/* ------------------------------------------------------------------ program */
+
+enum ddp_phase_kind { DDP_PHASE_FORWARD, DDP_PHASE_BACKWARD, DDP_PHASE_OPTIMIZER,
+                      DDP_PHASE_EVAL, DDP_PHASE_COUNT };
+
+typedef struct ddp_program {
+    int64_t abi_version;    /* DDP_ABI_VERSION */
+    uint64_t hash;          /* over the program and its settings: workers compare it */
+    const char *name;       /* the model */
+    const char *source;     /* the .ddp file it was built from */
+    int64_t dtype;          /* ddp_dtype of parameters and activations */
+    int64_t input_rank;
+    int64_t input_shape[8]; /* per sample */
+    int64_t output_elems;   /* per sample */
+    int64_t label_dtype;    /* DDP_I32 class indices, else the output's dtype */
+    int64_t param_count, stats_count;
+    int64_t region_bytes[DDP_REGION_COUNT];
+    const ddp_param *params;
+    int64_t nparams;        /* trainable first, then statistics */
+    const ddp_buffer *buffers;
+    int64_t nbuffers;
+    int64_t input_slot, label_slot, sample_id_slot, accum_slot;
+    const ddp_kernel *kernels;
+    int64_t nkernels;
+    const ddp_kernel_fn *cpu_baseline; /* one per kernel: any x86-64 */
+    const ddp_kernel_fn *cpu_wide;     /* one per kernel: AVX2 and FMA, if the CPU has them */
+    const ddp_gemm *gemms;
+    int64_t ngemms;
+    ddp_phase phases[DDP_PHASE_COUNT];
+    const ddp_bucket *buckets;
+    int64_t nbuckets;
+    int64_t accum_pairs;
+    const char *ptx;        /* every kernel for the GPU, one module; NULL if not built */
+    ddp_settings settings;
+} ddp_program;
+
+/* The symbol a built program defines. */
+extern const ddp_program ddp_program_desc;
 
 #endif

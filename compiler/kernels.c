@@ -1,0 +1,864 @@
+/* kernels.c: one generator per kind of op, each emitting the work of one index.
+ *
+ * Pointwise kernels evaluate their expressions (a DAG: each node once per index) and
+ * then store every output, so a kernel may read what it writes. Reductions run one
+ * index per output element with a sequential inner loop, in a fixed order, so sums do
+ * not depend on threads or on the device. Windows (im2col, pools) gather: each output
+ * element reads what it needs, no two indices write the same place, and adjoints
+ * (col2im, pool gradients) are gathers too, never scattered additions. Loss, metric and
+ * accumulation kernels work per sample; sums of the accumulators are f64. */
+#include <math.h>
+#include <string.h>
+
+#include "cg.h"
+#include "../runtime/ddp_abi.h"
+
+/* ----------------------------------------------------------------- helpers */
+
+static LLVMValueRef load_var(Cg *cg, LLVMValueRef var, LLVMTypeRef t) {
+    return LLVMBuildLoad2(cg->b, t, var, "");
+}
+
+static void set_var(Cg *cg, LLVMValueRef var, LLVMValueRef v) {
+    LLVMBuildStore(cg->b, v, var);
+}
+
+/* A tensor element as f64, whatever its type. */
+static LLVMValueRef load_f64(Cg *cg, Tensor *t, LLVMValueRef index) {
+    return cg_to_f64(cg, cg_load(cg, t, index));
+}
+
+/* Stores an f64 value into t (in t's type), adding to what is there if accumulate. */
+static void store_f64(Cg *cg, Tensor *t, LLVMValueRef index, LLVMValueRef v, bool accumulate) {
+    if (accumulate)
+        v = fadd(cg, load_f64(cg, t, index), v);
+    cg_store(cg, t, index, cg_from_f64(cg, v, cg_elem_type(cg, t->dtype)));
+}
+
+/* --------------------------------------------------------------- expressions */
+
+enum { MEMO = 1024 };
+
+typedef struct Memo {
+    const XExpr *e[MEMO];
+    LLVMValueRef v[MEMO];
+    int n;
+    int64_t per_sample; /* of the index space: for per-sample loads and dropout draws */
+} Memo;
+
+static LLVMValueRef keep_draw(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
+    LLVMValueRef ps = I(cg, m->per_sample);
+    LLVMValueRef element = rems(cg, i, ps);
+    LLVMValueRef sample = cg_load(cg, cg->ir->sample_id, divs(cg, i, ps));
+    LLVMValueRef seed = cg_scalar_i64(cg, DDP_S_SEED);
+    LLVMValueRef step = cg_scalar_i64(cg, DDP_S_STEP);
+    LLVMValueRef hi32 = I(cg, 32);
+    LLVMValueRef key0 = LLVMBuildTrunc(cg->b, seed, cg->i32, "");
+    LLVMValueRef key1 = LLVMBuildXor(cg->b, LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, seed, hi32, ""), cg->i32, ""),
+                                     LLVMConstInt(cg->i32, (unsigned long long)(DDP_STREAM_DROPOUT + e->key), 0), "");
+    LLVMValueRef w = cg_philox(cg, key0, key1, LLVMBuildTrunc(cg->b, element, cg->i32, ""),
+                               LLVMBuildTrunc(cg->b, sample, cg->i32, ""),
+                               LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, sample, hi32, ""), cg->i32, ""),
+                               LLVMBuildTrunc(cg->b, step, cg->i32, ""));
+    LLVMValueRef u = fmul(cg, LLVMBuildUIToFP(cg->b, LLVMBuildLShr(cg->b, w, LLVMConstInt(cg->i32, 8, 0), ""), cg->f64, ""),
+                          F(cg, 1.0 / 16777216.0));
+    LLVMValueRef keep = LLVMBuildFCmp(cg->b, LLVMRealOGE, u, F(cg, e->num), "");
+    return LLVMBuildUIToFP(cg->b, keep, cg->real, "");
+}
+
+static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
+    for (int k = 0; k < m->n; k++)
+        if (m->e[k] == e)
+            return m->v[k];
+    LLVMValueRef v = NULL, a = NULL, b = NULL;
+    if (e->a)
+        a = gen_expr(cg, e->a, i, m);
+    if (e->b)
+        b = gen_expr(cg, e->b, i, m);
+    switch (e->kind) {
+    case X_LOAD: {
+        LLVMValueRef index = i;
+        if (e->bc == BC_CHANNEL)
+            index = rems(cg, i, I(cg, e->channels));
+        else if (e->bc == BC_SAMPLE)
+            index = divs(cg, i, I(cg, m->per_sample));
+        else if (e->bc == BC_SCALAR)
+            index = I(cg, 0);
+        v = cg_load(cg, e->t, index);
+        if (LLVMTypeOf(v) != cg->real)
+            v = cg_from_f64(cg, cg_to_f64(cg, v), cg->real);
+        break;
+    }
+    case X_CONST: v = LLVMConstReal(cg->real, e->num); break;
+    case X_SCALAR:
+        v = e->scalar <= DDP_S_SEED ? cg_scalar_i64(cg, e->scalar) : cg_scalar_f64(cg, e->scalar);
+        v = cg_from_f64(cg, cg_to_f64(cg, v), cg->real);
+        break;
+    case X_NEG: v = LLVMBuildFNeg(cg->b, a, ""); break;
+    case X_ADD: v = fadd(cg, a, b); break;
+    case X_SUB: v = fsub(cg, a, b); break;
+    case X_MUL: v = fmul(cg, a, b); break;
+    case X_DIV: v = fdiv(cg, a, b); break;
+    case X_MAX: /* a NaN operand wins, so a NaN is never hidden */
+        v = sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUGT, a, b, ""), a, b);
+        break;
+    case X_GT: v = LLVMBuildUIToFP(cg->b, fgt(cg, a, b), cg->real, ""); break;
+    case X_EXP: v = cg_exp(cg, a); break;
+    case X_LOG: v = cg_log(cg, a); break;
+    case X_TANH: v = cg_tanh(cg, a); break;
+    case X_ERF: v = cg_erf(cg, a); break;
+    case X_SQRT: v = cg_sqrt(cg, a); break;
+    case X_KEEP: v = keep_draw(cg, e, i, m); break;
+    }
+    if (m->n < MEMO) {
+        m->e[m->n] = e;
+        m->v[m->n++] = v;
+    }
+    return v;
+}
+
+static void gen_pointwise(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Memo m = {.per_sample = op->range.per_sample ? op->range.per_sample : op->range.fixed};
+    LLVMValueRef v[4];
+    for (int k = 0; k < op->nout; k++)
+        v[k] = gen_expr(cg, op->expr[k], i, &m);
+    for (int k = 0; k < op->nout; k++)
+        cg_store(cg, op->out[k], i, v[k]);
+}
+
+/* One channel: out[k][c] (+)= sum over rows of expr[k](row * C + c), in f64. */
+static void gen_reduce_rows(Cg *cg, IrOp *op, LLVMValueRef c) {
+    LLVMValueRef acc[4];
+    for (int k = 0; k < op->nout; k++)
+        acc[k] = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    LLVMValueRef rows = mul(cg, cg_local_batch(cg), I(cg, op->rows_per_sample));
+    Loop l = cg_loop_begin(cg, I(cg, 0), rows, "row");
+    LLVMValueRef i = add(cg, mul(cg, cg_loop_index(cg, &l), I(cg, op->channels)), c);
+    Memo m = {.per_sample = op->rows_per_sample * op->channels};
+    for (int k = 0; k < op->nout; k++)
+        set_var(cg, acc[k], fadd(cg, load_var(cg, acc[k], cg->f64), cg_to_f64(cg, gen_expr(cg, op->expr[k], i, &m))));
+    cg_loop_end(cg, &l);
+    for (int k = 0; k < op->nout; k++)
+        store_f64(cg, op->out[k], c, load_var(cg, acc[k], cg->f64), op->accumulate);
+}
+
+/* ------------------------------------------------------------------ windows */
+
+/* The geometry of a window op: input [H, W, C], output [OH, OW, C or filters]. */
+typedef struct Geo {
+    int64_t h, w, c, oh, ow;
+} Geo;
+
+/* The image of an im2col is its input, of pools their input; their results give OH, OW. */
+static Geo window_geometry(IrOp *op) {
+    GNode *n = op->layer;
+    Tensor *x = NULL;
+    switch (op->kind) {
+    case OP_IM2COL: case OP_MAXPOOL: case OP_AVGPOOL: x = op->in[0]; break;
+    case OP_COL2IM: case OP_AVGPOOL_BWD: x = op->out[0]; break;
+    case OP_MAXPOOL_BWD: x = op->in[0]; break;
+    default: break;
+    }
+    Geo g = {x->shape.dim[0], x->shape.dim[1], x->shape.dim[2], n->out.dim[0], n->out.dim[1]};
+    return g;
+}
+
+/* Input coordinate of a window position: oh * stride - pad_before + k * dilation. */
+static LLVMValueRef window_coord(Cg *cg, LLVMValueRef o, LLVMValueRef kpos, int64_t stride, int64_t pad,
+                                 int64_t dil) {
+    return add(cg, sub(cg, mul(cg, o, I(cg, stride)), I(cg, pad)), mul(cg, kpos, I(cg, dil)));
+}
+
+static LLVMValueRef in_range(Cg *cg, LLVMValueRef v, int64_t hi) {
+    return and_(cg, ge(cg, v, I(cg, 0)), lt(cg, v, I(cg, hi)));
+}
+
+static void gen_im2col(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Geo g = window_geometry(op);
+    int64_t kw = op->kernel[1], kk = op->kernel[0] * kw * g.c;
+    LLVMValueRef row = divs(cg, i, I(cg, kk)), kidx = rems(cg, i, I(cg, kk));
+    LLVMValueRef s = divs(cg, row, I(cg, g.oh * g.ow)), rest = rems(cg, row, I(cg, g.oh * g.ow));
+    LLVMValueRef oh = divs(cg, rest, I(cg, g.ow)), ow = rems(cg, rest, I(cg, g.ow));
+    LLVMValueRef kh_i = divs(cg, kidx, I(cg, kw * g.c)), rest2 = rems(cg, kidx, I(cg, kw * g.c));
+    LLVMValueRef kw_i = divs(cg, rest2, I(cg, g.c)), ci = rems(cg, rest2, I(cg, g.c));
+    LLVMValueRef ih = window_coord(cg, oh, kh_i, op->stride[0], op->pad[0], op->dilation[0]);
+    LLVMValueRef iw = window_coord(cg, ow, kw_i, op->stride[1], op->pad[2], op->dilation[1]);
+    LLVMValueRef inside = and_(cg, in_range(cg, ih, g.h), in_range(cg, iw, g.w));
+    LLVMValueRef src = add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, s, I(cg, g.h)), ih), I(cg, g.w)), iw), I(cg, g.c)), ci);
+    LLVMValueRef v = cg_load(cg, op->in[0], sel(cg, inside, src, I(cg, 0)));
+    cg_store(cg, op->out[0], i, sel(cg, inside, v, LLVMConstNull(LLVMTypeOf(v))));
+}
+
+/* Calls visit for every output window position (oh, ow) whose window covers input
+ * (ih, iw) through kernel offset (kh, kw): oh = (ih + pad - kh dil) / stride exactly. */
+typedef void (*WindowVisit)(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
+                            LLVMValueRef kw, void *arg);
+
+static void covering_windows(Cg *cg, IrOp *op, Geo g, LLVMValueRef ih, LLVMValueRef iw, WindowVisit visit,
+                             void *arg) {
+    Loop lh = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[0]), "kh");
+    LLVMValueRef kh = cg_loop_index(cg, &lh);
+    LLVMValueRef nh = sub(cg, add(cg, ih, I(cg, op->pad[0])), mul(cg, kh, I(cg, op->dilation[0])));
+    Loop lw = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[1]), "kw");
+    LLVMValueRef kw = cg_loop_index(cg, &lw);
+    LLVMValueRef nw = sub(cg, add(cg, iw, I(cg, op->pad[2])), mul(cg, kw, I(cg, op->dilation[1])));
+    LLVMValueRef oh = divs(cg, nh, I(cg, op->stride[0])), ow = divs(cg, nw, I(cg, op->stride[1]));
+    LLVMValueRef ok = and_(cg, and_(cg, ge(cg, nh, I(cg, 0)), eq(cg, rems(cg, nh, I(cg, op->stride[0])), I(cg, 0))),
+                           and_(cg, ge(cg, nw, I(cg, 0)), eq(cg, rems(cg, nw, I(cg, op->stride[1])), I(cg, 0))));
+    ok = and_(cg, ok, and_(cg, lt(cg, oh, I(cg, g.oh)), lt(cg, ow, I(cg, g.ow))));
+    If f = cg_if_begin(cg, ok);
+    visit(cg, op, oh, ow, kh, kw, arg);
+    cg_if_end(cg, &f);
+    cg_loop_end(cg, &lw);
+    cg_loop_end(cg, &lh);
+}
+
+typedef struct Col2im {
+    LLVMValueRef acc, s, ci;
+    Geo g;
+} Col2im;
+
+static void col2im_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
+                         LLVMValueRef kw, void *arg) {
+    Col2im *a = arg;
+    int64_t kk = op->kernel[0] * op->kernel[1] * a->g.c;
+    LLVMValueRef row = add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow);
+    LLVMValueRef col = add(cg, mul(cg, add(cg, mul(cg, kh, I(cg, op->kernel[1])), kw), I(cg, a->g.c)), a->ci);
+    LLVMValueRef v = load_f64(cg, op->in[0], add(cg, mul(cg, row, I(cg, kk)), col));
+    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), v));
+}
+
+/* i over the image [n, H, W, C]: (s, ih, iw, c) */
+static void image_coords(Cg *cg, LLVMValueRef i, Geo g, LLVMValueRef *s, LLVMValueRef *ih, LLVMValueRef *iw,
+                         LLVMValueRef *c) {
+    *c = rems(cg, i, I(cg, g.c));
+    LLVMValueRef p = divs(cg, i, I(cg, g.c));
+    *iw = rems(cg, p, I(cg, g.w));
+    p = divs(cg, p, I(cg, g.w));
+    *ih = rems(cg, p, I(cg, g.h));
+    *s = divs(cg, p, I(cg, g.h));
+}
+
+static void gen_col2im(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Geo g = window_geometry(op);
+    Col2im a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, g};
+    LLVMValueRef ih, iw;
+    image_coords(cg, i, g, &a.s, &ih, &iw, &a.ci);
+    covering_windows(cg, op, g, ih, iw, col2im_visit, &a);
+    store_f64(cg, op->out[0], i, load_var(cg, a.acc, cg->f64), op->accumulate);
+}
+
+/* Calls visit with the flat input index of every element of window (oh, ow) of
+ * sample s, channel c that lies inside the image (padding has none). */
+typedef void (*ElementVisit)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
+
+static void window_elements(Cg *cg, IrOp *op, Geo g, LLVMValueRef s, LLVMValueRef oh, LLVMValueRef ow,
+                            LLVMValueRef c, ElementVisit visit, void *arg) {
+    Loop lh = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[0]), "wh");
+    LLVMValueRef ih = window_coord(cg, oh, cg_loop_index(cg, &lh), op->stride[0], op->pad[0], 1);
+    Loop lw = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[1]), "ww");
+    LLVMValueRef iw = window_coord(cg, ow, cg_loop_index(cg, &lw), op->stride[1], op->pad[2], 1);
+    If f = cg_if_begin(cg, and_(cg, in_range(cg, ih, g.h), in_range(cg, iw, g.w)));
+    visit(cg, op, add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, s, I(cg, g.h)), ih), I(cg, g.w)), iw), I(cg, g.c)), c),
+          arg);
+    cg_if_end(cg, &f);
+    cg_loop_end(cg, &lw);
+    cg_loop_end(cg, &lh);
+}
+
+typedef struct Argmax {
+    LLVMValueRef best, where;
+} Argmax;
+
+static void argmax_visit(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    Argmax *a = arg;
+    LLVMValueRef v = load_f64(cg, op->in[0], idx);
+    LLVMValueRef cur = load_var(cg, a->best, cg->f64);
+    LLVMValueRef first = lt(cg, load_var(cg, a->where, cg->i64), I(cg, 0));
+    LLVMValueRef cur_nan = fcmp(cg, LLVMRealUNO, cur, cur);
+    LLVMValueRef better = LLVMBuildOr(cg->b, first, and_(cg, LLVMBuildNot(cg->b, cur_nan, ""),
+                                                          fcmp(cg, LLVMRealUGT, v, cur)), "");
+    set_var(cg, a->best, sel(cg, better, v, cur));
+    set_var(cg, a->where, sel(cg, better, idx, load_var(cg, a->where, cg->i64)));
+}
+
+/* The first largest element of window (oh, ow) of sample s, channel c, as its flat
+ * input index; a NaN counts as largest. */
+static LLVMValueRef window_argmax(Cg *cg, IrOp *op, Geo g, LLVMValueRef s, LLVMValueRef oh, LLVMValueRef ow,
+                                  LLVMValueRef c, LLVMValueRef *best_value) {
+    Argmax a = {cg_var(cg, cg->f64, F(cg, -INFINITY), "best"), cg_var(cg, cg->i64, I(cg, -1), "where")};
+    window_elements(cg, op, g, s, oh, ow, c, argmax_visit, &a);
+    if (best_value)
+        *best_value = load_var(cg, a.best, cg->f64);
+    return load_var(cg, a.where, cg->i64);
+}
+
+/* y over [n, OH, OW, C]: (s, oh, ow, c) */
+static void output_coords(Cg *cg, LLVMValueRef i, Geo g, int64_t channels, LLVMValueRef *s,
+                          LLVMValueRef *oh, LLVMValueRef *ow, LLVMValueRef *c) {
+    *c = rems(cg, i, I(cg, channels));
+    LLVMValueRef p = divs(cg, i, I(cg, channels));
+    *ow = rems(cg, p, I(cg, g.ow));
+    p = divs(cg, p, I(cg, g.ow));
+    *oh = rems(cg, p, I(cg, g.oh));
+    *s = divs(cg, p, I(cg, g.oh));
+}
+
+static void gen_maxpool(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Geo g = window_geometry(op);
+    LLVMValueRef s, oh, ow, c, best;
+    output_coords(cg, i, g, g.c, &s, &oh, &ow, &c);
+    window_argmax(cg, op, g, s, oh, ow, c, &best);
+    store_f64(cg, op->out[0], i, best, false);
+}
+
+typedef struct PoolBwd {
+    LLVMValueRef acc, s, c, here;
+    Geo g;
+} PoolBwd;
+
+static void maxpool_bwd_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
+                              LLVMValueRef kw, void *arg) {
+    PoolBwd *a = arg;
+    (void)kh;
+    (void)kw;
+    LLVMValueRef where = window_argmax(cg, op, a->g, a->s, oh, ow, a->c, NULL);
+    If f = cg_if_begin(cg, eq(cg, where, a->here));
+    LLVMValueRef o = add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow),
+                                 I(cg, a->g.c)), a->c);
+    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), load_f64(cg, op->in[1], o)));
+    cg_if_end(cg, &f);
+}
+
+static void gen_maxpool_bwd(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Geo g = window_geometry(op);
+    PoolBwd a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, i, g};
+    LLVMValueRef ih, iw;
+    image_coords(cg, i, g, &a.s, &ih, &iw, &a.c);
+    covering_windows(cg, op, g, ih, iw, maxpool_bwd_visit, &a);
+    store_f64(cg, op->out[0], i, load_var(cg, a.acc, cg->f64), op->accumulate);
+}
+
+/* The number of input positions (not padding) in window (oh, ow). */
+static LLVMValueRef window_count(Cg *cg, IrOp *op, Geo g, LLVMValueRef oh, LLVMValueRef ow) {
+    LLVMValueRef counts[2];
+    LLVMValueRef o[2] = {oh, ow};
+    int64_t size[2] = {g.h, g.w}, pad[2] = {op->pad[0], op->pad[2]};
+    for (int a = 0; a < 2; a++) {
+        LLVMValueRef lo = sub(cg, mul(cg, o[a], I(cg, op->stride[a])), I(cg, pad[a]));
+        LLVMValueRef hi = add(cg, lo, I(cg, op->kernel[a]));
+        lo = sel(cg, lt(cg, lo, I(cg, 0)), I(cg, 0), lo);
+        hi = sel(cg, lt(cg, I(cg, size[a]), hi), I(cg, size[a]), hi);
+        counts[a] = sub(cg, hi, lo);
+    }
+    return LLVMBuildSIToFP(cg->b, mul(cg, counts[0], counts[1]), cg->f64, "");
+}
+
+static void sum_visit(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    LLVMValueRef acc = arg;
+    set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), load_f64(cg, op->in[0], idx)));
+}
+
+static void gen_avgpool(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Geo g = window_geometry(op);
+    LLVMValueRef s, oh, ow, c;
+    output_coords(cg, i, g, g.c, &s, &oh, &ow, &c);
+    LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    window_elements(cg, op, g, s, oh, ow, c, sum_visit, acc);
+    store_f64(cg, op->out[0], i, fdiv(cg, load_var(cg, acc, cg->f64), window_count(cg, op, g, oh, ow)), false);
+}
+
+static void avgpool_bwd_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
+                              LLVMValueRef kw, void *arg) {
+    PoolBwd *a = arg;
+    (void)kh;
+    (void)kw;
+    LLVMValueRef o = add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow),
+                                 I(cg, a->g.c)), a->c);
+    LLVMValueRef v = fdiv(cg, load_f64(cg, op->in[0], o), window_count(cg, op, a->g, oh, ow));
+    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), v));
+}
+
+static void gen_avgpool_bwd(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Geo g = window_geometry(op);
+    PoolBwd a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, i, g};
+    LLVMValueRef ih, iw;
+    image_coords(cg, i, g, &a.s, &ih, &iw, &a.c);
+    /* pooling windows have no dilation */
+    int64_t dil[2] = {op->dilation[0], op->dilation[1]};
+    op->dilation[0] = op->dilation[1] = 1;
+    covering_windows(cg, op, g, ih, iw, avgpool_bwd_visit, &a);
+    op->dilation[0] = dil[0];
+    op->dilation[1] = dil[1];
+    store_f64(cg, op->out[0], i, load_var(cg, a.acc, cg->f64), op->accumulate);
+}
+
+/* global average pool: i over [n, C] */
+static void gen_gap(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Tensor *x = op->in[0];
+    int64_t hw = x->shape.dim[0] * x->shape.dim[1], c = x->shape.dim[2];
+    LLVMValueRef s = divs(cg, i, I(cg, c)), ch = rems(cg, i, I(cg, c));
+    LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, hw), "p");
+    LLVMValueRef idx = add(cg, mul(cg, add(cg, mul(cg, s, I(cg, hw)), cg_loop_index(cg, &l)), I(cg, c)), ch);
+    set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), load_f64(cg, x, idx)));
+    cg_loop_end(cg, &l);
+    store_f64(cg, op->out[0], i, fdiv(cg, load_var(cg, acc, cg->f64), F(cg, (double)hw)), false);
+}
+
+static void gen_gap_bwd(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Tensor *dx = op->out[0];
+    int64_t hw = dx->shape.dim[0] * dx->shape.dim[1], c = dx->shape.dim[2];
+    LLVMValueRef s = divs(cg, i, I(cg, hw * c)), ch = rems(cg, i, I(cg, c));
+    LLVMValueRef v = fdiv(cg, load_f64(cg, op->in[0], add(cg, mul(cg, s, I(cg, c)), ch)), F(cg, (double)hw));
+    store_f64(cg, dx, i, v, op->accumulate);
+}
+
+/* ----------------------------------------------------------- normalisation */
+
+/* One channel c: mean and (biased) variance over every row of the live batch. */
+static void gen_bn_stats(Cg *cg, IrOp *op, LLVMValueRef c) {
+    Tensor *x = op->in[0];
+    int64_t ch = op->channels;
+    LLVMValueRef rows = mul(cg, cg_local_batch(cg), I(cg, x->per_sample / ch));
+    LLVMValueRef count = LLVMBuildSIToFP(cg->b, rows, cg->f64, "");
+    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
+    Loop l = cg_loop_begin(cg, I(cg, 0), rows, "r");
+    set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64),
+                          load_f64(cg, x, add(cg, mul(cg, cg_loop_index(cg, &l), I(cg, ch)), c))));
+    cg_loop_end(cg, &l);
+    LLVMValueRef nonzero = fgt(cg, count, F(cg, 0));
+    LLVMValueRef mean = sel(cg, nonzero, fdiv(cg, load_var(cg, sum, cg->f64), count), F(cg, 0));
+    LLVMValueRef sq = cg_var(cg, cg->f64, F(cg, 0), "sq");
+    Loop l2 = cg_loop_begin(cg, I(cg, 0), rows, "r");
+    LLVMValueRef d = fsub(cg, load_f64(cg, x, add(cg, mul(cg, cg_loop_index(cg, &l2), I(cg, ch)), c)), mean);
+    set_var(cg, sq, fadd(cg, load_var(cg, sq, cg->f64), fmul(cg, d, d)));
+    cg_loop_end(cg, &l2);
+    store_f64(cg, op->out[0], c, mean, false);
+    store_f64(cg, op->out[1], c, sel(cg, nonzero, fdiv(cg, load_var(cg, sq, cg->f64), count), F(cg, 0)), false);
+}
+
+/* running = momentum running + (1 - momentum) batch, the variance unbiased; a replica
+ * with fewer than two samples leaves its running statistics as they are */
+static void gen_bn_running(Cg *cg, IrOp *op, LLVMValueRef c) {
+    LLVMValueRef n = cg_local_batch(cg);
+    If f = cg_if_begin(cg, ge(cg, n, I(cg, 2)));
+    LLVMValueRef rows = LLVMBuildSIToFP(cg->b, mul(cg, n, I(cg, op->rows_per_sample)), cg->f64, "");
+    LLVMValueRef m = F(cg, op->momentum), rest = F(cg, 1 - op->momentum);
+    LLVMValueRef mean = load_f64(cg, op->in[0], c);
+    LLVMValueRef var = fmul(cg, load_f64(cg, op->in[1], c), fdiv(cg, rows, fsub(cg, rows, F(cg, 1))));
+    store_f64(cg, op->out[0], c, fadd(cg, fmul(cg, m, load_f64(cg, op->out[0], c)), fmul(cg, rest, mean)), false);
+    store_f64(cg, op->out[1], c, fadd(cg, fmul(cg, m, load_f64(cg, op->out[1], c)), fmul(cg, rest, var)), false);
+    cg_if_end(cg, &f);
+}
+
+/* ----------------------------------------------------------------- softmax */
+
+/* row r of [outer, len, inner]: elements base + j * inner */
+static LLVMValueRef softmax_base(Cg *cg, IrOp *op, LLVMValueRef r) {
+    LLVMValueRef o = divs(cg, r, I(cg, op->axis_inner)), in = rems(cg, r, I(cg, op->axis_inner));
+    return add(cg, mul(cg, o, I(cg, op->axis_len * op->axis_inner)), in);
+}
+
+static LLVMValueRef element(Cg *cg, IrOp *op, LLVMValueRef base, LLVMValueRef j) {
+    return add(cg, base, mul(cg, j, I(cg, op->axis_inner)));
+}
+
+static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
+    LLVMValueRef base = softmax_base(cg, op, r);
+    LLVMValueRef mx = cg_var(cg, cg->f64, F(cg, -INFINITY), "max");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+    LLVMValueRef v = load_f64(cg, op->in[0], element(cg, op, base, cg_loop_index(cg, &l)));
+    LLVMValueRef cur = load_var(cg, mx, cg->f64);
+    set_var(cg, mx, sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUGT, v, cur, ""), v, cur));
+    cg_loop_end(cg, &l);
+    LLVMValueRef m = load_var(cg, mx, cg->f64);
+    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
+    Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+    LLVMValueRef e = cg_exp(cg, fsub(cg, load_f64(cg, op->in[0], element(cg, op, base, cg_loop_index(cg, &l2))), m));
+    set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), e));
+    cg_loop_end(cg, &l2);
+    LLVMValueRef total = load_var(cg, sum, cg->f64);
+    Loop l3 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+    LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l3));
+    store_f64(cg, op->out[0], idx, fdiv(cg, cg_exp(cg, fsub(cg, load_f64(cg, op->in[0], idx), m)), total), false);
+    cg_loop_end(cg, &l3);
+}
+
+/* dx = y (dy - sum(dy y)) */
+static void gen_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
+    Tensor *y = op->in[0], *dy = op->in[1];
+    LLVMValueRef base = softmax_base(cg, op, r);
+    LLVMValueRef dot = cg_var(cg, cg->f64, F(cg, 0), "dot");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+    LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l));
+    set_var(cg, dot, fadd(cg, load_var(cg, dot, cg->f64), fmul(cg, load_f64(cg, y, idx), load_f64(cg, dy, idx))));
+    cg_loop_end(cg, &l);
+    LLVMValueRef d = load_var(cg, dot, cg->f64);
+    Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+    LLVMValueRef idx2 = element(cg, op, base, cg_loop_index(cg, &l2));
+    store_f64(cg, op->out[0], idx2, fmul(cg, load_f64(cg, y, idx2), fsub(cg, load_f64(cg, dy, idx2), d)),
+              op->accumulate);
+    cg_loop_end(cg, &l2);
+}
+
+/* ------------------------------------------------------------------- concat */
+
+/* i over the part [outer, width, inner]: its place in the whole [outer, len, inner] */
+static LLVMValueRef concat_index(Cg *cg, IrOp *op, LLVMValueRef i) {
+    int64_t part = op->concat_width * op->axis_inner;
+    LLVMValueRef o = divs(cg, i, I(cg, part)), rest = rems(cg, i, I(cg, part));
+    LLVMValueRef j = divs(cg, rest, I(cg, op->axis_inner)), in = rems(cg, rest, I(cg, op->axis_inner));
+    return add(cg, add(cg, mul(cg, o, I(cg, op->axis_len * op->axis_inner)),
+                       mul(cg, add(cg, j, I(cg, op->concat_offset)), I(cg, op->axis_inner))), in);
+}
+
+static void gen_concat(Cg *cg, IrOp *op, LLVMValueRef i) {
+    cg_store(cg, op->out[0], concat_index(cg, op, i), cg_load(cg, op->in[0], i));
+}
+
+static void gen_split(Cg *cg, IrOp *op, LLVMValueRef i) {
+    store_f64(cg, op->out[0], i, load_f64(cg, op->in[0], concat_index(cg, op, i)), op->accumulate);
+}
+
+/* ------------------------------------------------------------------- losses */
+
+static const char *loss_name(Cg *cg) {
+    return spec_setting(cg->ir->spec, "loss").builtin->name;
+}
+
+static bool is_loss(Cg *cg, const char *name) {
+    return strcmp(loss_name(cg), name) == 0;
+}
+
+/* The class of sample s: its label, or the first largest target for one-hot rows. */
+static LLVMValueRef target_class(Cg *cg, IrOp *op, LLVMValueRef s, int64_t k) {
+    Tensor *label = op->in[1];
+    if (label->dtype == DT_I32)
+        return LLVMBuildSExt(cg->b, cg_load(cg, label, s), cg->i64, "");
+    LLVMValueRef best = cg_var(cg, cg->f64, F(cg, -INFINITY), "tbest");
+    LLVMValueRef where = cg_var(cg, cg->i64, I(cg, 0), "twhere");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+    LLVMValueRef j = cg_loop_index(cg, &l);
+    LLVMValueRef v = load_f64(cg, label, add(cg, mul(cg, s, I(cg, k)), j));
+    LLVMValueRef better = fgt(cg, v, load_var(cg, best, cg->f64));
+    set_var(cg, best, sel(cg, better, v, load_var(cg, best, cg->f64)));
+    set_var(cg, where, sel(cg, better, j, load_var(cg, where, cg->i64)));
+    cg_loop_end(cg, &l);
+    return load_var(cg, where, cg->i64);
+}
+
+/* max and log-sum-exp of a row of k logits */
+static void row_lse(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k, LLVMValueRef *max, LLVMValueRef *lse) {
+    LLVMValueRef mx = cg_var(cg, cg->f64, F(cg, -INFINITY), "max");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+    LLVMValueRef v = load_f64(cg, z, add(cg, row, cg_loop_index(cg, &l)));
+    LLVMValueRef cur = load_var(cg, mx, cg->f64);
+    set_var(cg, mx, sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUGT, v, cur, ""), v, cur));
+    cg_loop_end(cg, &l);
+    *max = load_var(cg, mx, cg->f64);
+    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
+    Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+    LLVMValueRef e = cg_exp(cg, fsub(cg, load_f64(cg, z, add(cg, row, cg_loop_index(cg, &l2))), *max));
+    set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), e));
+    cg_loop_end(cg, &l2);
+    *lse = fadd(cg, cg_log(cg, load_var(cg, sum, cg->f64)), *max);
+}
+
+static LLVMValueRef row_sum(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k) {
+    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "rsum");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+    set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), load_f64(cg, z, add(cg, row, cg_loop_index(cg, &l)))));
+    cg_loop_end(cg, &l);
+    return load_var(cg, sum, cg->f64);
+}
+
+static LLVMValueRef clip(Cg *cg, LLVMValueRef v, double lo, double hi) {
+    v = sel(cg, LLVMBuildFCmp(cg->b, LLVMRealOLT, v, F(cg, lo), ""), F(cg, lo), v);
+    return sel(cg, fgt(cg, v, F(cg, hi)), F(cg, hi), v);
+}
+
+/* The smoothed target of one-hot row element j: t (1 - eps) + eps / k. */
+static LLVMValueRef smoothed(Cg *cg, IrOp *op, LLVMValueRef t, int64_t k) {
+    if (op->smoothing == 0)
+        return t;
+    return fadd(cg, fmul(cg, t, F(cg, 1 - op->smoothing)), F(cg, op->smoothing / (double)k));
+}
+
+static const double clip_eps = 1e-7; /* Keras' epsilon for probabilities */
+
+/* One sample s: its loss, and if training the gradient of its row, over the live
+ * global batch (the loss is the sum over samples divided by it, S10). */
+static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
+    Tensor *z = op->in[0], *label = op->in[1], *dz = op->nout > 1 ? op->out[1] : NULL;
+    int64_t k = op->channels;
+    LLVMValueRef row = mul(cg, s, I(cg, k));
+    LLVMValueRef inv_n = fdiv(cg, F(cg, 1), LLVMBuildSIToFP(cg->b, cg_scalar_i64(cg, DDP_S_GLOBAL_BATCH), cg->f64, ""));
+    LLVMValueRef loss;
+    if (is_loss(cg, "sparse_categorical_crossentropy") || is_loss(cg, "categorical_crossentropy")) {
+        bool sparse = label->dtype == DT_I32;
+        LLVMValueRef y = sparse ? target_class(cg, op, s, k) : NULL;
+        LLVMValueRef valid = sparse ? in_range(cg, y, k) : LLVMConstInt(cg->i1, 1, 0);
+        LLVMValueRef ysafe = sparse ? sel(cg, valid, y, I(cg, 0)) : NULL;
+        LLVMValueRef total_t = F(cg, 1); /* the sum of the targets: 1 for a class index */
+        if (!sparse) {
+            LLVMValueRef tt = cg_var(cg, cg->f64, F(cg, 0), "tt");
+            Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+            LLVMValueRef t = smoothed(cg, op, load_f64(cg, label, add(cg, row, cg_loop_index(cg, &l))), k);
+            set_var(cg, tt, fadd(cg, load_var(cg, tt, cg->f64), t));
+            cg_loop_end(cg, &l);
+            total_t = load_var(cg, tt, cg->f64);
+        }
+        LLVMValueRef lacc = cg_var(cg, cg->f64, F(cg, 0), "loss");
+        if (op->from_logits) {
+            LLVMValueRef mx, lse;
+            row_lse(cg, z, row, k, &mx, &lse);
+            Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+            LLVMValueRef j = cg_loop_index(cg, &l);
+            LLVMValueRef zj = load_f64(cg, z, add(cg, row, j));
+            LLVMValueRef t = sparse ? LLVMBuildUIToFP(cg->b, eq(cg, j, ysafe), cg->f64, "")
+                                    : smoothed(cg, op, load_f64(cg, label, add(cg, row, j)), k);
+            if (sparse && op->smoothing != 0)
+                t = smoothed(cg, op, t, k);
+            set_var(cg, lacc, fsub(cg, load_var(cg, lacc, cg->f64), fmul(cg, t, fsub(cg, zj, lse))));
+            if (dz) {
+                LLVMValueRef p = cg_exp(cg, fsub(cg, zj, lse));
+                store_f64(cg, dz, add(cg, row, j), fmul(cg, fsub(cg, fmul(cg, p, total_t), t), inv_n), false);
+            }
+            cg_loop_end(cg, &l);
+        } else {
+            LLVMValueRef total = row_sum(cg, z, row, k);
+            Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+            LLVMValueRef j = cg_loop_index(cg, &l);
+            LLVMValueRef zj = load_f64(cg, z, add(cg, row, j));
+            LLVMValueRef t = sparse ? LLVMBuildUIToFP(cg->b, eq(cg, j, ysafe), cg->f64, "")
+                                    : load_f64(cg, label, add(cg, row, j));
+            t = smoothed(cg, op, t, k);
+            LLVMValueRef p = fdiv(cg, zj, total);
+            LLVMValueRef pc = clip(cg, p, clip_eps, 1 - clip_eps);
+            set_var(cg, lacc, fsub(cg, load_var(cg, lacc, cg->f64), fmul(cg, t, cg_log(cg, pc))));
+            if (dz) {
+                /* d/dz_j of -sum t_i log(z_i / S): -t_j / z_j + T / S, where unclipped */
+                LLVMValueRef g = fadd(cg, LLVMBuildFNeg(cg->b, fdiv(cg, t, zj), ""), fdiv(cg, total_t, total));
+                LLVMValueRef unclipped = LLVMBuildFCmp(cg->b, LLVMRealOEQ, p, pc, "");
+                g = sel(cg, LLVMBuildOr(cg->b, unclipped, LLVMBuildFCmp(cg->b, LLVMRealOEQ, t, F(cg, 0), ""), ""), g,
+                        fdiv(cg, total_t, total));
+                store_f64(cg, dz, add(cg, row, j), fmul(cg, g, inv_n), false);
+            }
+            cg_loop_end(cg, &l);
+        }
+        loss = sel(cg, valid, load_var(cg, lacc, cg->f64), F(cg, NAN));
+    } else {
+        /* binary cross-entropy and mean squared error: the mean over the row's elements */
+        LLVMValueRef lacc = cg_var(cg, cg->f64, F(cg, 0), "loss");
+        LLVMValueRef inv_k = F(cg, 1.0 / (double)k);
+        Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+        LLVMValueRef idx = add(cg, row, cg_loop_index(cg, &l));
+        LLVMValueRef zj = load_f64(cg, z, idx), t = load_f64(cg, label, idx);
+        LLVMValueRef le, g;
+        if (is_loss(cg, "mean_squared_error")) {
+            LLVMValueRef d = fsub(cg, zj, t);
+            le = fmul(cg, d, d);
+            g = fmul(cg, F(cg, 2), d);
+        } else if (op->from_logits) {
+            LLVMValueRef az = sel(cg, fgt(cg, zj, F(cg, 0)), zj, LLVMBuildFNeg(cg->b, zj, ""));
+            LLVMValueRef relu = sel(cg, fgt(cg, zj, F(cg, 0)), zj, F(cg, 0));
+            le = fadd(cg, fsub(cg, relu, fmul(cg, zj, t)),
+                      cg_log(cg, fadd(cg, F(cg, 1), cg_exp(cg, LLVMBuildFNeg(cg->b, az, "")))));
+            LLVMValueRef sig = fdiv(cg, F(cg, 1), fadd(cg, F(cg, 1), cg_exp(cg, LLVMBuildFNeg(cg->b, zj, ""))));
+            g = fsub(cg, sig, t);
+        } else {
+            LLVMValueRef p = clip(cg, zj, clip_eps, 1 - clip_eps);
+            le = LLVMBuildFNeg(cg->b, fadd(cg, fmul(cg, t, cg_log(cg, p)),
+                                           fmul(cg, fsub(cg, F(cg, 1), t), cg_log(cg, fsub(cg, F(cg, 1), p)))), "");
+            g = fdiv(cg, fsub(cg, p, t), fmul(cg, p, fsub(cg, F(cg, 1), p)));
+            g = sel(cg, LLVMBuildFCmp(cg->b, LLVMRealOEQ, p, zj, ""), g, F(cg, 0));
+        }
+        set_var(cg, lacc, fadd(cg, load_var(cg, lacc, cg->f64), le));
+        if (dz)
+            store_f64(cg, dz, idx, fmul(cg, fmul(cg, g, inv_k), inv_n), false);
+        cg_loop_end(cg, &l);
+        loss = fmul(cg, load_var(cg, lacc, cg->f64), inv_k);
+    }
+    store_f64(cg, op->out[0], s, loss, false);
+}
+
+/* ------------------------------------------------------------------ metrics */
+
+/* The first largest of a row (ties to the lowest index). */
+static LLVMValueRef row_argmax(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k) {
+    LLVMValueRef best = cg_var(cg, cg->f64, F(cg, -INFINITY), "abest");
+    LLVMValueRef where = cg_var(cg, cg->i64, I(cg, 0), "awhere");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+    LLVMValueRef j = cg_loop_index(cg, &l);
+    LLVMValueRef v = load_f64(cg, z, add(cg, row, j));
+    LLVMValueRef better = fgt(cg, v, load_var(cg, best, cg->f64));
+    set_var(cg, best, sel(cg, better, v, load_var(cg, best, cg->f64)));
+    set_var(cg, where, sel(cg, better, j, load_var(cg, where, cg->i64)));
+    cg_loop_end(cg, &l);
+    return load_var(cg, where, cg->i64);
+}
+
+static void gen_metric(Cg *cg, IrOp *op, LLVMValueRef s) {
+    Tensor *z = op->in[0], *label = op->in[1];
+    int64_t k = op->channels;
+    LLVMValueRef row = mul(cg, s, I(cg, k));
+    LLVMValueRef value;
+    if (strcmp(op->what, "mae") == 0 || (strcmp(op->what, "accuracy") == 0 && is_loss(cg, "binary_crossentropy"))) {
+        bool mae = strcmp(op->what, "mae") == 0;
+        LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
+        Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+        LLVMValueRef idx = add(cg, row, cg_loop_index(cg, &l));
+        LLVMValueRef zj = load_f64(cg, z, idx), t = load_f64(cg, label, idx);
+        LLVMValueRef v;
+        if (mae) {
+            LLVMValueRef d = fsub(cg, zj, t);
+            v = sel(cg, fgt(cg, d, F(cg, 0)), d, LLVMBuildFNeg(cg->b, d, ""));
+        } else {
+            LLVMValueRef predicted = fgt(cg, zj, F(cg, op->from_logits ? 0 : 0.5));
+            LLVMValueRef actual = fgt(cg, t, F(cg, 0.5));
+            v = LLVMBuildUIToFP(cg->b, LLVMBuildICmp(cg->b, LLVMIntEQ, predicted, actual, ""), cg->f64, "");
+        }
+        set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), v));
+        cg_loop_end(cg, &l);
+        value = fdiv(cg, load_var(cg, acc, cg->f64), F(cg, (double)k));
+    } else if (strcmp(op->what, "accuracy") == 0) {
+        LLVMValueRef y = target_class(cg, op, s, k);
+        value = LLVMBuildUIToFP(cg->b, eq(cg, row_argmax(cg, z, row, k), y), cg->f64, "");
+    } else { /* top_k_accuracy: the label's rank, ties to the lower index */
+        LLVMValueRef y = target_class(cg, op, s, k);
+        LLVMValueRef valid = in_range(cg, y, k);
+        LLVMValueRef zy = load_f64(cg, z, add(cg, row, sel(cg, valid, y, I(cg, 0))));
+        LLVMValueRef rank = cg_var(cg, cg->i64, I(cg, 0), "rank");
+        Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+        LLVMValueRef j = cg_loop_index(cg, &l);
+        LLVMValueRef zj = load_f64(cg, z, add(cg, row, j));
+        LLVMValueRef ahead = LLVMBuildOr(cg->b, fgt(cg, zj, zy),
+                                         and_(cg, LLVMBuildFCmp(cg->b, LLVMRealOEQ, zj, zy, ""), lt(cg, j, y)), "");
+        set_var(cg, rank, add(cg, load_var(cg, rank, cg->i64), LLVMBuildZExt(cg->b, ahead, cg->i64, "")));
+        cg_loop_end(cg, &l);
+        value = LLVMBuildUIToFP(cg->b, and_(cg, valid, lt(cg, load_var(cg, rank, cg->i64), I(cg, op->k_top))),
+                                cg->f64, "");
+    }
+    store_f64(cg, op->out[0], s, value, false);
+}
+
+/* Adds each per-sample vector's sum over the live batch, and the batch's size, to its
+ * pair of the accumulators. Runs as one call: the order of the sum is fixed. */
+static void gen_accumulate(Cg *cg, IrOp *op, LLVMValueRef i) {
+    (void)i;
+    LLVMValueRef n = cg_local_batch(cg);
+    for (int k = 0; k < op->nin; k++) {
+        LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
+        Loop l = cg_loop_begin(cg, I(cg, 0), n, "s");
+        set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), load_f64(cg, op->in[k], cg_loop_index(cg, &l))));
+        cg_loop_end(cg, &l);
+        LLVMValueRef at = I(cg, 2 * op->pair[k]);
+        store_f64(cg, op->out[0], at, load_var(cg, sum, cg->f64), true);
+        store_f64(cg, op->out[0], add(cg, at, I(cg, 1)), LLVMBuildSIToFP(cg->b, n, cg->f64, ""), true);
+    }
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+static double opt_arg(Cg *cg, const char *name) {
+    Value opt = spec_setting(cg->ir->spec, "optimizer");
+    int i;
+    return builtin_param(opt.builtin, name, &i) ? opt.args[i].num : 0;
+}
+
+/* One element of the flat vectors, after every worker's gradients are summed. */
+static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Ir *ir = cg->ir;
+    LLVMValueRef p = load_f64(cg, ir->all_params, i), g = load_f64(cg, ir->all_grads, i);
+    LLVMValueRef lr = cg_scalar_f64(cg, DDP_S_LEARNING_RATE), wd = cg_scalar_f64(cg, DDP_S_WEIGHT_DECAY);
+    LLVMValueRef upd;
+    if (strcmp(op->what, "sgd") == 0) {
+        LLVMValueRef gw = fadd(cg, g, fmul(cg, wd, p));
+        upd = gw;
+        if (ir->state_vectors) {
+            LLVMValueRef mu = F(cg, opt_arg(cg, "momentum"));
+            LLVMValueRef v = fadd(cg, fmul(cg, mu, load_f64(cg, ir->states[0], i)), gw);
+            store_f64(cg, ir->states[0], i, v, false);
+            upd = opt_arg(cg, "nesterov") != 0 ? fadd(cg, gw, fmul(cg, mu, v)) : v;
+        }
+    } else {
+        bool decoupled = strcmp(op->what, "adamw") == 0;
+        LLVMValueRef b1 = F(cg, opt_arg(cg, "beta1")), b2 = F(cg, opt_arg(cg, "beta2"));
+        LLVMValueRef gw = decoupled ? g : fadd(cg, g, fmul(cg, wd, p));
+        LLVMValueRef m = fadd(cg, fmul(cg, b1, load_f64(cg, ir->states[0], i)), fmul(cg, fsub(cg, F(cg, 1), b1), gw));
+        LLVMValueRef v = fadd(cg, fmul(cg, b2, load_f64(cg, ir->states[1], i)),
+                              fmul(cg, fsub(cg, F(cg, 1), b2), fmul(cg, gw, gw)));
+        store_f64(cg, ir->states[0], i, m, false);
+        store_f64(cg, ir->states[1], i, v, false);
+        LLVMValueRef mhat = fdiv(cg, m, cg_scalar_f64(cg, DDP_S_BIAS_CORRECTION1));
+        LLVMValueRef vhat = fdiv(cg, v, cg_scalar_f64(cg, DDP_S_BIAS_CORRECTION2));
+        upd = fdiv(cg, mhat, fadd(cg, cg_sqrt(cg, vhat), F(cg, opt_arg(cg, "epsilon"))));
+        if (decoupled)
+            upd = fadd(cg, upd, fmul(cg, wd, p));
+    }
+    store_f64(cg, ir->all_params, i, fsub(cg, p, fmul(cg, lr, upd)), false);
+}
+
+/* ------------------------------------------------------------------- driver */
+
+bool op_has_kernel(const IrOp *op) {
+    return op->kind != OP_GEMM && op->kind != OP_BUCKET_READY && op->kind != OP_WAIT_BUCKETS &&
+           op->kind != OP_METRICS_READY && op->kind != OP_FILL;
+}
+
+const char *kernel_name(Ddpc *c, const IrOp *op, int index) {
+    return arena_printf(c->arena, "ddp_k%d_%s", index, op_kind_name(op->kind));
+}
+
+static IndexBody body_of(OpKind kind) {
+    switch (kind) {
+    case OP_POINTWISE: return gen_pointwise;
+    case OP_REDUCE_ROWS: return gen_reduce_rows;
+    case OP_IM2COL: return gen_im2col;
+    case OP_COL2IM: return gen_col2im;
+    case OP_MAXPOOL: return gen_maxpool;
+    case OP_MAXPOOL_BWD: return gen_maxpool_bwd;
+    case OP_AVGPOOL: return gen_avgpool;
+    case OP_AVGPOOL_BWD: return gen_avgpool_bwd;
+    case OP_GAP: return gen_gap;
+    case OP_GAP_BWD: return gen_gap_bwd;
+    case OP_BN_STATS: return gen_bn_stats;
+    case OP_BN_RUNNING: return gen_bn_running;
+    case OP_SOFTMAX: return gen_softmax;
+    case OP_SOFTMAX_BWD: return gen_softmax_bwd;
+    case OP_CONCAT: return gen_concat;
+    case OP_SPLIT: return gen_split;
+    case OP_LOSS: return gen_loss;
+    case OP_METRIC: return gen_metric;
+    case OP_ACCUMULATE: return gen_accumulate;
+    case OP_OPTIMIZER: return gen_optimizer;
+    default: return NULL;
+    }
+}
+
+int cg_kernels(Cg *cg) {
+    Ir *ir = cg->ir;
+    int n = 0;
+    for (int ph = 0; ph < PH_COUNT; ph++)
+        for (int i = 0; i < ir->ops[ph].len; i++) {
+            IrOp *op = ir->ops[ph].items[i];
+            if (!op_has_kernel(op))
+                continue;
+            op->kernel_index = n;
+            const char *name = kernel_name(cg->c, op, n);
+            if (cg->target == TARGET_CPU_WIDE)
+                name = arena_printf(cg->c->arena, "%s_wide", name);
+            LLVMValueRef fn = cg_kernel_begin(cg, name);
+            if (cg->target == TARGET_CPU_WIDE) { /* the same code, for AVX2 and FMA */
+                LLVMAttributeRef cpu = LLVMCreateStringAttribute(cg->ctx, "target-cpu", 10, "x86-64-v3", 9);
+                LLVMAttributeRef features = LLVMCreateStringAttribute(cg->ctx, "target-features", 15, "+avx2,+fma", 10);
+                LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, cpu);
+                LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, features);
+            }
+            cg_kernel_indices(cg, op, body_of(op->kind));
+            cg_kernel_end(cg);
+            n++;
+        }
+    return n;
+}

@@ -1,0 +1,325 @@
+/* mathgen.c: exp, log, tanh and erf generated as LLVM IR, and the Philox generator.
+ *
+ * LLVM 14 cannot lower llvm.exp and friends for NVPTX, and on x86 they become libm
+ * calls whose results differ between libraries; generating them here makes every
+ * target compute the same values from the same operations.
+ *
+ *   exp:  x = k ln2 + r (Cody-Waite, |r| <= ln2 / 2), Taylor series of exp(r), times 2^k
+ *         applied in two halves so that subnormal results come out right.
+ *   log:  x = m 2^e with m in [sqrt(2)/2, sqrt(2)), log m = 2 atanh((m - 1) / (m + 1)).
+ *   tanh: 1 - 2 / (exp(2|x|) + 1), or expm1(2x) / (expm1(2x) + 2) near 0 (no cancellation).
+ *   erf:  2/sqrt(pi) exp(-x^2) sum (2x^2)^n x / (1 3 ... (2n + 1)), a series of positive
+ *         terms (no cancellation), in f64 for both widths; 1 beyond |x| = 6.
+ * Each is a private function of the module, inlined by the optimiser. */
+#include <math.h>
+#include <string.h>
+
+#include "cg.h"
+
+enum { M_EXP32, M_EXP64, M_LOG32, M_LOG64, M_TANH32, M_TANH64, M_ERF64, M_ERF32, M_PHILOX };
+
+/* ------------------------------------------------------ function scaffolding */
+
+typedef struct Saved {
+    LLVMValueRef fn;
+    LLVMBasicBlockRef entry, block;
+} Saved;
+
+/* Starts a helper function: the builder moves into it; cg's kernel state is kept. */
+static LLVMValueRef helper_begin(Cg *cg, const char *name, LLVMTypeRef ret, LLVMTypeRef *params,
+                                 int n, Saved *saved) {
+    saved->fn = cg->fn;
+    saved->entry = cg->entry;
+    saved->block = LLVMGetInsertBlock(cg->b);
+    LLVMValueRef f = LLVMAddFunction(cg->mod, name, LLVMFunctionType(ret, params, (unsigned)n, 0));
+    LLVMSetLinkage(f, LLVMPrivateLinkage);
+    cg->fn = f;
+    cg->entry = LLVMAppendBasicBlockInContext(cg->ctx, f, "entry");
+    LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(cg->ctx, f, "start");
+    LLVMPositionBuilderAtEnd(cg->b, start);
+    return f;
+}
+
+static void helper_end(Cg *cg, LLVMValueRef result, Saved *saved) {
+    LLVMBuildRet(cg->b, result);
+    LLVMBasicBlockRef start = LLVMGetNextBasicBlock(cg->entry);
+    LLVMPositionBuilderAtEnd(cg->b, cg->entry);
+    LLVMBuildBr(cg->b, start);
+    cg->fn = saved->fn;
+    cg->entry = saved->entry;
+    if (saved->block)
+        LLVMPositionBuilderAtEnd(cg->b, saved->block);
+}
+
+static LLVMValueRef call1(Cg *cg, LLVMValueRef f, LLVMValueRef x) {
+    LLVMTypeRef t = LLVMTypeOf(x);
+    LLVMTypeRef ft = LLVMFunctionType(t, &t, 1, 0);
+    return LLVMBuildCall2(cg->b, ft, f, &x, 1, "");
+}
+
+static LLVMValueRef intrinsic1(Cg *cg, const char *name, LLVMValueRef x) {
+    LLVMTypeRef t = LLVMTypeOf(x);
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, id, &t, 1);
+    return LLVMBuildCall2(cg->b, LLVMIntrinsicGetType(cg->ctx, id, &t, 1), f, &x, 1, "");
+}
+
+static LLVMValueRef intrinsic2(Cg *cg, const char *name, LLVMValueRef x, LLVMValueRef y) {
+    LLVMTypeRef t = LLVMTypeOf(x);
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, id, &t, 1);
+    LLVMValueRef args[] = {x, y};
+    return LLVMBuildCall2(cg->b, LLVMIntrinsicGetType(cg->ctx, id, &t, 1), f, args, 2, "");
+}
+
+LLVMValueRef cg_sqrt(Cg *cg, LLVMValueRef x) {
+    return intrinsic1(cg, "llvm.sqrt", x);
+}
+
+static LLVMValueRef fabs_(Cg *cg, LLVMValueRef x) {
+    return intrinsic1(cg, "llvm.fabs", x);
+}
+
+static LLVMValueRef copysign_(Cg *cg, LLVMValueRef mag, LLVMValueRef sign) {
+    return intrinsic2(cg, "llvm.copysign", mag, sign);
+}
+
+static LLVMValueRef k(Cg *cg, LLVMTypeRef t, double v) {
+    (void)cg;
+    return LLVMConstReal(t, v);
+}
+
+/* Horner: c[0] + x (c[1] + x (c[2] + ...)) */
+static LLVMValueRef horner(Cg *cg, LLVMValueRef x, const double *c, int n) {
+    LLVMTypeRef t = LLVMTypeOf(x);
+    LLVMValueRef acc = k(cg, t, c[n - 1]);
+    for (int i = n - 2; i >= 0; i--)
+        acc = fadd(cg, k(cg, t, c[i]), fmul(cg, x, acc));
+    return acc;
+}
+
+/* ---------------------------------------------------------------------- exp */
+
+/* 2^j for an integer j within the normal exponent range, built from its bits. */
+static LLVMValueRef pow2(Cg *cg, LLVMValueRef j, bool wide) {
+    LLVMTypeRef it = wide ? cg->i64 : cg->i32, ft = wide ? cg->f64 : cg->f32;
+    LLVMValueRef e = LLVMBuildAdd(cg->b, LLVMBuildTrunc(cg->b, j, it, ""),
+                                  LLVMConstInt(it, wide ? 1023 : 127, 0), "");
+    LLVMValueRef bits = LLVMBuildShl(cg->b, e, LLVMConstInt(it, wide ? 52 : 23, 0), "");
+    return LLVMBuildBitCast(cg->b, bits, ft, "");
+}
+
+static LLVMValueRef make_exp(Cg *cg, bool wide) {
+    LLVMTypeRef t = wide ? cg->f64 : cg->f32;
+    Saved s;
+    LLVMValueRef f = helper_begin(cg, wide ? "ddp_exp_f64" : "ddp_exp_f32", t, &t, 1, &s);
+    LLVMValueRef x = LLVMGetParam(f, 0);
+    double hi = wide ? 709.782712893384 : 88.72283905206835;
+    double lo = wide ? -745.1332191019412 : -103.97208404541016;
+    LLVMValueRef kf = fmul(cg, x, k(cg, t, 1.4426950408889634));
+    kf = fadd(cg, kf, sel(cg, fcmp(cg, LLVMRealOGE, x, k(cg, t, 0)), k(cg, t, 0.5), k(cg, t, -0.5)));
+    /* clamp before converting, so the integer is defined for any x */
+    kf = sel(cg, fcmp(cg, LLVMRealOGT, kf, k(cg, t, 2000)), k(cg, t, 2000), kf);
+    kf = sel(cg, fcmp(cg, LLVMRealOLT, kf, k(cg, t, -2000)), k(cg, t, -2000), kf);
+    LLVMValueRef ki = LLVMBuildFPToSI(cg->b, kf, cg->i64, "");
+    kf = LLVMBuildSIToFP(cg->b, ki, t, "");
+    double ln2_hi = wide ? 6.93147180369123816490e-01 : 0.693145751953125;
+    double ln2_lo = wide ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
+    LLVMValueRef r = fsub(cg, fsub(cg, x, fmul(cg, kf, k(cg, t, ln2_hi))), fmul(cg, kf, k(cg, t, ln2_lo)));
+    double c[16];
+    int n = wide ? 14 : 8;
+    c[0] = 1;
+    for (int i = 1; i < n; i++)
+        c[i] = c[i - 1] / i;
+    LLVMValueRef p = horner(cg, r, c, n);
+    LLVMValueRef half = LLVMBuildSDiv(cg->b, ki, cg_i64(cg, 2), "");
+    LLVMValueRef rest = LLVMBuildSub(cg->b, ki, half, "");
+    LLVMValueRef y = fmul(cg, fmul(cg, p, pow2(cg, half, wide)), pow2(cg, rest, wide));
+    y = sel(cg, fcmp(cg, LLVMRealOGT, x, k(cg, t, hi)), k(cg, t, INFINITY), y);
+    y = sel(cg, fcmp(cg, LLVMRealOLT, x, k(cg, t, lo)), k(cg, t, 0), y);
+    y = sel(cg, fcmp(cg, LLVMRealUNO, x, x), x, y);
+    helper_end(cg, y, &s);
+    return f;
+}
+
+LLVMValueRef cg_exp(Cg *cg, LLVMValueRef x) {
+    bool wide = LLVMTypeOf(x) == cg->f64;
+    int id = wide ? M_EXP64 : M_EXP32;
+    if (!cg->math[id])
+        cg->math[id] = make_exp(cg, wide);
+    return call1(cg, cg->math[id], x);
+}
+
+/* ---------------------------------------------------------------------- log */
+
+static LLVMValueRef make_log(Cg *cg, bool wide) {
+    LLVMTypeRef t = wide ? cg->f64 : cg->f32, it = wide ? cg->i64 : cg->i32;
+    Saved s;
+    LLVMValueRef f = helper_begin(cg, wide ? "ddp_log_f64" : "ddp_log_f32", t, &t, 1, &s);
+    LLVMValueRef x = LLVMGetParam(f, 0);
+    int mant = wide ? 52 : 23, bias = wide ? 1023 : 127;
+    /* subnormals scaled up first */
+    LLVMValueRef tiny = fcmp(cg, LLVMRealOLT, x, k(cg, t, wide ? 2.2250738585072014e-308 : 1.1754943508222875e-38));
+    LLVMValueRef xs = sel(cg, tiny, fmul(cg, x, k(cg, t, wide ? 18014398509481984.0 : 16777216.0)), x);
+    LLVMValueRef adj = sel(cg, tiny, LLVMConstInt(it, (unsigned long long)(wide ? -54 : -24), 1),
+                               LLVMConstInt(it, 0, 0));
+    LLVMValueRef bits = LLVMBuildBitCast(cg->b, xs, it, "");
+    LLVMValueRef e = LLVMBuildSub(cg->b, LLVMBuildLShr(cg->b, bits, LLVMConstInt(it, (unsigned)mant, 0), ""),
+                                  LLVMConstInt(it, (unsigned)bias, 0), "");
+    e = LLVMBuildAdd(cg->b, e, adj, "");
+    unsigned long long mask = wide ? 0x000fffffffffffffull : 0x007fffffull;
+    unsigned long long one = wide ? 0x3ff0000000000000ull : 0x3f800000ull;
+    LLVMValueRef mbits = LLVMBuildOr(cg->b, LLVMBuildAnd(cg->b, bits, LLVMConstInt(it, mask, 0), ""),
+                                     LLVMConstInt(it, one, 0), "");
+    LLVMValueRef m = LLVMBuildBitCast(cg->b, mbits, t, "");
+    LLVMValueRef big = fcmp(cg, LLVMRealOGT, m, k(cg, t, 1.4142135623730951));
+    m = sel(cg, big, fmul(cg, m, k(cg, t, 0.5)), m);
+    e = LLVMBuildAdd(cg->b, e, LLVMBuildZExt(cg->b, big, it, ""), "");
+    LLVMValueRef ef = LLVMBuildSIToFP(cg->b, e, t, "");
+    LLVMValueRef sv = fdiv(cg, fsub(cg, m, k(cg, t, 1)), fadd(cg, m, k(cg, t, 1)));
+    LLVMValueRef z = fmul(cg, sv, sv);
+    double c[12];
+    int n = wide ? 11 : 6;
+    for (int i = 0; i < n; i++)
+        c[i] = 1.0 / (2 * i + 1);
+    LLVMValueRef logm = fmul(cg, fmul(cg, k(cg, t, 2), sv), horner(cg, z, c, n));
+    double ln2_hi = wide ? 6.93147180369123816490e-01 : 0.693145751953125;
+    double ln2_lo = wide ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
+    LLVMValueRef y = fadd(cg, fmul(cg, ef, k(cg, t, ln2_hi)), fadd(cg, logm, fmul(cg, ef, k(cg, t, ln2_lo))));
+    y = sel(cg, fcmp(cg, LLVMRealOEQ, x, k(cg, t, 0)), k(cg, t, -INFINITY), y);
+    y = sel(cg, fcmp(cg, LLVMRealOEQ, x, k(cg, t, INFINITY)), x, y);
+    y = sel(cg, fcmp(cg, LLVMRealULT, x, k(cg, t, 0)), k(cg, t, NAN), y);
+    helper_end(cg, y, &s);
+    return f;
+}
+
+LLVMValueRef cg_log(Cg *cg, LLVMValueRef x) {
+    bool wide = LLVMTypeOf(x) == cg->f64;
+    int id = wide ? M_LOG64 : M_LOG32;
+    if (!cg->math[id])
+        cg->math[id] = make_log(cg, wide);
+    return call1(cg, cg->math[id], x);
+}
+
+/* --------------------------------------------------------------------- tanh */
+
+static LLVMValueRef make_tanh(Cg *cg, bool wide) {
+    LLVMTypeRef t = wide ? cg->f64 : cg->f32;
+    Saved s;
+    LLVMValueRef f = helper_begin(cg, wide ? "ddp_tanh_f64" : "ddp_tanh_f32", t, &t, 1, &s);
+    LLVMValueRef x = LLVMGetParam(f, 0);
+    LLVMValueRef a = fabs_(cg, x);
+    LLVMValueRef y2 = fmul(cg, a, k(cg, t, 2));
+    /* expm1(2a) for 2a <= 1.1: its Taylor series without the leading 1 */
+    double c[20];
+    int n = wide ? 18 : 10;
+    c[0] = 1;
+    for (int i = 1; i < n; i++)
+        c[i] = c[i - 1] / (i + 1);
+    LLVMValueRef em1 = fmul(cg, y2, horner(cg, y2, c, n));
+    LLVMValueRef small = fdiv(cg, em1, fadd(cg, em1, k(cg, t, 2)));
+    LLVMValueRef e = cg_exp(cg, y2);
+    LLVMValueRef large = fsub(cg, k(cg, t, 1), fdiv(cg, k(cg, t, 2), fadd(cg, e, k(cg, t, 1))));
+    LLVMValueRef r = sel(cg, fcmp(cg, LLVMRealOGE, a, k(cg, t, 0.55)), large, small);
+    r = sel(cg, fcmp(cg, LLVMRealOGT, a, k(cg, t, wide ? 19.1 : 9.1)), k(cg, t, 1), r);
+    r = sel(cg, fcmp(cg, LLVMRealUNO, x, x), x, copysign_(cg, r, x));
+    helper_end(cg, r, &s);
+    return f;
+}
+
+LLVMValueRef cg_tanh(Cg *cg, LLVMValueRef x) {
+    bool wide = LLVMTypeOf(x) == cg->f64;
+    int id = wide ? M_TANH64 : M_TANH32;
+    if (!cg->math[id])
+        cg->math[id] = make_tanh(cg, wide);
+    return call1(cg, cg->math[id], x);
+}
+
+/* ---------------------------------------------------------------------- erf */
+
+static LLVMValueRef make_erf64(Cg *cg) {
+    LLVMTypeRef t = cg->f64;
+    Saved s;
+    LLVMValueRef f = helper_begin(cg, "ddp_erf_f64", t, &t, 1, &s);
+    LLVMValueRef x = LLVMGetParam(f, 0);
+    LLVMValueRef a = fabs_(cg, x);
+    LLVMValueRef a6 = sel(cg, fcmp(cg, LLVMRealOLT, a, k(cg, t, 6)), a, k(cg, t, 6));
+    LLVMValueRef two_a2 = fmul(cg, k(cg, t, 2), fmul(cg, a6, a6));
+    LLVMValueRef term = cg_var(cg, t, a6, "term");
+    LLVMValueRef sum = cg_var(cg, t, a6, "sum");
+    Loop l = cg_loop_begin(cg, cg_i64(cg, 1), cg_i64(cg, 300), "n");
+    {
+        LLVMValueRef n = LLVMBuildSIToFP(cg->b, cg_loop_index(cg, &l), t, "");
+        LLVMValueRef tv = fmul(cg, LLVMBuildLoad2(cg->b, t, term, ""),
+                               fdiv(cg, two_a2, fadd(cg, fmul(cg, n, k(cg, t, 2)), k(cg, t, 1))));
+        LLVMBuildStore(cg->b, tv, term);
+        LLVMValueRef sv = fadd(cg, LLVMBuildLoad2(cg->b, t, sum, ""), tv);
+        LLVMBuildStore(cg->b, sv, sum);
+        /* done once a term no longer changes the sum */
+        LLVMBasicBlockRef more = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "more");
+        LLVMValueRef done = fcmp(cg, LLVMRealOLE, tv, fmul(cg, sv, k(cg, t, 1e-17)));
+        LLVMBuildCondBr(cg->b, done, l.exit, more);
+        LLVMPositionBuilderAtEnd(cg->b, more);
+    }
+    cg_loop_end(cg, &l);
+    LLVMValueRef r = fmul(cg, fmul(cg, LLVMBuildLoad2(cg->b, t, sum, ""),
+                                   cg_exp(cg, LLVMBuildFNeg(cg->b, fmul(cg, a6, a6), ""))),
+                          k(cg, t, 1.1283791670955126));
+    r = sel(cg, fcmp(cg, LLVMRealOGE, a, k(cg, t, 6)), k(cg, t, 1), r);
+    r = sel(cg, fcmp(cg, LLVMRealUNO, x, x), x, copysign_(cg, r, x));
+    helper_end(cg, r, &s);
+    return f;
+}
+
+LLVMValueRef cg_erf(Cg *cg, LLVMValueRef x) {
+    if (!cg->math[M_ERF64])
+        cg->math[M_ERF64] = make_erf64(cg);
+    if (LLVMTypeOf(x) == cg->f64)
+        return call1(cg, cg->math[M_ERF64], x);
+    return LLVMBuildFPTrunc(cg->b, call1(cg, cg->math[M_ERF64], LLVMBuildFPExt(cg->b, x, cg->f64, "")),
+                            cg->f32, "");
+}
+
+/* ------------------------------------------------------------------- philox */
+
+static LLVMValueRef mul_hi_lo(Cg *cg, uint32_t m, LLVMValueRef x, LLVMValueRef *lo) {
+    LLVMValueRef p = LLVMBuildMul(cg->b, LLVMBuildZExt(cg->b, x, cg->i64, ""),
+                                  LLVMConstInt(cg->i64, m, 0), "");
+    *lo = LLVMBuildTrunc(cg->b, p, cg->i32, "");
+    return LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, p, LLVMConstInt(cg->i64, 32, 0), ""), cg->i32, "");
+}
+
+static LLVMValueRef make_philox(Cg *cg) {
+    LLVMTypeRef params[6] = {cg->i32, cg->i32, cg->i32, cg->i32, cg->i32, cg->i32};
+    Saved s;
+    LLVMValueRef f = helper_begin(cg, "ddp_philox", cg->i32, params, 6, &s);
+    LLVMValueRef k0 = LLVMGetParam(f, 0), k1 = LLVMGetParam(f, 1);
+    LLVMValueRef c0 = LLVMGetParam(f, 2), c1 = LLVMGetParam(f, 3), c2 = LLVMGetParam(f, 4),
+                 c3 = LLVMGetParam(f, 5);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 = LLVMBuildAdd(cg->b, k0, LLVMConstInt(cg->i32, 0x9E3779B9u, 0), "");
+            k1 = LLVMBuildAdd(cg->b, k1, LLVMConstInt(cg->i32, 0xBB67AE85u, 0), "");
+        }
+        LLVMValueRef lo0, lo1;
+        LLVMValueRef hi0 = mul_hi_lo(cg, 0xD2511F53u, c0, &lo0);
+        LLVMValueRef hi1 = mul_hi_lo(cg, 0xCD9E8D57u, c2, &lo1);
+        LLVMValueRef n0 = LLVMBuildXor(cg->b, LLVMBuildXor(cg->b, hi1, c1, ""), k0, "");
+        LLVMValueRef n2 = LLVMBuildXor(cg->b, LLVMBuildXor(cg->b, hi0, c3, ""), k1, "");
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    helper_end(cg, c0, &s);
+    return f;
+}
+
+LLVMValueRef cg_philox(Cg *cg, LLVMValueRef key0, LLVMValueRef key1, LLVMValueRef ctr0,
+                       LLVMValueRef ctr1, LLVMValueRef ctr2, LLVMValueRef ctr3) {
+    if (!cg->math[M_PHILOX])
+        cg->math[M_PHILOX] = make_philox(cg);
+    LLVMTypeRef params[6] = {cg->i32, cg->i32, cg->i32, cg->i32, cg->i32, cg->i32};
+    LLVMValueRef args[6] = {key0, key1, ctr0, ctr1, ctr2, ctr3};
+    return LLVMBuildCall2(cg->b, LLVMFunctionType(cg->i32, params, 6, 0), cg->math[M_PHILOX], args, 6, "");
+}

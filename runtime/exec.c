@@ -1,0 +1,252 @@
+/* exec.c: the executor: regions, the buffer table, initial parameters, and the walk
+ * over a phase's schedule.
+ *
+ * A kernel step runs the kernel on the live part of its index range, split among the
+ * threads (a serial kernel on one); a GEMM step calls BLAS with sizes grown from the
+ * live batch; a marker step calls the hook the transport installed. With poisoning on,
+ * planned memory is NaN before a sequence starts and each value's bytes become NaN
+ * again right after its last use, so a plan that let two live values share bytes, or
+ * a kernel that read outside a value's life, changes the results. */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+enum { ALIGN = 64 };
+
+static void *alloc_region(int64_t bytes) {
+    size_t size = (size_t)((bytes + ALIGN - 1) / ALIGN * ALIGN);
+    if (size == 0)
+        size = ALIGN;
+    void *p = NULL;
+    if (posix_memalign(&p, ALIGN, size) != 0)
+        return NULL;
+    memset(p, 0, size);
+    return p;
+}
+
+static int default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, size_t errlen) {
+    if (p->abi_version != DDP_ABI_VERSION) {
+        snprintf(err, errlen, "this program was built for runtime version %lld, and this runtime is "
+                              "version %d: build it again with the matching ddpc",
+                 (long long)p->abi_version, DDP_ABI_VERSION);
+        return NULL;
+    }
+    ddp_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    rt->program = p;
+    rt->options = *o;
+    rt->elem_size = p->dtype == DDP_F64 ? 8 : 4;
+    rt->replicas = rt->workers = 1;
+    for (int r = 0; r < DDP_REGION_COUNT; r++) {
+        rt->region[r] = alloc_region(p->region_bytes[r]);
+        if (!rt->region[r]) {
+            snprintf(err, errlen, "cannot allocate %lld bytes for the %s", (long long)p->region_bytes[r],
+                     r == DDP_REGION_ARENA ? "activations" : "program's memory");
+            ddp_close(rt);
+            return NULL;
+        }
+    }
+    rt->buffers = calloc((size_t)p->nbuffers + 1, sizeof(void *));
+    for (int64_t i = 0; i < p->nbuffers; i++)
+        rt->buffers[i] = (char *)rt->region[p->buffers[i].region] + p->buffers[i].offset;
+    bool wide = !o->baseline_cpu && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    rt->kernels = wide ? p->cpu_wide : p->cpu_baseline;
+    int threads = o->threads > 0 ? o->threads : default_threads();
+    rt->pool = ddp_pool_new(threads);
+    openblas_set_num_threads(threads);
+    rt->scalars[DDP_S_SEED].i = p->settings.seed;
+    return rt;
+}
+
+void ddp_close(ddp_runtime *rt) {
+    if (!rt)
+        return;
+    for (int r = 0; r < DDP_REGION_COUNT; r++)
+        free(rt->region[r]);
+    free(rt->buffers);
+    ddp_pool_free(rt->pool);
+    free(rt);
+}
+
+void *ddp_buffer_ptr(ddp_runtime *rt, int64_t slot) {
+    return rt->buffers[slot];
+}
+
+void ddp_set_batch(ddp_runtime *rt, int64_t local, int64_t global) {
+    rt->scalars[DDP_S_LOCAL_BATCH].i = local;
+    rt->scalars[DDP_S_GLOBAL_BATCH].i = global;
+}
+
+/* --------------------------------------------------------- initial values */
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Element e of parameter p: a draw keyed by the seed, the parameter's name and e. */
+static double initial_value(const ddp_param *p, uint64_t seed, int64_t e) {
+    uint32_t w[4];
+    ddp_draw(seed, DDP_STREAM_INIT, name_hash(p->name), (uint32_t)e, (uint32_t)(e >> 32), w);
+    double u = ddp_uniform53(w);
+    double fan_in = (double)p->fan_in, fan_out = (double)p->fan_out;
+    switch (p->init) {
+    case DDP_INIT_ZEROS: return 0;
+    case DDP_INIT_ONES: return 1;
+    case DDP_INIT_GLOROT_UNIFORM: return (2 * u - 1) * sqrt(6 / (fan_in + fan_out));
+    case DDP_INIT_HE_UNIFORM: return (2 * u - 1) * sqrt(6 / fan_in);
+    default: {
+        /* Box-Muller from the draw's two halves */
+        uint32_t v[4] = {w[2], w[3], 0, 0};
+        double u2 = ddp_uniform53(v);
+        double z = sqrt(-2 * log(1 - u)) * cos(2 * M_PI * u2);
+        double std = p->init == DDP_INIT_HE_NORMAL ? sqrt(2 / fan_in) : sqrt(2 / (fan_in + fan_out));
+        return z * std;
+    }
+    }
+}
+
+void ddp_init_params(ddp_runtime *rt, uint64_t seed) {
+    const ddp_program *prog = rt->program;
+    for (int64_t i = 0; i < prog->nparams; i++) {
+        const ddp_param *p = &prog->params[i];
+        char *base = rt->region[p->region];
+        for (int64_t e = 0; e < p->count; e++) {
+            double v = initial_value(p, seed, e);
+            if (prog->dtype == DDP_F64)
+                ((double *)base)[p->offset + e] = v;
+            else
+                ((float *)base)[p->offset + e] = (float)v;
+        }
+    }
+    memset(rt->region[DDP_REGION_STATE], 0, (size_t)prog->region_bytes[DDP_REGION_STATE]);
+}
+
+/* --------------------------------------------------------------- the walk */
+
+static int64_t live(const ddp_runtime *rt, ddp_dim d) {
+    return d.fixed + d.per_sample * rt->scalars[DDP_S_LOCAL_BATCH].i;
+}
+
+static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
+    int64_t m = live(rt, g->m), n = live(rt, g->n), k = live(rt, g->k);
+    if (m == 0 || n == 0)
+        return;
+    void *a = rt->buffers[g->a], *b = rt->buffers[g->b], *c = rt->buffers[g->c];
+    if (k == 0) { /* an empty batch: the product is zero */
+        if (g->beta == 0)
+            memset(c, 0, (size_t)(m * n * rt->elem_size));
+        return;
+    }
+    enum CBLAS_TRANSPOSE ta = g->transpose_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->transpose_b ? CblasTrans : CblasNoTrans;
+    blasint lda = (blasint)(g->transpose_a ? m : k), ldb = (blasint)(g->transpose_b ? k : n);
+    if (rt->program->dtype == DDP_F64)
+        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0, a, lda, b, ldb, g->beta, c,
+                    (blasint)n);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, a, lda, b, ldb,
+                    (float)g->beta, c, (blasint)n);
+}
+
+static void fill_nan(void *p, int64_t bytes) {
+    uint32_t nan = 0x7fc00000u; /* a NaN as f32, and read as f64 too */
+    uint32_t *w = p;
+    for (int64_t i = 0; i < bytes / 4; i++)
+        w[i] = nan;
+}
+
+static void poison_sequence_start(ddp_runtime *rt) {
+    const ddp_program *p = rt->program;
+    fill_nan(rt->region[DDP_REGION_ARENA], p->region_bytes[DDP_REGION_ARENA]);
+    fill_nan(rt->region[DDP_REGION_WORKSPACE], p->region_bytes[DDP_REGION_WORKSPACE]);
+}
+
+static void poison_after(ddp_runtime *rt, int64_t sequence, int64_t position) {
+    const ddp_program *p = rt->program;
+    for (int64_t i = 0; i < p->nbuffers; i++) {
+        const ddp_buffer *b = &p->buffers[i];
+        if (b->sequence == sequence && b->last_step == position)
+            fill_nan(rt->buffers[i], b->bytes);
+    }
+}
+
+/* The phase's position in its sequence, for poisoning. */
+static void sequence_of(const ddp_program *p, int phase, int64_t *sequence, int64_t *first) {
+    *sequence = phase == DDP_PHASE_EVAL ? 2 : 1;
+    *first = 0;
+    for (int ph = 0; ph < phase && phase != DDP_PHASE_EVAL; ph++)
+        *first += p->phases[ph].count;
+}
+
+void ddp_run_phase(ddp_runtime *rt, int phase) {
+    const ddp_program *p = rt->program;
+    const ddp_phase *ph = &p->phases[phase];
+    int64_t sequence, position;
+    sequence_of(p, phase, &sequence, &position);
+    if (rt->options.poison && (phase == DDP_PHASE_FORWARD || phase == DDP_PHASE_EVAL))
+        poison_sequence_start(rt);
+    for (int64_t i = 0; i < ph->count; i++, position++) {
+        const ddp_step *s = &ph->steps[i];
+        switch (s->kind) {
+        case DDP_STEP_KERNEL: {
+            const ddp_kernel *k = &p->kernels[s->index];
+            int64_t end = live(rt, k->range);
+            if (k->flags & DDP_KERNEL_SERIAL)
+                rt->kernels[s->index](rt->buffers, rt->scalars, 0, end);
+            else
+                ddp_pool_run(rt->pool, rt->kernels[s->index], rt->buffers, rt->scalars, 0, end);
+            break;
+        }
+        case DDP_STEP_GEMM:
+            run_gemm(rt, &p->gemms[s->index]);
+            break;
+        case DDP_STEP_BUCKET_READY:
+            if (rt->hooks.bucket_ready)
+                rt->hooks.bucket_ready(rt->hooks.ctx, s->index);
+            break;
+        case DDP_STEP_WAIT_BUCKETS:
+            if (rt->hooks.wait_buckets)
+                rt->hooks.wait_buckets(rt->hooks.ctx);
+            break;
+        case DDP_STEP_METRICS_READY:
+            if (rt->hooks.metrics_ready)
+                rt->hooks.metrics_ready(rt->hooks.ctx);
+            break;
+        }
+        if (rt->options.poison)
+            poison_after(rt, sequence, position);
+    }
+}
+
+void ddp_train_step(ddp_runtime *rt) {
+    ddp_run_phase(rt, DDP_PHASE_FORWARD);
+    ddp_run_phase(rt, DDP_PHASE_BACKWARD);
+    ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);
+}
+
+void ddp_zero_accumulators(ddp_runtime *rt) {
+    memset(rt->region[DDP_REGION_ACCUM], 0, (size_t)rt->program->region_bytes[DDP_REGION_ACCUM]);
+}
+
+double ddp_accumulator(ddp_runtime *rt, int pair, double *count) {
+    double *acc = rt->buffers[rt->program->accum_slot];
+    if (count)
+        *count = acc[2 * pair + 1];
+    return acc[2 * pair];
+}

@@ -1,0 +1,69 @@
+/* schedule.c: the run-time scalar expressions and the learning rate of each step.
+ *
+ * replicas, workers and global_batch are known once the job has started; learning
+ * rates and weight decay that depend on them were compiled as small stack programs
+ * (ddp_rt_expr). Schedules count steps; a duration in epochs is converted with the
+ * number of steps in an epoch. */
+#include <math.h>
+
+#include "runtime.h"
+
+double ddp_rt_eval(const ddp_rt_expr *e, double replicas, double workers, double global_batch) {
+    double stack[64];
+    int top = 0;
+    for (int64_t i = 0; i < e->count && top < 64; i++) {
+        const ddp_rt_instr *in = &e->code[i];
+        switch (in->op) {
+        case DDP_RT_CONST: stack[top++] = in->value; break;
+        case DDP_RT_REPLICAS: stack[top++] = replicas; break;
+        case DDP_RT_WORKERS: stack[top++] = workers; break;
+        case DDP_RT_GLOBAL_BATCH: stack[top++] = global_batch; break;
+        case DDP_RT_NEG: stack[top - 1] = -stack[top - 1]; break;
+        default: {
+            double b = stack[--top], a = stack[--top];
+            stack[top++] = in->op == DDP_RT_ADD ? a + b : in->op == DDP_RT_SUB ? a - b
+                         : in->op == DDP_RT_MUL ? a * b : a / b;
+        }
+        }
+    }
+    return top ? stack[top - 1] : 0;
+}
+
+static int64_t steps_of(ddp_duration d, int64_t steps_per_epoch) {
+    return d.unit == DDP_UNIT_EPOCHS ? d.value * steps_per_epoch : d.value;
+}
+
+double ddp_learning_rate(const ddp_program *p, int64_t step, int64_t steps_per_epoch, double replicas,
+                         double workers, double global_batch) {
+    const ddp_schedule *s = &p->settings.optimizer.learning_rate;
+    double rate = ddp_rt_eval(&s->rate, replicas, workers, global_batch);
+    if (s->kind == DDP_SCHEDULE_CONSTANT)
+        return rate;
+    int64_t period = steps_of(s->period, steps_per_epoch);
+    if (s->kind == DDP_SCHEDULE_STEP) {
+        double drop = ddp_rt_eval(&s->drop, replicas, workers, global_batch);
+        return rate * pow(drop, (double)(period > 0 ? step / period : 0));
+    }
+    double final = ddp_rt_eval(&s->final, replicas, workers, global_batch);
+    if (step < period)
+        return rate * (double)(step + 1) / (double)period;
+    int64_t total = p->settings.epochs * steps_per_epoch;
+    double progress = total > period ? (double)(step - period) / (double)(total - period) : 1;
+    if (progress > 1)
+        progress = 1;
+    if (s->kind == DDP_SCHEDULE_COSINE)
+        return final + (rate - final) * 0.5 * (1 + cos(M_PI * progress));
+    return final + (rate - final) * (1 - progress);
+}
+
+void ddp_prepare_step(ddp_runtime *rt, int64_t step, int64_t steps_per_epoch) {
+    const ddp_program *p = rt->program;
+    double replicas = rt->replicas, workers = rt->workers;
+    double global = (double)p->settings.batch_per_replica * replicas; /* the run-time scalar */
+    const ddp_optimizer *o = &p->settings.optimizer;
+    rt->scalars[DDP_S_STEP].i = step;
+    rt->scalars[DDP_S_LEARNING_RATE].f = ddp_learning_rate(p, step, steps_per_epoch, replicas, workers, global);
+    rt->scalars[DDP_S_WEIGHT_DECAY].f = ddp_rt_eval(&o->weight_decay, replicas, workers, global);
+    rt->scalars[DDP_S_BIAS_CORRECTION1].f = 1 - pow(o->beta1, (double)(step + 1));
+    rt->scalars[DDP_S_BIAS_CORRECTION2].f = 1 - pow(o->beta2, (double)(step + 1));
+}
