@@ -27,7 +27,7 @@ typedef struct Cg {
     LLVMTypeRef void_t, i1, i8, i32, i64, f32, f64, real, ptr, kernel_type;
     /* the kernel being generated */
     LLVMValueRef fn, bufs, scalars, begin, end;
-    LLVMValueRef slot_ptr[1024];   /* buffer pointers loaded in the entry block */
+    LLVMValueRef *slot_ptr;        /* buffer pointers loaded in the entry block, by slot */
     LLVMBasicBlockRef entry;
     /* helper functions, made on first use */
     LLVMValueRef math[16];

@@ -198,7 +198,7 @@ LLVMValueRef cg_kernel_begin(Cg *cg, const char *name) {
     cg->scalars = LLVMGetParam(cg->fn, 1);
     cg->begin = LLVMGetParam(cg->fn, 2);
     cg->end = LLVMGetParam(cg->fn, 3);
-    memset(cg->slot_ptr, 0, sizeof cg->slot_ptr);
+    cg->slot_ptr = arena_alloc(cg->c->arena, sizeof(LLVMValueRef) * (size_t)(cg->ir->slots.len + 1));
     cg->entry = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "entry");
     LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "start");
     LLVMPositionBuilderAtEnd(cg->b, start);
@@ -239,7 +239,7 @@ static LLVMValueRef load_slot(Cg *cg, void *arg) {
 LLVMValueRef cg_tensor_ptr(Cg *cg, Tensor *t) {
     Tensor *s = t->base ? t->base : t;
     int slot = s->slot;
-    if (slot < 0 || slot >= 1024) {
+    if (slot < 0 || slot >= cg->ir->slots.len) {
         fprintf(stderr, "ddpc: internal error: tensor %%%d has no buffer slot\n", s->id);
         abort();
     }

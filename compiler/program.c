@@ -328,22 +328,27 @@ static LLVMValueRef kernels_table(Emit *e, Ir *ir) {
     return f.len ? global_of(e, &f, NULL) : NULL;
 }
 
-static LLVMValueRef functions_table(Emit *e, int nkernels, bool wide) {
+/* The kernels of one variant, in index order; the wide ones are defined in another
+ * object and declared here. */
+static LLVMValueRef functions_table(Emit *e, Ir *ir, int nkernels, bool wide) {
     Cg *cg = e->cg;
-    Fields f = {0};
-    for (int k = 0; k < nkernels; k++) {
-        LLVMValueRef fn = NULL;
-        for (LLVMValueRef g = LLVMGetFirstFunction(cg->mod); g && !fn; g = LLVMGetNextFunction(g)) {
-            size_t len;
-            const char *name = LLVMGetValueName2(g, &len);
-            char prefix[32];
-            snprintf(prefix, sizeof prefix, "ddp_k%d_", k);
-            bool is_wide = len > 5 && strcmp(name + len - 5, "_wide") == 0;
-            if (strncmp(name, prefix, strlen(prefix)) == 0 && is_wide == wide)
-                fn = g;
+    LLVMValueRef *fns = arena_alloc(cg->c->arena, sizeof(LLVMValueRef) * (size_t)(nkernels + 1));
+    for (int ph = 0; ph < PH_COUNT; ph++)
+        for (int i = 0; i < ir->ops[ph].len; i++) {
+            IrOp *op = ir->ops[ph].items[i];
+            if (op->kernel_index < 0 || op->kernel_index >= nkernels)
+                continue;
+            const char *name = kernel_name(cg->c, op, op->kernel_index);
+            if (wide)
+                name = arena_printf(cg->c->arena, "%s_wide", name);
+            LLVMValueRef fn = LLVMGetNamedFunction(cg->mod, name);
+            if (!fn)
+                fn = LLVMAddFunction(cg->mod, name, cg->kernel_type);
+            fns[op->kernel_index] = fn;
         }
-        f_ptr(e, &f, fn);
-    }
+    Fields f = {0};
+    for (int k = 0; k < nkernels; k++)
+        f_ptr(e, &f, fns[k]);
     return nkernels ? global_of(e, &f, NULL) : NULL;
 }
 
@@ -427,8 +432,8 @@ void cg_program(Cg *cg, const char *source, const char *ptx, uint64_t hash, int 
     f_i64(e, &f, ir->accum->slot);
     f_ptr(e, &f, kernels_table(e, ir));
     f_i64(e, &f, nkernels);
-    f_ptr(e, &f, functions_table(e, nkernels, false));
-    f_ptr(e, &f, functions_table(e, nkernels, true));
+    f_ptr(e, &f, functions_table(e, ir, nkernels, false));
+    f_ptr(e, &f, functions_table(e, ir, nkernels, true));
     int ngemms = 0;
     f_ptr(e, &f, gemms_table(e, ir, &ngemms));
     f_i64(e, &f, ngemms);
