@@ -1,0 +1,133 @@
+/* cnn_forward.c: the generated CPU forward pass of cnn.ddp against plain loops.
+ *
+ * The reference below computes the same network the textbook way, one output element
+ * at a time, from the parameters the runtime initialised (found by name in the
+ * program's parameter table). Every output must agree to 1e-5 relative, in f32, for
+ * the baseline kernels and the AVX2 kernels alike. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+static const float *param(ddp_runtime *rt, const char *name) {
+    const ddp_program *p = rt->program;
+    for (int64_t i = 0; i < p->nparams; i++)
+        if (strcmp(p->params[i].name, name) == 0)
+            return (const float *)rt->region[p->params[i].region] + p->params[i].offset;
+    fprintf(stderr, "cnn_forward: no parameter %s\n", name);
+    exit(2);
+}
+
+/* NHWC convolution, HWIO weights; pad_* before (top, left) and after (bottom, right). */
+static void conv(const float *x, int h, int w, int c, const float *wt, const float *b, int f, int kh, int kw,
+                 int sh, int sw, int pt, int pl, int oh, int ow, float *y) {
+    for (int i = 0; i < oh; i++)
+        for (int j = 0; j < ow; j++)
+            for (int o = 0; o < f; o++) {
+                double acc = b[o];
+                for (int u = 0; u < kh; u++)
+                    for (int v = 0; v < kw; v++) {
+                        int ih = i * sh - pt + u, iw = j * sw - pl + v;
+                        if (ih < 0 || ih >= h || iw < 0 || iw >= w)
+                            continue;
+                        for (int ci = 0; ci < c; ci++)
+                            acc += (double)x[(ih * w + iw) * c + ci] * wt[((u * kw + v) * c + ci) * f + o];
+                    }
+                y[(i * ow + j) * f + o] = (float)acc;
+            }
+}
+
+/* max or average over the window's elements inside the image */
+static void pool(const float *x, int h, int w, int c, int k, int s, int pt, int pl, int oh, int ow, bool max,
+                 float *y) {
+    for (int i = 0; i < oh; i++)
+        for (int j = 0; j < ow; j++)
+            for (int ci = 0; ci < c; ci++) {
+                double acc = max ? -INFINITY : 0;
+                int count = 0;
+                for (int u = 0; u < k; u++)
+                    for (int v = 0; v < k; v++) {
+                        int ih = i * s - pt + u, iw = j * s - pl + v;
+                        if (ih < 0 || ih >= h || iw < 0 || iw >= w)
+                            continue;
+                        double e = x[(ih * w + iw) * c + ci];
+                        acc = max ? fmax(acc, e) : acc + e;
+                        count++;
+                    }
+                y[(i * ow + j) * c + ci] = (float)(max ? acc : acc / count);
+            }
+}
+
+static void reference(ddp_runtime *rt, const float *x, float *out) {
+    float a[11 * 11 * 4], b[6 * 6 * 4], c2[3 * 4 * 6], d[2 * 3 * 6];
+    /* c1: 3x3 same: pad 1 each side */
+    conv(x, 11, 11, 3, param(rt, "m.c1.weight"), param(rt, "m.c1.bias"), 4, 3, 3, 1, 1, 1, 1, 11, 11, a);
+    for (int i = 0; i < 11 * 11 * 4; i++)
+        a[i] = a[i] > 0 ? a[i] : 0;
+    /* maxpool 2, stride 2, same on 11: out 6, padding 1 in all, none before */
+    pool(a, 11, 11, 4, 2, 2, 0, 0, 6, 6, true, b);
+    /* c2: kernel 3x2, stride 2, padding 1: out (6 + 2 - 3) / 2 + 1 = 3, (6 + 2 - 2) / 2 + 1 = 4 */
+    conv(b, 6, 6, 4, param(rt, "m.c2.weight"), param(rt, "m.c2.bias"), 6, 3, 2, 2, 2, 1, 1, 3, 4, c2);
+    for (int i = 0; i < 3 * 4 * 6; i++)
+        c2[i] = tanhf(c2[i]);
+    /* avgpool 2 stride 1: 3x4 -> 2x3 */
+    pool(c2, 3, 4, 6, 2, 1, 0, 0, 2, 3, false, d);
+    const float *w = param(rt, "m.fc.weight"), *bias = param(rt, "m.fc.bias");
+    for (int o = 0; o < 5; o++) {
+        double acc = bias[o];
+        for (int i = 0; i < 36; i++)
+            acc += (double)d[i] * w[i * 5 + o];
+        out[o] = (float)(1 / (1 + exp(-acc)));
+    }
+}
+
+static int run(bool baseline) {
+    const ddp_program *p = &ddp_program_desc;
+    ddp_options o = {.threads = 2, .baseline_cpu = baseline};
+    char err[256];
+    ddp_runtime *rt = ddp_open(p, &o, err, sizeof err);
+    if (!rt) {
+        fprintf(stderr, "cnn_forward: %s\n", err);
+        return 2;
+    }
+    ddp_init_params(rt, 42);
+    float *params = rt->region[DDP_REGION_PARAMS];
+    for (int64_t i = 0; i < p->param_count; i++) /* biases away from zero */
+        params[i] += 0.05f * (float)sin((double)i);
+    int64_t batch = p->settings.batch_per_replica, per = 11 * 11 * 3;
+    float *x = ddp_buffer_ptr(rt, p->input_slot);
+    for (int64_t i = 0; i < batch * per; i++)
+        x[i] = (float)sin(0.37 * (double)i) * 2;
+    ddp_set_batch(rt, batch, batch);
+    ddp_run_phase(rt, DDP_PHASE_EVAL);
+    const float *y = NULL;
+    for (int64_t i = 0; i < p->nbuffers; i++)
+        if (strcmp(p->buffers[i].name, "eval:m/fc") == 0)
+            y = ddp_buffer_ptr(rt, i);
+    if (!y) {
+        fprintf(stderr, "cnn_forward: the output buffer eval:m/fc is not in the program\n");
+        return 2;
+    }
+    double worst = 0;
+    for (int64_t s = 0; s < batch; s++) {
+        float ref[5];
+        reference(rt, x + s * per, ref);
+        for (int k = 0; k < 5; k++) {
+            double err = fabs((double)y[s * 5 + k] - ref[k]) / fmax(fabs(ref[k]), 1e-3);
+            if (err > worst)
+                worst = err;
+        }
+    }
+    bool ok = worst <= 1e-5;
+    printf("cnn_forward (%s kernels): largest relative difference %.2e: %s\n", baseline ? "baseline" : "selected",
+           worst, ok ? "ok" : "FAIL");
+    ddp_close(rt);
+    return ok ? 0 : 1;
+}
+
+int main(void) {
+    int a = run(true), b = run(false);
+    return a > b ? a : b;
+}

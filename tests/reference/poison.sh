@@ -1,0 +1,11 @@
+#!/bin/sh
+# poison.sh PLANNED NO_REUSE: trains the planned build with its memory poisoned (NaN
+# outside each value's life) and the --no-reuse build plainly; the parameters,
+# statistics, optimizer state and accumulators must be bit-identical.
+set -eu
+work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-poison.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+"$1" "$work/planned" --poison --partial
+"$2" "$work/apart" --partial
+cmp "$work/planned" "$work/apart"
+echo "poison: planned memory with poisoning and every value apart agree bit for bit"
