@@ -92,6 +92,7 @@ static bool generate(Ddpc *c, Ir *ir, Target target, int opt, Cg *cg, const char
 bool build_emit_code(Ddpc *c, Ir *ir, bool ptx, int opt, FILE *out) {
     Cg cg;
     const char *error = NULL;
+    cg_assign_kernels(c, ir);
     if (!generate(c, ir, ptx ? TARGET_GPU : TARGET_CPU_BASE, opt, &cg, &error)) {
         fprintf(stderr, "ddpc: %s\n", error);
         return false;
@@ -220,6 +221,7 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t hash = program_hash(c, ir);
+    cg_assign_kernels(c, ir);
     Child gpu = {0}, wide = {0};
     char base_path[64] = "";
     int status = 1;
@@ -243,11 +245,7 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
         cg_dispose(&cpu);
         goto done;
     }
-    int nkernels = 0;
-    for (int ph = 0; ph < PH_COUNT; ph++)
-        for (int i = 0; i < ir->ops[ph].len; i++)
-            nkernels += ir->ops[ph].items[i]->kernel_index >= 0;
-    cg_program(&cpu, source, ptx, hash, nkernels);
+    cg_program(&cpu, source, ptx, hash, ir->kernel_ops.len);
     char *obj;
     size_t obj_len;
     bool ok = cg_emit(&cpu, o->opt_level, &obj, &obj_len, &error);

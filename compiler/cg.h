@@ -27,7 +27,9 @@ typedef struct Cg {
     LLVMTypeRef void_t, i1, i8, i32, i64, f32, f64, real, ptr, kernel_type;
     /* the kernel being generated */
     LLVMValueRef fn, bufs, scalars, begin, end;
-    LLVMValueRef *slot_ptr;        /* buffer pointers loaded in the entry block, by slot */
+    Tensor **args;                 /* its buffers, in the order of its launch's arguments */
+    int nargs;
+    LLVMValueRef *arg_ptr;         /* each argument's pointer, loaded in the entry block */
     LLVMBasicBlockRef entry;
     /* helper functions, made on first use */
     LLVMValueRef math[16];
@@ -112,9 +114,14 @@ LLVMValueRef cg_philox(Cg *cg, LLVMValueRef key0, LLVMValueRef key1, LLVMValueRe
 
 /* ------------------------------------------------------------ kernels.c */
 
-/* Generates every kernel of the IR into the module, in schedule order, setting each
- * op's kernel_index. Returns the number of kernels. */
+/* Decides which ops share a kernel: those whose generated code is the same once their
+ * buffers are arguments. Sets every op's kernel_index and ir->kernel_ops (one op per
+ * kernel, the first that uses it). Run once, before the modules are generated. */
+void cg_assign_kernels(Ddpc *c, Ir *ir);
+/* Generates the kernels of ir->kernel_ops into the module; returns their number. */
 int cg_kernels(Cg *cg);
+/* The buffers of an op's launch, as storage tensors, in argument order. */
+int op_arguments(Ir *ir, const IrOp *op, Tensor **out, int cap);
 /* Whether an op runs as a generated kernel (not a library call or a marker). */
 bool op_has_kernel(const IrOp *op);
 const char *kernel_name(Ddpc *c, const IrOp *op, int index);

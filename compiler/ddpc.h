@@ -741,6 +741,7 @@ typedef struct Ir {
     int64_t input_bytes, accum_bytes;
     bool no_reuse;            /* place every tensor apart (the poison test's reference) */
     TensorList slots;         /* the buffer table: storage tensors in slot order */
+    OpList kernel_ops;        /* one op per generated kernel (cg_assign_kernels) */
 } Ir;
 
 /* Lowers the trained model: forward, loss, metrics, backward, optimizer, evaluation. */

@@ -8,6 +8,8 @@
  * (col2im, pool gradients) are gathers too, never scattered additions. Loss, metric and
  * accumulation kernels work per sample; sums of the accumulators are f64. */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cg.h"
@@ -837,28 +839,105 @@ static IndexBody body_of(OpKind kind) {
     }
 }
 
-int cg_kernels(Cg *cg) {
-    Ir *ir = cg->ir;
+/* ------------------------------------------------------------- arguments */
+
+static bool has_keep(const XExpr *e) {
+    return e && (e->kind == X_KEEP || has_keep(e->a) || has_keep(e->b));
+}
+
+static void add_argument(Tensor *t, Tensor **out, int *n, int cap) {
+    Tensor *s = t->base ? t->base : t;
+    for (int i = 0; i < *n; i++)
+        if (out[i] == s)
+            return;
+    if (*n < cap)
+        out[(*n)++] = s;
+}
+
+static void expr_arguments(const XExpr *e, Tensor **out, int *n, int cap) {
+    if (!e)
+        return;
+    if (e->kind == X_LOAD)
+        add_argument(e->t, out, n, cap);
+    expr_arguments(e->a, out, n, cap);
+    expr_arguments(e->b, out, n, cap);
+}
+
+int op_arguments(Ir *ir, const IrOp *op, Tensor **out, int cap) {
     int n = 0;
+    for (int k = 0; k < op->nin; k++)
+        add_argument(op->in[k], out, &n, cap);
+    for (int k = 0; k < op->nout; k++)
+        add_argument(op->out[k], out, &n, cap);
+    bool keep = false;
+    for (int k = 0; k < 4; k++) {
+        expr_arguments(op->expr[k], out, &n, cap);
+        keep |= has_keep(op->expr[k]);
+    }
+    if (keep)
+        add_argument(ir->sample_id, out, &n, cap);
+    return n;
+}
+
+enum { MAX_ARGS = 256 };
+
+static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
+    Tensor *args[MAX_ARGS];
+    cg->nargs = op_arguments(cg->ir, op, args, MAX_ARGS);
+    cg->args = args;
+    LLVMValueRef fn = cg_kernel_begin(cg, name);
+    if (cg->target == TARGET_CPU_WIDE) { /* the same code, for AVX2 and FMA */
+        LLVMAttributeRef cpu = LLVMCreateStringAttribute(cg->ctx, "target-cpu", 10, "x86-64-v3", 9);
+        LLVMAttributeRef features = LLVMCreateStringAttribute(cg->ctx, "target-features", 15, "+avx2,+fma", 10);
+        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, cpu);
+        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, features);
+    }
+    cg_kernel_indices(cg, op, body_of(op->kind));
+    cg_kernel_end(cg);
+    cg->args = NULL;
+    cg->nargs = 0;
+    return fn;
+}
+
+void cg_assign_kernels(Ddpc *c, Ir *ir) {
+    Cg cg;
+    const char *error;
+    if (!cg_init(&cg, c, ir, TARGET_CPU_BASE, 0, &error)) {
+        fprintf(stderr, "ddpc: %s\n", error);
+        exit(1);
+    }
+    Map seen = {0}; /* the code of a kernel, its buffers as arguments -> its index + 1 */
     for (int ph = 0; ph < PH_COUNT; ph++)
         for (int i = 0; i < ir->ops[ph].len; i++) {
             IrOp *op = ir->ops[ph].items[i];
+            op->kernel_index = -1;
             if (!op_has_kernel(op))
                 continue;
-            op->kernel_index = n;
-            const char *name = kernel_name(cg->c, op, n);
-            if (cg->target == TARGET_CPU_WIDE)
-                name = arena_printf(cg->c->arena, "%s_wide", name);
-            LLVMValueRef fn = cg_kernel_begin(cg, name);
-            if (cg->target == TARGET_CPU_WIDE) { /* the same code, for AVX2 and FMA */
-                LLVMAttributeRef cpu = LLVMCreateStringAttribute(cg->ctx, "target-cpu", 10, "x86-64-v3", 9);
-                LLVMAttributeRef features = LLVMCreateStringAttribute(cg->ctx, "target-features", 15, "+avx2,+fma", 10);
-                LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, cpu);
-                LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, features);
+            LLVMValueRef fn = generate_kernel(&cg, op, "ddp_candidate");
+            char *text = LLVMPrintValueToString(fn);
+            const char *key = arena_strdup(c->arena, text);
+            LLVMDisposeMessage(text);
+            LLVMDeleteFunction(fn);
+            intptr_t known = (intptr_t)map_get(&seen, key);
+            if (known) {
+                op->kernel_index = (int)known - 1;
+                continue;
             }
-            cg_kernel_indices(cg, op, body_of(op->kind));
-            cg_kernel_end(cg);
-            n++;
+            op->kernel_index = ir->kernel_ops.len;
+            vec_push(c->arena, &ir->kernel_ops, op);
+            map_put(c->arena, &seen, key, (void *)(intptr_t)ir->kernel_ops.len);
         }
-    return n;
+    cg_dispose(&cg);
+}
+
+int cg_kernels(Cg *cg) {
+    Ir *ir = cg->ir;
+    for (int k = 0; k < ir->kernel_ops.len; k++) {
+        IrOp *op = ir->kernel_ops.items[k];
+        const char *name = kernel_name(cg->c, op, k);
+        if (cg->target == TARGET_CPU_WIDE)
+            name = arena_printf(cg->c->arena, "%s_wide", name);
+        generate_kernel(cg, op, name);
+    }
+    return ir->kernel_ops.len;
 }

@@ -198,7 +198,7 @@ LLVMValueRef cg_kernel_begin(Cg *cg, const char *name) {
     cg->scalars = LLVMGetParam(cg->fn, 1);
     cg->begin = LLVMGetParam(cg->fn, 2);
     cg->end = LLVMGetParam(cg->fn, 3);
-    cg->slot_ptr = arena_alloc(cg->c->arena, sizeof(LLVMValueRef) * (size_t)(cg->ir->slots.len + 1));
+    cg->arg_ptr = arena_alloc(cg->c->arena, sizeof(LLVMValueRef) * (size_t)(cg->nargs + 1));
     cg->entry = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "entry");
     LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "start");
     LLVMPositionBuilderAtEnd(cg->b, start);
@@ -229,23 +229,25 @@ static LLVMValueRef in_entry(Cg *cg, LLVMValueRef (*make)(Cg *, void *), void *a
     return v;
 }
 
-static LLVMValueRef load_slot(Cg *cg, void *arg) {
-    int slot = *(int *)arg;
-    LLVMValueRef idx = cg_i64(cg, slot);
+static LLVMValueRef load_arg(Cg *cg, void *arg) {
+    int k = *(int *)arg;
+    LLVMValueRef idx = cg_i64(cg, k);
     LLVMValueRef p = LLVMBuildInBoundsGEP2(cg->b, cg->ptr, cg->bufs, &idx, 1, "");
     return LLVMBuildLoad2(cg->b, cg->ptr, p, "");
 }
 
 LLVMValueRef cg_tensor_ptr(Cg *cg, Tensor *t) {
     Tensor *s = t->base ? t->base : t;
-    int slot = s->slot;
-    if (slot < 0 || slot >= cg->ir->slots.len) {
-        fprintf(stderr, "ddpc: internal error: tensor %%%d has no buffer slot\n", s->id);
+    int k = 0;
+    while (k < cg->nargs && cg->args[k] != s)
+        k++;
+    if (k == cg->nargs) {
+        fprintf(stderr, "ddpc: internal error: tensor %%%d is not an argument of its kernel\n", s->id);
         abort();
     }
-    if (!cg->slot_ptr[slot])
-        cg->slot_ptr[slot] = in_entry(cg, load_slot, &slot);
-    return LLVMBuildBitCast(cg->b, cg->slot_ptr[slot], LLVMPointerType(cg_elem_type(cg, t->dtype), 0), "");
+    if (!cg->arg_ptr[k])
+        cg->arg_ptr[k] = in_entry(cg, load_arg, &k);
+    return LLVMBuildBitCast(cg->b, cg->arg_ptr[k], LLVMPointerType(cg_elem_type(cg, t->dtype), 0), "");
 }
 
 LLVMValueRef cg_load(Cg *cg, Tensor *t, LLVMValueRef index) {

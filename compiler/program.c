@@ -316,40 +316,29 @@ static LLVMValueRef buffers_table(Emit *e, Ir *ir) {
 
 static LLVMValueRef kernels_table(Emit *e, Ir *ir) {
     Fields f = {0};
-    for (int ph = 0; ph < PH_COUNT; ph++)
-        for (int i = 0; i < ir->ops[ph].len; i++) {
-            IrOp *op = ir->ops[ph].items[i];
-            if (op->kernel_index < 0)
-                continue;
-            f_str(e, &f, kernel_name(e->cg->c, op, op->kernel_index));
-            f_dim(e, &f, op->range);
-            f_i64(e, &f, op->kind == OP_ACCUMULATE ? DDP_KERNEL_SERIAL : 0);
-        }
+    for (int k = 0; k < ir->kernel_ops.len; k++) {
+        IrOp *op = ir->kernel_ops.items[k];
+        f_str(e, &f, kernel_name(e->cg->c, op, k));
+        f_i64(e, &f, op->kind == OP_ACCUMULATE ? DDP_KERNEL_SERIAL : 0);
+    }
     return f.len ? global_of(e, &f, NULL) : NULL;
 }
 
 /* The kernels of one variant, in index order; the wide ones are defined in another
  * object and declared here. */
-static LLVMValueRef functions_table(Emit *e, Ir *ir, int nkernels, bool wide) {
+static LLVMValueRef functions_table(Emit *e, Ir *ir, bool wide) {
     Cg *cg = e->cg;
-    LLVMValueRef *fns = arena_alloc(cg->c->arena, sizeof(LLVMValueRef) * (size_t)(nkernels + 1));
-    for (int ph = 0; ph < PH_COUNT; ph++)
-        for (int i = 0; i < ir->ops[ph].len; i++) {
-            IrOp *op = ir->ops[ph].items[i];
-            if (op->kernel_index < 0 || op->kernel_index >= nkernels)
-                continue;
-            const char *name = kernel_name(cg->c, op, op->kernel_index);
-            if (wide)
-                name = arena_printf(cg->c->arena, "%s_wide", name);
-            LLVMValueRef fn = LLVMGetNamedFunction(cg->mod, name);
-            if (!fn)
-                fn = LLVMAddFunction(cg->mod, name, cg->kernel_type);
-            fns[op->kernel_index] = fn;
-        }
     Fields f = {0};
-    for (int k = 0; k < nkernels; k++)
-        f_ptr(e, &f, fns[k]);
-    return nkernels ? global_of(e, &f, NULL) : NULL;
+    for (int k = 0; k < ir->kernel_ops.len; k++) {
+        const char *name = kernel_name(cg->c, ir->kernel_ops.items[k], k);
+        if (wide)
+            name = arena_printf(cg->c->arena, "%s_wide", name);
+        LLVMValueRef fn = LLVMGetNamedFunction(cg->mod, name);
+        if (!fn)
+            fn = LLVMAddFunction(cg->mod, name, cg->kernel_type);
+        f_ptr(e, &f, fn);
+    }
+    return f.len ? global_of(e, &f, NULL) : NULL;
 }
 
 static LLVMValueRef gemms_table(Emit *e, Ir *ir, int *count) {
@@ -373,21 +362,37 @@ static LLVMValueRef gemms_table(Emit *e, Ir *ir, int *count) {
     return *count ? global_of(e, &f, NULL) : NULL;
 }
 
+/* A step: kind, index, the index range and the buffers of a kernel launch. */
+static void f_step(Emit *e, Fields *f, int64_t kind, int64_t index, IrDim range, LLVMValueRef args,
+                   int64_t nargs) {
+    f_i64(e, f, kind);
+    f_i64(e, f, index);
+    f_dim(e, f, range);
+    f_ptr(e, f, args);
+    f_i64(e, f, nargs);
+}
+
 static void phase_steps(Emit *e, Fields *out, Ir *ir, Phase ph) {
     Fields f = {0};
     int count = 0;
+    IrDim none = {0, 0};
     for (int i = 0; i < ir->ops[ph].len; i++) {
         IrOp *op = ir->ops[ph].items[i];
         switch (op->kind) {
-        case OP_GEMM: f_i64(e, &f, DDP_STEP_GEMM); f_i64(e, &f, op->kernel_index); break;
-        case OP_BUCKET_READY: f_i64(e, &f, DDP_STEP_BUCKET_READY); f_i64(e, &f, op->bucket); break;
-        case OP_WAIT_BUCKETS: f_i64(e, &f, DDP_STEP_WAIT_BUCKETS); f_i64(e, &f, 0); break;
-        case OP_METRICS_READY: f_i64(e, &f, DDP_STEP_METRICS_READY); f_i64(e, &f, 0); break;
-        default:
+        case OP_GEMM: f_step(e, &f, DDP_STEP_GEMM, op->kernel_index, none, NULL, 0); break;
+        case OP_BUCKET_READY: f_step(e, &f, DDP_STEP_BUCKET_READY, op->bucket, none, NULL, 0); break;
+        case OP_WAIT_BUCKETS: f_step(e, &f, DDP_STEP_WAIT_BUCKETS, 0, none, NULL, 0); break;
+        case OP_METRICS_READY: f_step(e, &f, DDP_STEP_METRICS_READY, 0, none, NULL, 0); break;
+        default: {
             if (op->kernel_index < 0)
                 continue;
-            f_i64(e, &f, DDP_STEP_KERNEL);
-            f_i64(e, &f, op->kernel_index);
+            Tensor *args[256];
+            int n = op_arguments(ir, op, args, 256);
+            Fields slots = {0};
+            for (int k = 0; k < n; k++)
+                f_i64(e, &slots, args[k]->slot);
+            f_step(e, &f, DDP_STEP_KERNEL, op->kernel_index, op->range, global_of(e, &slots, NULL), n);
+        }
         }
         count++;
     }
@@ -432,8 +437,8 @@ void cg_program(Cg *cg, const char *source, const char *ptx, uint64_t hash, int 
     f_i64(e, &f, ir->accum->slot);
     f_ptr(e, &f, kernels_table(e, ir));
     f_i64(e, &f, nkernels);
-    f_ptr(e, &f, functions_table(e, ir, nkernels, false));
-    f_ptr(e, &f, functions_table(e, ir, nkernels, true));
+    f_ptr(e, &f, functions_table(e, ir, false));
+    f_ptr(e, &f, functions_table(e, ir, true));
     int ngemms = 0;
     f_ptr(e, &f, gemms_table(e, ir, &ngemms));
     f_i64(e, &f, ngemms);

@@ -22,20 +22,21 @@
 
 /* Every generated kernel, on the CPU and on the GPU, has this signature:
  *
- *   void kernel(void *const *buffers, const ddp_scalar *scalars, int64_t begin, int64_t end)
+ *   void kernel(void *const *args, const ddp_scalar *scalars, int64_t begin, int64_t end)
  *
- * buffers: the buffer table (one pointer per buffer slot, see ddp_buffer);
+ * args: the buffers of this launch, in the order its step lists them (a kernel serves
+ * every step whose work differs only in the buffers, so one kernel may run on many);
  * scalars: the run-time scalar block (ddp_scalar_slot);
- * [begin, end): the part of the kernel's index range this call covers. The CPU runtime
- * splits a kernel's range among its threads; on the GPU each thread takes one index,
+ * [begin, end): the part of the step's index range this call covers. The CPU runtime
+ * splits a range among its threads; on the GPU each thread takes one index,
  * begin + blockIdx.x * blockDim.x + threadIdx.x, and returns when it reaches end.
- * An index range is range.fixed + range.per_sample * scalars[DDP_S_LOCAL_BATCH]. */
+ * A step's index range is range.fixed + range.per_sample * scalars[DDP_S_LOCAL_BATCH]. */
 typedef union ddp_scalar {
     int64_t i;
     double f;
 } ddp_scalar;
 
-typedef void (*ddp_kernel_fn)(void *const *buffers, const ddp_scalar *scalars, int64_t begin,
+typedef void (*ddp_kernel_fn)(void *const *args, const ddp_scalar *scalars, int64_t begin,
                               int64_t end);
 
 enum ddp_scalar_slot {
@@ -58,8 +59,7 @@ typedef struct ddp_dim {
 } ddp_dim;
 
 typedef struct ddp_kernel {
-    const char *name;       /* "k12_pointwise": for traces and errors */
-    ddp_dim range;          /* the index range */
+    const char *name;       /* "ddp_k12_pointwise": its symbol, for the GPU, traces, errors */
     int64_t flags;          /* DDP_KERNEL_* */
 } ddp_kernel;
 
@@ -106,7 +106,10 @@ enum ddp_step_kind {
 
 typedef struct ddp_step {
     int64_t kind;           /* ddp_step_kind */
-    int64_t index;
+    int64_t index;          /* the kernel, GEMM or bucket */
+    ddp_dim range;          /* DDP_STEP_KERNEL: the index range */
+    const int64_t *args;    /* DDP_STEP_KERNEL: the kernel's buffers, as buffer slots */
+    int64_t nargs;
 } ddp_step;
 
 /* C = op(A) op(B) + beta C, row-major, on buffer slots; op is a transpose when t* is 1.

@@ -62,6 +62,16 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     rt->buffers = calloc((size_t)p->nbuffers + 1, sizeof(void *));
     for (int64_t i = 0; i < p->nbuffers; i++)
         rt->buffers[i] = (char *)rt->region[p->buffers[i].region] + p->buffers[i].offset;
+    for (int ph = 0; ph < DDP_PHASE_COUNT; ph++) {
+        rt->step_args[ph] = calloc((size_t)p->phases[ph].count + 1, sizeof(void **));
+        for (int64_t s = 0; s < p->phases[ph].count; s++) {
+            const ddp_step *step = &p->phases[ph].steps[s];
+            void **args = calloc((size_t)step->nargs + 1, sizeof(void *));
+            for (int64_t a = 0; a < step->nargs; a++)
+                args[a] = rt->buffers[step->args[a]];
+            rt->step_args[ph][s] = args;
+        }
+    }
     bool wide = !o->baseline_cpu && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     rt->kernels = wide ? p->cpu_wide : p->cpu_baseline;
     int threads = o->threads > 0 ? o->threads : default_threads();
@@ -76,6 +86,11 @@ void ddp_close(ddp_runtime *rt) {
         return;
     for (int r = 0; r < DDP_REGION_COUNT; r++)
         free(rt->region[r]);
+    for (int ph = 0; ph < DDP_PHASE_COUNT; ph++) {
+        for (int64_t s = 0; rt->step_args[ph] && s < rt->program->phases[ph].count; s++)
+            free(rt->step_args[ph][s]);
+        free(rt->step_args[ph]);
+    }
     free(rt->buffers);
     ddp_pool_free(rt->pool);
     free(rt);
@@ -194,23 +209,25 @@ static void sequence_of(const ddp_program *p, int phase, int64_t *sequence, int6
         *first += p->phases[ph].count;
 }
 
-void ddp_run_phase(ddp_runtime *rt, int phase) {
+void ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
     const ddp_program *p = rt->program;
     const ddp_phase *ph = &p->phases[phase];
     int64_t sequence, position;
     sequence_of(p, phase, &sequence, &position);
-    if (rt->options.poison && (phase == DDP_PHASE_FORWARD || phase == DDP_PHASE_EVAL))
+    position += first;
+    if (rt->options.poison && first == 0 && (phase == DDP_PHASE_FORWARD || phase == DDP_PHASE_EVAL))
         poison_sequence_start(rt);
-    for (int64_t i = 0; i < ph->count; i++, position++) {
+    for (int64_t i = first; i < first + count && i < ph->count; i++, position++) {
         const ddp_step *s = &ph->steps[i];
         switch (s->kind) {
         case DDP_STEP_KERNEL: {
             const ddp_kernel *k = &p->kernels[s->index];
-            int64_t end = live(rt, k->range);
+            void *const *args = rt->step_args[phase][i];
+            int64_t end = live(rt, s->range);
             if (k->flags & DDP_KERNEL_SERIAL)
-                rt->kernels[s->index](rt->buffers, rt->scalars, 0, end);
+                rt->kernels[s->index](args, rt->scalars, 0, end);
             else
-                ddp_pool_run(rt->pool, rt->kernels[s->index], rt->buffers, rt->scalars, 0, end);
+                ddp_pool_run(rt->pool, rt->kernels[s->index], args, rt->scalars, 0, end);
             break;
         }
         case DDP_STEP_GEMM:
@@ -232,6 +249,10 @@ void ddp_run_phase(ddp_runtime *rt, int phase) {
         if (rt->options.poison)
             poison_after(rt, sequence, position);
     }
+}
+
+void ddp_run_phase(ddp_runtime *rt, int phase) {
+    ddp_run_steps(rt, phase, 0, rt->program->phases[phase].count);
 }
 
 void ddp_train_step(ddp_runtime *rt) {

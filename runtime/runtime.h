@@ -54,6 +54,7 @@ typedef struct ddp_runtime {
     ddp_hooks hooks;
     void *region[DDP_REGION_COUNT];
     void **buffers;                /* the buffer table */
+    void ***step_args[DDP_PHASE_COUNT]; /* each kernel step's buffers, by step */
     ddp_scalar scalars[DDP_S_COUNT];
     const ddp_kernel_fn *kernels;  /* the variant this CPU runs */
     ddp_pool *pool;
@@ -69,6 +70,8 @@ void ddp_close(ddp_runtime *rt);
 void ddp_init_params(ddp_runtime *rt, uint64_t seed);
 void ddp_set_batch(ddp_runtime *rt, int64_t local, int64_t global);
 void ddp_run_phase(ddp_runtime *rt, int phase);
+/* steps [first, first + count) of a phase */
+void ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count);
 /* forward, backward, optimizer: one training step on the batch in the input region */
 void ddp_train_step(ddp_runtime *rt);
 void ddp_zero_accumulators(ddp_runtime *rt);
