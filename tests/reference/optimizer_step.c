@@ -71,6 +71,9 @@ int main(void) {
     printf("optimizer_step %s%s: largest relative difference %.2e over 3 steps: %s\n", names[opt->kind],
            opt->state_vectors && opt->kind == DDP_OPT_SGD ? (opt->nesterov ? " (nesterov)" : " (momentum)") : "",
            worst, ok ? "ok" : "FAIL");
+    free(before);
+    free(m);
+    free(v);
     ddp_close(rt);
     return ok ? 0 : 1;
 }
