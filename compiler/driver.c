@@ -58,6 +58,11 @@ static void apply_defines(Ddpc *c) {
         const char *name = arena_strndup(c->arena, d, (size_t)(eq - d));
         if (!builtin_param(&toplevel_train_settings, name, NULL)) {
             diag_report(c, E_UNKNOWN_ARGUMENT, none, "-D %s: there is no setting `%s`", d, name);
+            const char *names[64];
+            int n = 0;
+            for (int k = 0; k < toplevel_train_settings.nparams && n < 64; k++)
+                names[n++] = toplevel_train_settings.params[k].name;
+            diag_did_you_mean(c, none, name, names, n);
             continue;
         }
         Node *block = settings_block(c, name);
@@ -65,7 +70,7 @@ static void apply_defines(Ddpc *c) {
             diag_report(c, E_MISSING_SETTING, none, "-D %s: the program has no strategy or train block", d);
             continue;
         }
-        const char *text = arena_printf(c->arena, "let value = %s", eq + 1);
+        const char *text = arena_printf(c->arena, "let %s = %s", name, eq + 1);
         SourceFile *f = source_from_memory(c, arena_printf(c->arena, "-D %s", name), text, strlen(text));
         f->imported = true;
         TokenList toks = {0};
