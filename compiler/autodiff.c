@@ -348,8 +348,8 @@ static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
     b->range = (IrDim){0, x->per_sample};
     if (kind == OP_SOFTMAX_BWD || kind == OP_SPLIT)
         b->range = op->range;
-    if (kind == OP_COL2IM)
-        b->range = (IrDim){0, x->per_sample};
+    if (kind == OP_COL2IM || kind == OP_MAXPOOL_BWD || kind == OP_AVGPOOL_BWD) /* one index per pixel */
+        b->range = (IrDim){0, x->per_sample / x->shape.dim[x->shape.rank - 1]};
 }
 
 /* mean and var of x, per channel: dx += (dmean + 2 dvar (x - mean)) / rows. */

@@ -306,7 +306,7 @@ static void lower_conv2d(Lower *L, GNode *n) {
         window_attrs(op, n);
         op->rows_per_sample = rows;
         op->channels = cin;
-        op->range = dim_batched(rows * kk);
+        op->range = dim_batched(rows); /* one index per row of the column matrix */
     }
     bool more = p->bias || a->activation;
     Tensor *z = activation(L, n, more ? ":z" : "", &n->out);
@@ -331,6 +331,8 @@ static void lower_pool(Lower *L, GNode *n) {
     window_attrs(op, n);
     op->channels = x->shape.dim[2];
     op->range = range_of(y);
+    if (kind != OP_GAP) /* one index per output pixel, channels inside */
+        op->range.per_sample /= op->channels;
     L->value[n->id] = y;
 }
 

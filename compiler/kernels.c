@@ -175,20 +175,31 @@ static LLVMValueRef in_range(Cg *cg, LLVMValueRef v, int64_t hi) {
     return and_(cg, ge(cg, v, I(cg, 0)), lt(cg, v, I(cg, hi)));
 }
 
-static void gen_im2col(Cg *cg, IrOp *op, LLVMValueRef i) {
+/* One row of the column matrix: output position (s, oh, ow), all of its window's
+ * channels, each kernel offset's channels copied as one contiguous run. */
+static void gen_im2col(Cg *cg, IrOp *op, LLVMValueRef row) {
     Geo g = window_geometry(op);
     int64_t kw = op->kernel[1], kk = op->kernel[0] * kw * g.c;
-    LLVMValueRef row = divs(cg, i, I(cg, kk)), kidx = rems(cg, i, I(cg, kk));
     LLVMValueRef s = divs(cg, row, I(cg, g.oh * g.ow)), rest = rems(cg, row, I(cg, g.oh * g.ow));
     LLVMValueRef oh = divs(cg, rest, I(cg, g.ow)), ow = rems(cg, rest, I(cg, g.ow));
-    LLVMValueRef kh_i = divs(cg, kidx, I(cg, kw * g.c)), rest2 = rems(cg, kidx, I(cg, kw * g.c));
-    LLVMValueRef kw_i = divs(cg, rest2, I(cg, g.c)), ci = rems(cg, rest2, I(cg, g.c));
-    LLVMValueRef ih = window_coord(cg, oh, kh_i, op->stride[0], op->pad[0], op->dilation[0]);
-    LLVMValueRef iw = window_coord(cg, ow, kw_i, op->stride[1], op->pad[2], op->dilation[1]);
+    LLVMValueRef base = mul(cg, row, I(cg, kk));
+    Loop lh = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[0]), "kh");
+    LLVMValueRef kh = cg_loop_index(cg, &lh);
+    LLVMValueRef ih = window_coord(cg, oh, kh, op->stride[0], op->pad[0], op->dilation[0]);
+    Loop lw = cg_loop_begin(cg, I(cg, 0), I(cg, kw), "kw");
+    LLVMValueRef kwi = cg_loop_index(cg, &lw);
+    LLVMValueRef iw = window_coord(cg, ow, kwi, op->stride[1], op->pad[2], op->dilation[1]);
     LLVMValueRef inside = and_(cg, in_range(cg, ih, g.h), in_range(cg, iw, g.w));
-    LLVMValueRef src = add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, s, I(cg, g.h)), ih), I(cg, g.w)), iw), I(cg, g.c)), ci);
-    LLVMValueRef v = cg_load(cg, op->in[0], sel(cg, inside, src, I(cg, 0)));
-    cg_store(cg, op->out[0], i, sel(cg, inside, v, LLVMConstNull(LLVMTypeOf(v))));
+    LLVMValueRef dst = add(cg, base, mul(cg, add(cg, mul(cg, kh, I(cg, kw)), kwi), I(cg, g.c)));
+    LLVMValueRef src = mul(cg, add(cg, mul(cg, add(cg, mul(cg, s, I(cg, g.h)), ih), I(cg, g.w)), iw), I(cg, g.c));
+    src = sel(cg, inside, src, I(cg, 0));
+    Loop lc = cg_loop_begin(cg, I(cg, 0), I(cg, g.c), "c");
+    LLVMValueRef c = cg_loop_index(cg, &lc);
+    LLVMValueRef v = cg_load(cg, op->in[0], add(cg, src, c));
+    cg_store(cg, op->out[0], add(cg, dst, c), sel(cg, inside, v, LLVMConstNull(LLVMTypeOf(v))));
+    cg_loop_end(cg, &lc);
+    cg_loop_end(cg, &lw);
+    cg_loop_end(cg, &lh);
 }
 
 /* Calls visit for every output window position (oh, ow) whose window covers input
@@ -215,39 +226,68 @@ static void covering_windows(Cg *cg, IrOp *op, Geo g, LLVMValueRef ih, LLVMValue
     cg_loop_end(cg, &lh);
 }
 
+/* The pixel (s, h, w) of an [n, H, W, C] image indexed by pixel = (s H + h) W + w. */
+static void pixel_coords(Cg *cg, LLVMValueRef pixel, int64_t h, int64_t w, LLVMValueRef *s, LLVMValueRef *ph,
+                         LLVMValueRef *pw) {
+    *pw = rems(cg, pixel, I(cg, w));
+    LLVMValueRef p = divs(cg, pixel, I(cg, w));
+    *ph = rems(cg, p, I(cg, h));
+    *s = divs(cg, p, I(cg, h));
+}
+
+/* Window kernels run one index per pixel with the channels as their inner loop: the
+ * channels are contiguous, so that loop is the one the vectorizer widens. */
+typedef struct Channels {
+    Loop loop;
+    LLVMValueRef c;
+} Channels;
+
+static Channels channels_begin(Cg *cg, int64_t count) {
+    Channels ch = {cg_loop_begin(cg, I(cg, 0), I(cg, count), "c"), NULL};
+    ch.c = cg_loop_index(cg, &ch.loop);
+    return ch;
+}
+
+static void channels_end(Cg *cg, Channels *ch) {
+    cg_loop_end(cg, &ch->loop);
+}
+
+/* A gradient pixel that only gets sums added starts from zero, unless it accumulates. */
+static void zero_pixel_unless_accumulating(Cg *cg, IrOp *op, LLVMValueRef pixel, int64_t channels) {
+    if (op->accumulate)
+        return;
+    Channels ch = channels_begin(cg, channels);
+    store_f64(cg, op->out[0], add(cg, mul(cg, pixel, I(cg, channels)), ch.c), F(cg, 0), false);
+    channels_end(cg, &ch);
+}
+
 typedef struct Col2im {
-    LLVMValueRef acc, s, ci;
+    LLVMValueRef s, pixel;
     Geo g;
 } Col2im;
 
+/* the window (oh, ow) covers this pixel through offset (kh, kw): add its channels */
 static void col2im_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
                          LLVMValueRef kw, void *arg) {
     Col2im *a = arg;
     int64_t kk = op->kernel[0] * op->kernel[1] * a->g.c;
     LLVMValueRef row = add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow);
-    LLVMValueRef col = add(cg, mul(cg, add(cg, mul(cg, kh, I(cg, op->kernel[1])), kw), I(cg, a->g.c)), a->ci);
-    LLVMValueRef v = load_f64(cg, op->in[0], add(cg, mul(cg, row, I(cg, kk)), col));
-    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), v));
+    LLVMValueRef col = mul(cg, add(cg, mul(cg, kh, I(cg, op->kernel[1])), kw), I(cg, a->g.c));
+    LLVMValueRef from = add(cg, mul(cg, row, I(cg, kk)), col);
+    LLVMValueRef to = mul(cg, a->pixel, I(cg, a->g.c));
+    Channels ch = channels_begin(cg, a->g.c);
+    store_f64(cg, op->out[0], add(cg, to, ch.c), load_f64(cg, op->in[0], add(cg, from, ch.c)), true);
+    channels_end(cg, &ch);
 }
 
-/* i over the image [n, H, W, C]: (s, ih, iw, c) */
-static void image_coords(Cg *cg, LLVMValueRef i, Geo g, LLVMValueRef *s, LLVMValueRef *ih, LLVMValueRef *iw,
-                         LLVMValueRef *c) {
-    *c = rems(cg, i, I(cg, g.c));
-    LLVMValueRef p = divs(cg, i, I(cg, g.c));
-    *iw = rems(cg, p, I(cg, g.w));
-    p = divs(cg, p, I(cg, g.w));
-    *ih = rems(cg, p, I(cg, g.h));
-    *s = divs(cg, p, I(cg, g.h));
-}
-
-static void gen_col2im(Cg *cg, IrOp *op, LLVMValueRef i) {
+/* One pixel (s, ih, iw) of the image: every window covering it adds its channels. */
+static void gen_col2im(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     Geo g = window_geometry(op);
-    Col2im a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, g};
+    Col2im a = {NULL, pixel, g};
     LLVMValueRef ih, iw;
-    image_coords(cg, i, g, &a.s, &ih, &iw, &a.ci);
+    pixel_coords(cg, pixel, g.h, g.w, &a.s, &ih, &iw);
+    zero_pixel_unless_accumulating(cg, op, pixel, g.c);
     covering_windows(cg, op, g, ih, iw, col2im_visit, &a);
-    store_f64(cg, op->out[0], i, load_var(cg, a.acc, cg->f64), op->accumulate);
 }
 
 /* Calls visit with the flat input index of every element of window (oh, ow) of
@@ -256,14 +296,18 @@ typedef void (*ElementVisit)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
 
 static void window_elements(Cg *cg, IrOp *op, Geo g, LLVMValueRef s, LLVMValueRef oh, LLVMValueRef ow,
                             LLVMValueRef c, ElementVisit visit, void *arg) {
+    bool padded = op->pad[0] || op->pad[1] || op->pad[2] || op->pad[3];
     Loop lh = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[0]), "wh");
     LLVMValueRef ih = window_coord(cg, oh, cg_loop_index(cg, &lh), op->stride[0], op->pad[0], 1);
     Loop lw = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[1]), "ww");
     LLVMValueRef iw = window_coord(cg, ow, cg_loop_index(cg, &lw), op->stride[1], op->pad[2], 1);
-    If f = cg_if_begin(cg, and_(cg, in_range(cg, ih, g.h), in_range(cg, iw, g.w)));
+    If f;
+    if (padded) /* without padding every window lies inside the image */
+        f = cg_if_begin(cg, and_(cg, in_range(cg, ih, g.h), in_range(cg, iw, g.w)));
     visit(cg, op, add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, s, I(cg, g.h)), ih), I(cg, g.w)), iw), I(cg, g.c)), c),
           arg);
-    cg_if_end(cg, &f);
+    if (padded)
+        cg_if_end(cg, &f);
     cg_loop_end(cg, &lw);
     cg_loop_end(cg, &lh);
 }
@@ -295,50 +339,62 @@ static LLVMValueRef window_argmax(Cg *cg, IrOp *op, Geo g, LLVMValueRef s, LLVMV
     return load_var(cg, a.where, cg->i64);
 }
 
-/* y over [n, OH, OW, C]: (s, oh, ow, c) */
-static void output_coords(Cg *cg, LLVMValueRef i, Geo g, int64_t channels, LLVMValueRef *s,
-                          LLVMValueRef *oh, LLVMValueRef *ow, LLVMValueRef *c) {
-    *c = rems(cg, i, I(cg, channels));
-    LLVMValueRef p = divs(cg, i, I(cg, channels));
-    *ow = rems(cg, p, I(cg, g.ow));
-    p = divs(cg, p, I(cg, g.ow));
-    *oh = rems(cg, p, I(cg, g.oh));
-    *s = divs(cg, p, I(cg, g.oh));
-}
-
-static void gen_maxpool(Cg *cg, IrOp *op, LLVMValueRef i) {
+/* One output pixel (s, oh, ow), all channels. */
+static void gen_maxpool(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     Geo g = window_geometry(op);
-    LLVMValueRef s, oh, ow, c, best;
-    output_coords(cg, i, g, g.c, &s, &oh, &ow, &c);
-    window_argmax(cg, op, g, s, oh, ow, c, &best);
-    store_f64(cg, op->out[0], i, best, false);
+    LLVMValueRef s, oh, ow, best;
+    pixel_coords(cg, pixel, g.oh, g.ow, &s, &oh, &ow);
+    Channels ch = channels_begin(cg, g.c);
+    window_argmax(cg, op, g, s, oh, ow, ch.c, &best);
+    store_f64(cg, op->out[0], add(cg, mul(cg, pixel, I(cg, g.c)), ch.c), best, false);
+    channels_end(cg, &ch);
 }
 
+/* A pooling gradient pixel (s, ih, iw): each covering window adds to its channels. */
 typedef struct PoolBwd {
-    LLVMValueRef acc, s, c, here;
+    LLVMValueRef s, pixel;
     Geo g;
 } PoolBwd;
 
+/* the flat index of channel c of output pixel (s, oh, ow) */
+static LLVMValueRef output_index(Cg *cg, PoolBwd *a, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef c) {
+    LLVMValueRef o = add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow);
+    return add(cg, mul(cg, o, I(cg, a->g.c)), c);
+}
+
+/* the window's gradient goes to its largest element */
 static void maxpool_bwd_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
                               LLVMValueRef kw, void *arg) {
     PoolBwd *a = arg;
     (void)kh;
     (void)kw;
-    LLVMValueRef where = window_argmax(cg, op, a->g, a->s, oh, ow, a->c, NULL);
-    If f = cg_if_begin(cg, eq(cg, where, a->here));
-    LLVMValueRef o = add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow),
-                                 I(cg, a->g.c)), a->c);
-    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), load_f64(cg, op->in[1], o)));
-    cg_if_end(cg, &f);
+    Channels ch = channels_begin(cg, a->g.c);
+    LLVMValueRef here = add(cg, mul(cg, a->pixel, I(cg, a->g.c)), ch.c);
+    LLVMValueRef where = window_argmax(cg, op, a->g, a->s, oh, ow, ch.c, NULL);
+    LLVMValueRef grad = load_f64(cg, op->in[1], output_index(cg, a, oh, ow, ch.c));
+    store_f64(cg, op->out[0], here, sel(cg, eq(cg, where, here), grad, F(cg, 0)), true);
+    channels_end(cg, &ch);
 }
 
-static void gen_maxpool_bwd(Cg *cg, IrOp *op, LLVMValueRef i) {
+static void gen_maxpool_bwd(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     Geo g = window_geometry(op);
-    PoolBwd a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, i, g};
+    PoolBwd a = {NULL, pixel, g};
     LLVMValueRef ih, iw;
-    image_coords(cg, i, g, &a.s, &ih, &iw, &a.c);
-    covering_windows(cg, op, g, ih, iw, maxpool_bwd_visit, &a);
-    store_f64(cg, op->out[0], i, load_var(cg, a.acc, cg->f64), op->accumulate);
+    pixel_coords(cg, pixel, g.h, g.w, &a.s, &ih, &iw);
+    zero_pixel_unless_accumulating(cg, op, pixel, g.c);
+    if (op->stride[0] >= op->kernel[0] && op->stride[1] >= op->kernel[1]) {
+        /* windows do not overlap: at most one covers this pixel */
+        LLVMValueRef nh = add(cg, ih, I(cg, op->pad[0])), nw = add(cg, iw, I(cg, op->pad[2]));
+        LLVMValueRef oh = divs(cg, nh, I(cg, op->stride[0])), ow = divs(cg, nw, I(cg, op->stride[1]));
+        LLVMValueRef ok = and_(cg, lt(cg, sub(cg, nh, mul(cg, oh, I(cg, op->stride[0]))), I(cg, op->kernel[0])),
+                               lt(cg, sub(cg, nw, mul(cg, ow, I(cg, op->stride[1]))), I(cg, op->kernel[1])));
+        ok = and_(cg, ok, and_(cg, lt(cg, oh, I(cg, g.oh)), lt(cg, ow, I(cg, g.ow))));
+        If f = cg_if_begin(cg, ok);
+        maxpool_bwd_visit(cg, op, oh, ow, NULL, NULL, &a);
+        cg_if_end(cg, &f);
+    } else {
+        covering_windows(cg, op, g, ih, iw, maxpool_bwd_visit, &a);
+    }
 }
 
 /* The number of input positions (not padding) in window (oh, ow). */
@@ -361,38 +417,40 @@ static void sum_visit(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
     set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), load_f64(cg, op->in[0], idx)));
 }
 
-static void gen_avgpool(Cg *cg, IrOp *op, LLVMValueRef i) {
+/* One output pixel (s, oh, ow), all channels. */
+static void gen_avgpool(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     Geo g = window_geometry(op);
-    LLVMValueRef s, oh, ow, c;
-    output_coords(cg, i, g, g.c, &s, &oh, &ow, &c);
+    LLVMValueRef s, oh, ow;
+    pixel_coords(cg, pixel, g.oh, g.ow, &s, &oh, &ow);
+    LLVMValueRef count = window_count(cg, op, g, oh, ow);
+    Channels ch = channels_begin(cg, g.c);
     LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
-    window_elements(cg, op, g, s, oh, ow, c, sum_visit, acc);
-    store_f64(cg, op->out[0], i, fdiv(cg, load_var(cg, acc, cg->f64), window_count(cg, op, g, oh, ow)), false);
+    window_elements(cg, op, g, s, oh, ow, ch.c, sum_visit, acc);
+    store_f64(cg, op->out[0], add(cg, mul(cg, pixel, I(cg, g.c)), ch.c), fdiv(cg, load_var(cg, acc, cg->f64), count),
+              false);
+    channels_end(cg, &ch);
 }
 
+/* the window's gradient is shared equally by its elements */
 static void avgpool_bwd_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
                               LLVMValueRef kw, void *arg) {
     PoolBwd *a = arg;
     (void)kh;
     (void)kw;
-    LLVMValueRef o = add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow),
-                                 I(cg, a->g.c)), a->c);
-    LLVMValueRef v = fdiv(cg, load_f64(cg, op->in[0], o), window_count(cg, op, a->g, oh, ow));
-    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), v));
+    LLVMValueRef count = window_count(cg, op, a->g, oh, ow);
+    Channels ch = channels_begin(cg, a->g.c);
+    LLVMValueRef v = fdiv(cg, load_f64(cg, op->in[0], output_index(cg, a, oh, ow, ch.c)), count);
+    store_f64(cg, op->out[0], add(cg, mul(cg, a->pixel, I(cg, a->g.c)), ch.c), v, true);
+    channels_end(cg, &ch);
 }
 
-static void gen_avgpool_bwd(Cg *cg, IrOp *op, LLVMValueRef i) {
+static void gen_avgpool_bwd(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     Geo g = window_geometry(op);
-    PoolBwd a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, i, g};
+    PoolBwd a = {NULL, pixel, g};
     LLVMValueRef ih, iw;
-    image_coords(cg, i, g, &a.s, &ih, &iw, &a.c);
-    /* pooling windows have no dilation */
-    int64_t dil[2] = {op->dilation[0], op->dilation[1]};
-    op->dilation[0] = op->dilation[1] = 1;
-    covering_windows(cg, op, g, ih, iw, avgpool_bwd_visit, &a);
-    op->dilation[0] = dil[0];
-    op->dilation[1] = dil[1];
-    store_f64(cg, op->out[0], i, load_var(cg, a.acc, cg->f64), op->accumulate);
+    pixel_coords(cg, pixel, g.h, g.w, &a.s, &ih, &iw);
+    zero_pixel_unless_accumulating(cg, op, pixel, g.c);
+    covering_windows(cg, op, g, ih, iw, avgpool_bwd_visit, &a); /* pools have dilation 1 */
 }
 
 /* global average pool: i over [n, C] */

@@ -76,7 +76,7 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     rt->kernels = wide ? p->cpu_wide : p->cpu_baseline;
     int threads = o->threads > 0 ? o->threads : default_threads();
     rt->pool = ddp_pool_new(threads);
-    openblas_set_num_threads(threads);
+    openblas_set_num_threads(1); /* the pool splits products itself */
     rt->scalars[DDP_S_SEED].i = p->settings.seed;
     return rt;
 }
@@ -158,25 +158,58 @@ static int64_t live(const ddp_runtime *rt, ddp_dim d) {
     return d.fixed + d.per_sample * rt->scalars[DDP_S_LOCAL_BATCH].i;
 }
 
-static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
-    int64_t m = live(rt, g->m), n = live(rt, g->n), k = live(rt, g->k);
-    if (m == 0 || n == 0)
-        return;
-    void *a = rt->buffers[g->a], *b = rt->buffers[g->b], *c = rt->buffers[g->c];
-    if (k == 0) { /* an empty batch: the product is zero */
-        if (g->beta == 0)
-            memset(c, 0, (size_t)(m * n * rt->elem_size));
-        return;
+/* One matrix product C = op(A) op(B) (+ beta C), row-major, cut into blocks of C's
+ * rows or columns, whichever it has more of; each thread multiplies its blocks with a
+ * single-threaded BLAS call, so the pool's threads are the only ones computing. */
+typedef struct GemmCall {
+    ddp_runtime *rt;
+    const ddp_gemm *g;
+    int64_t m, n, k;
+    bool by_rows;
+} GemmCall;
+
+enum { GEMM_BLOCK = 16, GEMM_MIN_PARALLEL_MACS = 1 << 18 };
+
+static void gemm_blocks(void *ctx, int64_t first, int64_t last) {
+    GemmCall *c = ctx;
+    const ddp_gemm *g = c->g;
+    int64_t es = c->rt->elem_size, dim = c->by_rows ? c->m : c->n;
+    int64_t lo = first * GEMM_BLOCK, hi = last * GEMM_BLOCK < dim ? last * GEMM_BLOCK : dim;
+    char *a = c->rt->buffers[g->a], *b = c->rt->buffers[g->b], *out = c->rt->buffers[g->c];
+    blasint lda = (blasint)(g->transpose_a ? c->m : c->k), ldb = (blasint)(g->transpose_b ? c->k : c->n);
+    int64_t m = c->m, n = c->n;
+    if (c->by_rows) {
+        a += (g->transpose_a ? lo : lo * lda) * es;
+        out += lo * c->n * es;
+        m = hi - lo;
+    } else {
+        b += (g->transpose_b ? lo * ldb : lo) * es;
+        out += lo * es;
+        n = hi - lo;
     }
     enum CBLAS_TRANSPOSE ta = g->transpose_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->transpose_b ? CblasTrans : CblasNoTrans;
-    blasint lda = (blasint)(g->transpose_a ? m : k), ldb = (blasint)(g->transpose_b ? k : n);
-    if (rt->program->dtype == DDP_F64)
-        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0, a, lda, b, ldb, g->beta, c,
-                    (blasint)n);
+    if (c->rt->program->dtype == DDP_F64)
+        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)c->k, 1.0, (double *)a, lda,
+                    (double *)b, ldb, g->beta, (double *)out, (blasint)c->n);
     else
-        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, a, lda, b, ldb,
-                    (float)g->beta, c, (blasint)n);
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)c->k, 1.0f, (float *)a, lda,
+                    (float *)b, ldb, (float)g->beta, (float *)out, (blasint)c->n);
+}
+
+static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
+    GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), false};
+    if (c.m == 0 || c.n == 0)
+        return;
+    if (c.k == 0) { /* an empty batch: the product is zero */
+        if (g->beta == 0)
+            memset(rt->buffers[g->c], 0, (size_t)(c.m * c.n * rt->elem_size));
+        return;
+    }
+    c.by_rows = c.m >= c.n;
+    int64_t blocks = ((c.by_rows ? c.m : c.n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
+    bool big = c.m * c.n * c.k >= GEMM_MIN_PARALLEL_MACS;
+    ddp_pool_for(rt->pool, gemm_blocks, &c, 0, blocks, big ? 2 : blocks + 1);
 }
 
 static void fill_nan(void *p, int64_t bytes) {

@@ -1,6 +1,7 @@
-/* pool.c: the worker's threads. A kernel's index range is cut into one contiguous
- * part per thread; the calling thread takes the first part and waits for the rest.
- * Ranges too small to be worth waking threads for run on the caller alone. */
+/* pool.c: the worker's threads, the only ones doing compute in the process. A range
+ * (a kernel's indices, a matrix product's row blocks) is cut into one contiguous part
+ * per thread; the calling thread takes the first part and waits for the rest. Ranges
+ * too small to be worth waking threads for run on the caller alone. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -13,9 +14,8 @@ struct ddp_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t start, done;
-    ddp_kernel_fn fn;
-    void *const *buffers;
-    const ddp_scalar *scalars;
+    ddp_range_fn fn;
+    void *ctx;
     int64_t begin, end;
     unsigned generation;
     int pending;
@@ -31,7 +31,7 @@ static void run_part(ddp_pool *p, int part) {
     int64_t total = p->end - p->begin;
     int64_t lo = p->begin + total * part / p->n, hi = p->begin + total * (part + 1) / p->n;
     if (lo < hi)
-        p->fn(p->buffers, p->scalars, lo, hi);
+        p->fn(p->ctx, lo, hi);
 }
 
 static void *worker_main(void *arg) {
@@ -98,18 +98,16 @@ int ddp_pool_threads(const ddp_pool *p) {
     return p->n;
 }
 
-void ddp_pool_run(ddp_pool *p, ddp_kernel_fn fn, void *const *buffers, const ddp_scalar *scalars,
-                  int64_t begin, int64_t end) {
+void ddp_pool_for(ddp_pool *p, ddp_range_fn fn, void *ctx, int64_t begin, int64_t end, int64_t min_parallel) {
     if (end <= begin)
         return;
-    if (p->n == 1 || end - begin < MIN_PARALLEL) {
-        fn(buffers, scalars, begin, end);
+    if (p->n == 1 || end - begin < min_parallel) {
+        fn(ctx, begin, end);
         return;
     }
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
-    p->buffers = buffers;
-    p->scalars = scalars;
+    p->ctx = ctx;
     p->begin = begin;
     p->end = end;
     p->pending = p->n - 1;
@@ -121,4 +119,21 @@ void ddp_pool_run(ddp_pool *p, ddp_kernel_fn fn, void *const *buffers, const ddp
     while (p->pending > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+typedef struct KernelCall {
+    ddp_kernel_fn fn;
+    void *const *buffers;
+    const ddp_scalar *scalars;
+} KernelCall;
+
+static void kernel_part(void *ctx, int64_t begin, int64_t end) {
+    KernelCall *k = ctx;
+    k->fn(k->buffers, k->scalars, begin, end);
+}
+
+void ddp_pool_run(ddp_pool *p, ddp_kernel_fn fn, void *const *buffers, const ddp_scalar *scalars,
+                  int64_t begin, int64_t end) {
+    KernelCall k = {fn, buffers, scalars};
+    ddp_pool_for(p, kernel_part, &k, begin, end, MIN_PARALLEL);
 }

@@ -28,7 +28,11 @@ typedef struct ddp_pool ddp_pool;
 ddp_pool *ddp_pool_new(int threads);
 void ddp_pool_free(ddp_pool *p);
 int ddp_pool_threads(const ddp_pool *p);
-/* Runs fn over [begin, end), split among the threads; returns when all are done. */
+/* Runs fn over [begin, end), split among the threads, or on the caller alone when the
+ * range is shorter than min_parallel; returns when all parts are done. */
+typedef void (*ddp_range_fn)(void *ctx, int64_t begin, int64_t end);
+void ddp_pool_for(ddp_pool *p, ddp_range_fn fn, void *ctx, int64_t begin, int64_t end, int64_t min_parallel);
+/* A kernel over [begin, end) the same way. */
 void ddp_pool_run(ddp_pool *p, ddp_kernel_fn fn, void *const *buffers, const ddp_scalar *scalars,
                   int64_t begin, int64_t end);
 
