@@ -3,7 +3,10 @@
 # that are missing. Nothing is done when all are present (so it also works offline);
 # sudo is used only when not already root.
 set -eu
-packages="build-essential cmake ninja-build re2c lemon clang lld libclang-rt-14-dev llvm-14-dev libopenblas-dev zlib1g-dev"
+# dataset-fashion-mnist: the real data the samples and the training tests use;
+# python3: the tests that write data files and compute figures by hand
+packages="build-essential cmake ninja-build re2c lemon clang lld libclang-rt-14-dev llvm-14-dev libopenblas-dev
+zlib1g-dev dataset-fashion-mnist python3"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

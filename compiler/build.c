@@ -20,8 +20,8 @@
 #ifndef DDP_INSTALL_RUNTIME_LIB
 #define DDP_INSTALL_RUNTIME_LIB ""
 #endif
-#ifndef DDP_BLAS_LIBS
-#define DDP_BLAS_LIBS ""
+#ifndef DDP_RUNTIME_DEPS
+#define DDP_RUNTIME_DEPS ""
 #endif
 
 /* DDP_RUNTIME, else beside the installed ddpc, else the build tree's. */
@@ -193,8 +193,8 @@ static bool link_executable(Ddpc *c, const BuildOptions *o, const char *base, co
     argv[n++] = (char *)base;
     argv[n++] = (char *)wide;
     argv[n++] = (char *)runtime;
-    char *libs = arena_strdup(c->arena, DDP_BLAS_LIBS);
-    for (char *tok = strtok(libs, ";"); tok && n < 56; tok = strtok(NULL, ";"))
+    char *libs = arena_strdup(c->arena, DDP_RUNTIME_DEPS);
+    for (char *tok = strtok(libs, "|"); tok && n < 56; tok = strtok(NULL, "|"))
         argv[n++] = tok;
     argv[n++] = "-lpthread";
     argv[n++] = "-ldl";

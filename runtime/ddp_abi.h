@@ -167,14 +167,17 @@ typedef struct ddp_rt_expr {
 
 /* --------------------------------------------------------- random draws */
 
-/* Every random draw (dropout, shuffling, initialisation) is Philox4x32-10 with
+/* Every random draw (dropout, shuffling, initialisation, synthetic data) is
+ * Philox4x32-10 with
  *   key     = {seed & 0xffffffff, (seed >> 32) ^ stream}
  *   counter = {element, sample & 0xffffffff, sample >> 32, step}
  * where stream names the use (DDP_STREAM_DROPOUT + layer key, DDP_STREAM_SHUFFLE,
- * DDP_STREAM_INIT + parameter index). A draw depends on nothing else: not on the
+ * DDP_STREAM_INIT, DDP_STREAM_DATA). A draw depends on nothing else: not on the
  * worker, the thread or the device. The first output word w gives the uniform number
- * (w >> 8) * 2^-24 in [0, 1) (two words, 53 bits, for f64 initialisation). */
-enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_INIT = 3 << 16 };
+ * (w >> 8) * 2^-24 in [0, 1) (two words, 53 bits, for f64 initialisation). A synthetic
+ * dataset's element e of sample i is word e % 4 of the draw with element e / 4. */
+enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_INIT = 3 << 16,
+       DDP_STREAM_DATA = 4 << 16 };
 
 /* ----------------------------------------------------------------- settings */
 

@@ -50,6 +50,8 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     rt->options = *o;
     rt->elem_size = p->dtype == DDP_F64 ? 8 : 4;
     rt->replicas = rt->workers = 1;
+    rt->epochs = p->settings.epochs;
+    rt->rate_override = NAN;
     for (int r = 0; r < DDP_REGION_COUNT; r++) {
         rt->region[r] = alloc_region(p->region_bytes[r]);
         if (!rt->region[r]) {
@@ -114,10 +116,10 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
-/* Element e of parameter p: a draw keyed by the seed, the parameter's name and e. */
-static double initial_value(const ddp_param *p, uint64_t seed, int64_t e) {
+/* Element e of parameter p: a draw keyed by the seed, the parameter's name (key) and e. */
+static double initial_value(const ddp_param *p, uint64_t seed, uint64_t key, int64_t e) {
     uint32_t w[4];
-    ddp_draw(seed, DDP_STREAM_INIT, name_hash(p->name), (uint32_t)e, (uint32_t)(e >> 32), w);
+    ddp_draw(seed, DDP_STREAM_INIT, key, (uint32_t)e, (uint32_t)(e >> 32), w);
     double u = ddp_uniform53(w);
     double fan_in = (double)p->fan_in, fan_out = (double)p->fan_out;
     switch (p->init) {
@@ -126,12 +128,8 @@ static double initial_value(const ddp_param *p, uint64_t seed, int64_t e) {
     case DDP_INIT_GLOROT_UNIFORM: return (2 * u - 1) * sqrt(6 / (fan_in + fan_out));
     case DDP_INIT_HE_UNIFORM: return (2 * u - 1) * sqrt(6 / fan_in);
     default: {
-        /* Box-Muller from the draw's two halves */
-        uint32_t v[4] = {w[2], w[3], 0, 0};
-        double u2 = ddp_uniform53(v);
-        double z = sqrt(-2 * log(1 - u)) * cos(2 * M_PI * u2);
         double std = p->init == DDP_INIT_HE_NORMAL ? sqrt(2 / fan_in) : sqrt(2 / (fan_in + fan_out));
-        return z * std;
+        return ddp_normal(w) * std;
     }
     }
 }
@@ -141,8 +139,9 @@ void ddp_init_params(ddp_runtime *rt, uint64_t seed) {
     for (int64_t i = 0; i < prog->nparams; i++) {
         const ddp_param *p = &prog->params[i];
         char *base = rt->region[p->region];
+        uint64_t key = name_hash(p->name);
         for (int64_t e = 0; e < p->count; e++) {
-            double v = initial_value(p, seed, e);
+            double v = initial_value(p, seed, key, e);
             if (prog->dtype == DDP_F64)
                 ((double *)base)[p->offset + e] = v;
             else
@@ -296,6 +295,33 @@ void ddp_train_step(ddp_runtime *rt) {
 
 void ddp_zero_accumulators(ddp_runtime *rt) {
     memset(rt->region[DDP_REGION_ACCUM], 0, (size_t)rt->program->region_bytes[DDP_REGION_ACCUM]);
+}
+
+double *ddp_accumulators(ddp_runtime *rt) {
+    return rt->buffers[rt->program->accum_slot];
+}
+
+/* Finite means an exponent field below all ones; testing bits keeps the loop plain
+ * integer work the compiler vectorizes. */
+static inline bool nonfinite_at(const void *values, bool wide, int64_t i) {
+    return wide ? (((const uint64_t *)values)[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull
+                : (((const uint32_t *)values)[i] & 0x7f800000u) == 0x7f800000u;
+}
+
+int64_t ddp_first_nonfinite(const ddp_runtime *rt, int region, int64_t count) {
+    bool wide = rt->program->dtype == DDP_F64;
+    const void *values = rt->region[region];
+    enum { CHUNK = 4096 };
+    for (int64_t start = 0; start < count; start += CHUNK) {
+        int64_t end = start + CHUNK < count ? start + CHUNK : count;
+        bool bad = false;
+        for (int64_t i = start; i < end; i++)
+            bad |= nonfinite_at(values, wide, i);
+        for (int64_t i = start; bad && i < end; i++)
+            if (nonfinite_at(values, wide, i))
+                return i;
+    }
+    return -1;
 }
 
 double ddp_accumulator(ddp_runtime *rt, int pair, double *count) {

@@ -3,11 +3,15 @@
  * per thread; the calling thread takes the first part and waits for the rest. Ranges
  * too small to be worth waking threads for run on the caller alone. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "runtime.h"
 
-enum { MIN_PARALLEL = 4096 };
+/* A training step is dozens of parallel ranges a few microseconds apart, and waking a
+ * sleeping thread costs about as much as one of them; so a thread spins this many
+ * rounds (some tens of microseconds) for the next range before it sleeps. */
+enum { MIN_PARALLEL = 4096, SPIN_ROUNDS = 2000 };
 
 struct ddp_pool {
     int n;
@@ -17,15 +21,22 @@ struct ddp_pool {
     ddp_range_fn fn;
     void *ctx;
     int64_t begin, end;
-    unsigned generation;
-    int pending;
-    bool quit;
+    atomic_uint generation;     /* a new range to run */
+    atomic_int pending;         /* parts of the range not yet done */
+    atomic_int sleepers;        /* threads asleep (or going to sleep) on start or done */
+    atomic_bool quit;
 };
 
 typedef struct Worker {
     ddp_pool *pool;
     int index;
 } Worker;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void run_part(ddp_pool *p, int part) {
     int64_t total = p->end - p->begin;
@@ -34,24 +45,53 @@ static void run_part(ddp_pool *p, int part) {
         p->fn(p->ctx, lo, hi);
 }
 
+/* Spins, then sleeps on cond, until ready(p, arg). A thread that changes what ready
+ * reads does so before it looks at sleepers (both sequentially consistent), and a
+ * sleeper counts itself before it last reads, so no wake-up is lost. */
+static void await(ddp_pool *p, pthread_cond_t *cond, bool (*ready)(ddp_pool *, unsigned), unsigned arg) {
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        if (ready(p, arg))
+            return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->sleepers, 1);
+    while (!ready(p, arg))
+        pthread_cond_wait(cond, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void wake(ddp_pool *p, pthread_cond_t *cond) {
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(cond);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static bool range_posted(ddp_pool *p, unsigned seen) {
+    return atomic_load(&p->generation) != seen || atomic_load(&p->quit);
+}
+
+static bool parts_done(ddp_pool *p, unsigned unused) {
+    (void)unused;
+    return atomic_load(&p->pending) == 0;
+}
+
 static void *worker_main(void *arg) {
     Worker *w = arg;
     ddp_pool *p = w->pool;
     unsigned seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->generation == seen && !p->quit)
-            pthread_cond_wait(&p->start, &p->mu);
-        if (p->quit)
+        await(p, &p->start, range_posted, seen);
+        if (atomic_load(&p->quit))
             break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        seen = atomic_load(&p->generation);
         run_part(p, w->index);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
-            pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub(&p->pending, 1) == 1)
+            wake(p, &p->done);
     }
-    pthread_mutex_unlock(&p->mu);
     free(w);
     return NULL;
 }
@@ -81,8 +121,8 @@ ddp_pool *ddp_pool_new(int threads) {
 void ddp_pool_free(ddp_pool *p) {
     if (!p)
         return;
+    atomic_store(&p->quit, true);
     pthread_mutex_lock(&p->mu);
-    p->quit = true;
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++)
@@ -105,20 +145,15 @@ void ddp_pool_for(ddp_pool *p, ddp_range_fn fn, void *ctx, int64_t begin, int64_
         fn(ctx, begin, end);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->begin = begin;
     p->end = end;
-    p->pending = p->n - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->start);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->pending, p->n - 1);
+    atomic_fetch_add(&p->generation, 1);
+    wake(p, &p->start);
     run_part(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    await(p, &p->done, parts_done, 0);
 }
 
 typedef struct KernelCall {

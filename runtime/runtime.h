@@ -21,6 +21,9 @@ void ddp_philox4(const uint32_t key[2], const uint32_t ctr[4], uint32_t out[4]);
 void ddp_draw(uint64_t seed, uint32_t stream, uint64_t sample, uint32_t element, uint32_t step,
               uint32_t out[4]);
 double ddp_uniform53(const uint32_t w[4]); /* [0, 1) from words 0 and 1 */
+/* A standard normal number from all four words (Box-Muller), the same bits on every
+ * machine. */
+double ddp_normal(const uint32_t w[4]);
 
 /* ----------------------------------------------------------------- pool.c */
 
@@ -35,6 +38,52 @@ void ddp_pool_for(ddp_pool *p, ddp_range_fn fn, void *ctx, int64_t begin, int64_
 /* A kernel over [begin, end) the same way. */
 void ddp_pool_run(ddp_pool *p, ddp_kernel_fn fn, void *const *buffers, const ddp_scalar *scalars,
                   int64_t begin, int64_t end);
+
+/* ----------------------------------------------------------------- data.c */
+
+/* Element types of data files; inputs stay in their file's type in memory and are
+ * converted (and scaled) only when a batch is assembled. */
+enum ddp_elem { DDP_ELEM_U8, DDP_ELEM_I8, DDP_ELEM_U16, DDP_ELEM_I16, DDP_ELEM_U32, DDP_ELEM_I32,
+                DDP_ELEM_U64, DDP_ELEM_I64, DDP_ELEM_F16, DDP_ELEM_F32, DDP_ELEM_F64, DDP_ELEM_COUNT };
+
+/* A dataset in memory, as its files hold it. */
+typedef struct ddp_data {
+    const ddp_dataset *spec;
+    char where[1024];           /* the file or folder of the inputs, as opened, for messages */
+    char label_where[1024];     /* the labels' file, where it is another */
+    int64_t samples;
+    int rank;
+    int64_t shape[8];           /* per sample, as the file says */
+    int64_t elems;              /* per sample */
+    int elem;                   /* ddp_elem of inputs */
+    void *inputs;               /* samples x elems, native byte order, C order; NULL: synthetic */
+    int64_t label_elems;        /* values per sample's label (1 for a class index) */
+    bool integral_labels;       /* every label value is a whole number (a class index) */
+    double *labels;             /* samples x label_elems; NULL: synthetic */
+} ddp_data;
+
+/* dims joined by sep: "28x28" with "x", "28, 28" with ", " (every shape in messages). */
+const char *ddp_dims_text(char *buf, size_t len, const int64_t *dims, int rank, const char *sep);
+/* "[28, 28]" */
+const char *ddp_shape_text(char *buf, size_t len, const int64_t *dims, int rank);
+/* An IEEE half-precision number's value. */
+double ddp_half_to_double(uint16_t h);
+
+/* Reads a dataset's files into memory and checks them on their own (sizes, magic
+ * numbers, truncation, NaN or infinite values, consistent counts). A relative path is
+ * taken below root when root is not NULL. On failure: false, and err holds one
+ * message naming the file and what is wrong with it, ending with what to do. */
+bool ddp_data_open(const ddp_dataset *spec, const char *root, ddp_data *d, char *err, size_t errlen);
+void ddp_data_free(ddp_data *d);
+/* Checks that the data fits the program: per-sample element count against the
+ * model's input, labels against the loss and the model's output (class indices below
+ * the number of outputs, binary targets in [0, 1], ...). */
+bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen);
+/* Writes samples indices[0..n) as rows 0..n of a batch in the program's layout:
+ * x (n x input elements, the program's dtype, inputs times the dataset's scale),
+ * y (n labels as the program's label_dtype wants them) and ids (the sample indices). */
+void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n, void *x,
+                    void *y, int64_t *ids);
 
 /* ----------------------------------------------------------------- exec.c */
 
@@ -64,6 +113,8 @@ typedef struct ddp_runtime {
     ddp_pool *pool;
     int64_t elem_size;
     int replicas, workers;
+    int64_t epochs;                /* of the run, for schedules (the program's unless changed) */
+    double rate_override;          /* NAN: the program's learning rate */
 } ddp_runtime;
 
 /* Allocates and prepares a program's regions; NULL with a message in err. */
@@ -80,14 +131,141 @@ void ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count);
 void ddp_train_step(ddp_runtime *rt);
 void ddp_zero_accumulators(ddp_runtime *rt);
 double ddp_accumulator(ddp_runtime *rt, int pair, double *count);
+/* The accumulators themselves: accum_pairs (sum, count) pairs, for saving around a
+ * validation in mid-epoch. */
+double *ddp_accumulators(ddp_runtime *rt);
+/* The first element of a region's first count values that is NaN or infinite; -1 if none. */
+int64_t ddp_first_nonfinite(const ddp_runtime *rt, int region, int64_t count);
 void *ddp_buffer_ptr(ddp_runtime *rt, int64_t slot);
+
+/* --------------------------------------------------------------- loader.c */
+
+/* The order of an epoch's samples (S8): a permutation of [0, n) drawn from (seed,
+ * epoch), the same on every worker, or 0..n-1 without shuffling. */
+void ddp_epoch_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order);
+/* Part `part` of `parts` of count items, as even as possible: the first count % parts
+ * parts hold one more. */
+void ddp_shard_range(int64_t count, int64_t parts, int64_t part, int64_t *begin, int64_t *size);
+
+/* How an epoch is cut into global batches (S6, S9). */
+typedef struct ddp_epoch_plan {
+    int64_t samples, global_batch;
+    int64_t steps;              /* global batches per epoch */
+    int64_t dropped;            /* samples per epoch that no batch holds */
+} ddp_epoch_plan;
+
+/* steps_per_epoch -1: every batch the data gives. False with a message when the data
+ * cannot give one batch, or fewer than steps_per_epoch. */
+bool ddp_plan_epoch(int64_t samples, int64_t global_batch, bool drop_remainder, int64_t steps_per_epoch,
+                    ddp_epoch_plan *plan, char *err, size_t errlen);
+/* Global batch `step` of an epoch: positions [*begin, *begin + *size) of its order. */
+void ddp_batch_span(const ddp_epoch_plan *plan, int64_t step, int64_t *begin, int64_t *size);
+
+/* A background thread that assembles each batch while the step before it runs. */
+typedef struct ddp_loader ddp_loader;
+ddp_loader *ddp_loader_new(const ddp_data *d, const ddp_program *p, int64_t max_rows);
+void ddp_loader_free(ddp_loader *l);
+/* Starts a pass: batch b holds samples order[starts[b] .. starts[b] + sizes[b]). The
+ * arrays remain the caller's and must outlive the pass. A new pass may start before
+ * the last one was consumed. */
+void ddp_loader_begin(ddp_loader *l, const int64_t *order, const int64_t *starts, const int64_t *sizes,
+                      int64_t batches);
+/* Waits for the pass's next batch and copies it into x, y and ids; returns its rows. */
+int64_t ddp_loader_next(ddp_loader *l, void *x, void *y, int64_t *ids);
+
+/* -------------------------------------------------------------- options.c */
+
+enum ddp_device_kind { DDP_DEVICE_AUTO, DDP_DEVICE_CPU, DDP_DEVICE_GPU };
+
+/* A run's settings: the program's, then the command line's over them. */
+typedef struct ddp_config {
+    const char *prog;           /* the executable, as messages name it */
+    ddp_options exec;
+    int64_t epochs;
+    int64_t steps_per_epoch;    /* -1: every global batch */
+    uint64_t seed;
+    double learning_rate;       /* NAN: the program's */
+    int device;                 /* ddp_device_kind */
+    const char *data_root, *metrics_path, *save_path, *load_path;
+    bool evaluate;
+    bool synthetic;             /* random data of the model's shapes, no validation */
+    int64_t log_every;          /* steps between progress lines when not on a terminal */
+    bool progress_bar;          /* stdout is a terminal */
+    char threads_from[128];     /* how the thread count was found, for the banner */
+} ddp_config;
+
+/* Fills cfg from the program's settings and argv. Returns -1 to go on, else the exit
+ * status to end with (0 after --help, 2 on bad usage, the message printed). */
+int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv);
+/* Refuses what the program asks that this runtime cannot do yet (checkpoints, GPUs,
+ * reduced precision, several workers): false with a message saying what to change. */
+bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err, size_t errlen);
+
+/* ---------------------------------------------------------- safetensors.c */
+
+/* Writes the parameters and statistics as a safetensors file, atomically: a reader
+ * sees the old file or the whole new one. Names are the program's ("model.label.
+ * weight"); the header's metadata holds the program hash and each tensor's layout. */
+bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen);
+/* Reads every parameter and statistic from a safetensors file, each checked by name,
+ * dtype and shape; note gets a line worth showing (another program's hash) or "". */
+bool ddp_load_params(ddp_runtime *rt, const char *path, char *note, size_t notelen, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- report.c */
+
+enum { DDP_MAX_METRICS = 16 };
+
+/* A pass's figures from the accumulators' (sum, count) pairs. */
+typedef struct ddp_figures {
+    double loss;                /* mean loss per sample */
+    double metric[DDP_MAX_METRICS]; /* the program's metrics, in its order */
+    int64_t samples;
+} ddp_figures;
+
+/* What an epoch did, for its line and its JSON object. */
+typedef struct ddp_epoch_result {
+    int64_t epoch;              /* from 1 */
+    int64_t step;               /* optimizer steps so far */
+    ddp_figures train;
+    const ddp_figures *validation; /* NULL: none this epoch */
+    double learning_rate, samples_per_sec, seconds;
+} ddp_epoch_result;
+
+/* Everything a run prints (worker 0 only) and its --metrics file. */
+typedef struct ddp_report ddp_report;
+ddp_report *ddp_report_open(const ddp_config *cfg, const ddp_program *p, bool quiet, char *err, size_t errlen);
+void ddp_report_close(ddp_report *r);
+void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *train, const ddp_data *validation,
+                       const ddp_epoch_plan *plan);
+/* Step `step` (from 1) of `steps` of an epoch is done: a progress bar or line. */
+void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, const ddp_figures *running,
+                     double samples_per_sec);
+void ddp_report_validation(ddp_report *r, int64_t step, const ddp_figures *v);
+void ddp_report_epoch(ddp_report *r, const ddp_epoch_result *e);
+void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_figures *v, double seconds);
+void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, double seconds,
+                        const ddp_figures *last_validation, const char *saved_to);
+/* Ends a progress bar's line before a message goes to stderr. */
+void ddp_report_interrupt(ddp_report *r);
+
+/* ----------------------------------------------------------------- train.c */
+
+/* Trains for cfg's epochs (validating as the program says) or, with cfg->evaluate,
+ * only evaluates; saves to cfg->save_path at the end. Returns the exit status. */
+int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report);
+
+/* ----------------------------------------------------------------- start.c */
+
+/* A built program's main: returns its exit status. */
+int ddp_main(const ddp_program *p, int argc, char **argv);
 
 /* ------------------------------------------------------------- schedule.c */
 
 double ddp_rt_eval(const ddp_rt_expr *e, double replicas, double workers, double global_batch);
-/* The learning rate of step (0-based) with steps_per_epoch steps in an epoch. */
-double ddp_learning_rate(const ddp_program *p, int64_t step, int64_t steps_per_epoch, double replicas,
-                         double workers, double global_batch);
+/* The learning rate of step (0-based) of a run of epochs of steps_per_epoch steps;
+ * rate_override, unless NAN, replaces the schedule's base rate (its peak). */
+double ddp_learning_rate(const ddp_program *p, double rate_override, int64_t epochs, int64_t step,
+                         int64_t steps_per_epoch, double replicas, double workers, double global_batch);
 /* Sets the step's scalars: learning rate, weight decay, bias corrections, step. */
 void ddp_prepare_step(ddp_runtime *rt, int64_t step, int64_t steps_per_epoch);
 

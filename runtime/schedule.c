@@ -33,10 +33,10 @@ static int64_t steps_of(ddp_duration d, int64_t steps_per_epoch) {
     return d.unit == DDP_UNIT_EPOCHS ? d.value * steps_per_epoch : d.value;
 }
 
-double ddp_learning_rate(const ddp_program *p, int64_t step, int64_t steps_per_epoch, double replicas,
-                         double workers, double global_batch) {
+double ddp_learning_rate(const ddp_program *p, double rate_override, int64_t epochs, int64_t step,
+                         int64_t steps_per_epoch, double replicas, double workers, double global_batch) {
     const ddp_schedule *s = &p->settings.optimizer.learning_rate;
-    double rate = ddp_rt_eval(&s->rate, replicas, workers, global_batch);
+    double rate = isnan(rate_override) ? ddp_rt_eval(&s->rate, replicas, workers, global_batch) : rate_override;
     if (s->kind == DDP_SCHEDULE_CONSTANT)
         return rate;
     int64_t period = steps_of(s->period, steps_per_epoch);
@@ -47,7 +47,7 @@ double ddp_learning_rate(const ddp_program *p, int64_t step, int64_t steps_per_e
     double final = ddp_rt_eval(&s->final, replicas, workers, global_batch);
     if (step < period)
         return rate * (double)(step + 1) / (double)period;
-    int64_t total = p->settings.epochs * steps_per_epoch;
+    int64_t total = epochs * steps_per_epoch;
     double progress = total > period ? (double)(step - period) / (double)(total - period) : 1;
     if (progress > 1)
         progress = 1;
@@ -62,7 +62,8 @@ void ddp_prepare_step(ddp_runtime *rt, int64_t step, int64_t steps_per_epoch) {
     double global = (double)p->settings.batch_per_replica * replicas; /* the run-time scalar */
     const ddp_optimizer *o = &p->settings.optimizer;
     rt->scalars[DDP_S_STEP].i = step;
-    rt->scalars[DDP_S_LEARNING_RATE].f = ddp_learning_rate(p, step, steps_per_epoch, replicas, workers, global);
+    rt->scalars[DDP_S_LEARNING_RATE].f =
+        ddp_learning_rate(p, rt->rate_override, rt->epochs, step, steps_per_epoch, replicas, workers, global);
     rt->scalars[DDP_S_WEIGHT_DECAY].f = ddp_rt_eval(&o->weight_decay, replicas, workers, global);
     rt->scalars[DDP_S_BIAS_CORRECTION1].f = 1 - pow(o->beta1, (double)(step + 1));
     rt->scalars[DDP_S_BIAS_CORRECTION2].f = 1 - pow(o->beta2, (double)(step + 1));

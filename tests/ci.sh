@@ -1,7 +1,8 @@
 #!/bin/sh
 # ci.sh: the whole test run, as the README gives it and as CI runs it on a fresh clone.
 # Installs what is missing, then builds two trees and runs every test in each:
-#   build/       release, gcc: golden, unit, robustness and documentation tests
+#   build/       release, gcc: golden, unit, robustness and documentation tests, and
+#                whole programs training on the real Fashion-MNIST
 #   build-asan/  clang with AddressSanitizer and UndefinedBehaviorSanitizer, plus a
 #                60-second libFuzzer run over the front end
 set -eu

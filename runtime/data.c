@@ -1,0 +1,606 @@
+/* data.c: datasets in memory: opening one (the readers are data_idx.c, data_cifar10.c,
+ * data_npy.c and data_csv.c), checking it against the program, and assembling batches.
+ *
+ * Files are read whole and kept as their files hold them: inputs in their own element
+ * type, labels as doubles. A batch converts and scales only the rows it takes, so the
+ * dataset costs its file's size in memory, not that of its f32 or f64 copy. Synthetic
+ * data has no arrays at all: every value is a draw, made when a batch asks for it.
+ *
+ * Also here: the helpers the readers share (data_read.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "data_read.h"
+
+/* ------------------------------------------------------------- messages */
+
+bool data_fail(char *err, size_t errlen, const char *file, const char *fmt, ...) {
+    int n = snprintf(err, errlen, "%s: ", file);
+    if (n >= 0 && (size_t)n < errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+const char *data_role(char *buf, size_t len, const ddp_dataset *spec, const char *role) {
+    if (spec->name && *spec->name)
+        snprintf(buf, len, "the dataset `%s`, %s", spec->name, role);
+    else
+        snprintf(buf, len, "the dataset's %s", role);
+    return buf;
+}
+
+const char *ddp_dims_text(char *buf, size_t len, const int64_t *dims, int rank, const char *sep) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < rank && used < len; i++) {
+        int n = snprintf(buf + used, len - used, "%s%lld", i ? sep : "", (long long)dims[i]);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    return buf;
+}
+
+const char *ddp_shape_text(char *buf, size_t len, const int64_t *dims, int rank) {
+    char inner[256];
+    snprintf(buf, len, "[%s]", ddp_dims_text(inner, sizeof inner, dims, rank, ", "));
+    return buf;
+}
+
+const char *data_excerpt(char *buf, size_t len, const char *text, size_t n) {
+    size_t room = len - 4, k = 0; /* room for "..." and the terminator */
+    for (; k < n && k < room && text[k]; k++)
+        buf[k] = (unsigned char)text[k] < 0x20 || text[k] == 0x7f ? '?' : text[k];
+    strcpy(buf + k, k < n && text[k] ? "..." : "");
+    return buf;
+}
+
+bool data_join_path(char *out, size_t outlen, const char *dir, const char *name) {
+    size_t n = strlen(dir);
+    const char *slash = n > 0 && dir[n - 1] == '/' ? "" : "/";
+    int written = snprintf(out, outlen, "%s%s%s", dir, slash, name);
+    return written >= 0 && (size_t)written < outlen;
+}
+
+/* ---------------------------------------------------------------- files */
+
+void data_bytes_free(data_bytes *b) {
+    free(b->data);
+    *b = (data_bytes){0};
+}
+
+void *data_take(data_bytes *b, size_t offset) {
+    size_t n = b->len - offset;
+    memmove(b->data, b->data + offset, n);
+    void *shrunk = realloc(b->data, n ? n : 1);
+    void *block = shrunk ? shrunk : b->data;
+    *b = (data_bytes){0};
+    return block;
+}
+
+/* Why a file cannot be read, before reading it: missing, a folder, or empty. */
+static bool check_file(const char *path, const ddp_dataset *spec, const char *role, struct stat *st,
+                       char *err, size_t errlen) {
+    char what[DATA_ROLE_MAX];
+    if (stat(path, st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return data_fail(err, errlen, path, "no such file (%s); check the path or give --data-root",
+                             data_role(what, sizeof what, spec, role));
+        return data_fail(err, errlen, path, "cannot read it (%s): %s; check the file's permissions",
+                         data_role(what, sizeof what, spec, role), strerror(errno));
+    }
+    if (S_ISDIR(st->st_mode))
+        return data_fail(err, errlen, path, "is a folder, not a file (%s); name the file itself",
+                         data_role(what, sizeof what, spec, role));
+    if (st->st_size == 0)
+        return data_fail(err, errlen, path, "the file is empty (%s); download it again or check the path",
+                         data_role(what, sizeof what, spec, role));
+    return true;
+}
+
+/* Reads everything gzread gives into b, growing it; the caller checks how it ended. */
+static int read_all(gzFile f, data_bytes *b, size_t capacity) {
+    enum { MAX_READ = 1 << 30 }; /* gzread counts in int */
+    for (;;) {
+        if (b->len + 1 >= capacity) {
+            unsigned char *grown = realloc(b->data, capacity * 2);
+            if (!grown)
+                return Z_MEM_ERROR;
+            b->data = grown;
+            capacity *= 2;
+        }
+        size_t room = capacity - 1 - b->len;
+        int got = gzread(f, b->data + b->len, (unsigned)(room < MAX_READ ? room : MAX_READ));
+        if (got < 0) {
+            int errnum;
+            gzerror(f, &errnum);
+            return errnum;
+        }
+        if (got == 0)
+            return Z_OK;
+        b->len += (size_t)got;
+    }
+}
+
+bool data_read_file(const char *path, const ddp_dataset *spec, const char *role, data_bytes *out, char *err,
+                    size_t errlen) {
+    *out = (data_bytes){0};
+    struct stat st;
+    if (!check_file(path, spec, role, &st, err, errlen))
+        return false;
+    errno = 0;
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        return data_fail(err, errlen, path, "cannot open it: %s", errno ? strerror(errno) : "out of memory");
+    gzbuffer(f, 1 << 18);
+    size_t capacity = (size_t)st.st_size + 1;
+    out->data = malloc(capacity);
+    int status = out->data ? read_all(f, out, capacity) : Z_MEM_ERROR, zlib_status, read_errno = errno;
+    char why[128]; /* zlib's own words, without the path it puts first; gone once closed */
+    const char *said = gzerror(f, &zlib_status);
+    size_t n = strlen(path);
+    snprintf(why, sizeof why, "%s", strncmp(said, path, n) == 0 && said[n] == ':' ? said + n + 2 : said);
+    if (status == Z_OK) /* a gzip stream cut short reads as a clean end */
+        status = zlib_status;
+    if (gzclose(f) == Z_BUF_ERROR && status == Z_OK)
+        status = Z_BUF_ERROR;
+    if (status != Z_OK) {
+        data_bytes_free(out);
+        if (status == Z_BUF_ERROR)
+            return data_fail(err, errlen, path,
+                             "the gzip stream ends early: the file is cut short (%lld bytes); "
+                             "download it again",
+                             (long long)st.st_size);
+        if (status == Z_MEM_ERROR)
+            return data_fail(err, errlen, path, "out of memory reading it (%lld bytes)",
+                             (long long)st.st_size);
+        if (status == Z_ERRNO)
+            return data_fail(err, errlen, path, "cannot read it: %s", strerror(read_errno));
+        return data_fail(err, errlen, path, "the gzip data is damaged (%s); download it again", why);
+    }
+    if (out->len == 0) {
+        data_bytes_free(out);
+        char what[DATA_ROLE_MAX];
+        return data_fail(err, errlen, path, "the file holds an empty gzip stream (%s); download it again",
+                         data_role(what, sizeof what, spec, role));
+    }
+    unsigned char *fitted = realloc(out->data, out->len + 1);
+    if (fitted)
+        out->data = fitted;
+    out->data[out->len] = '\0';
+    return true;
+}
+
+/* ------------------------------------------------------- element types */
+
+const int data_elem_size[DDP_ELEM_COUNT] = {1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8};
+const char *const data_elem_name[DDP_ELEM_COUNT] = {"u8",  "i8",  "u16", "i16", "u32", "i32",
+                                                    "u64", "i64", "f16", "f32", "f64"};
+
+uint32_t data_be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+uint32_t data_le32(const unsigned char *p) {
+    return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+uint16_t data_le16(const unsigned char *p) {
+    return (uint16_t)(p[1] << 8 | p[0]);
+}
+
+void data_to_native(void *p, size_t count, int width, bool big_endian) {
+    if (big_endian == (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__))
+        return;
+    unsigned char *b = p;
+    for (size_t i = 0; i < count; i++, b += width)
+        for (int lo = 0, hi = width - 1; lo < hi; lo++, hi--) {
+            unsigned char t = b[lo];
+            b[lo] = b[hi];
+            b[hi] = t;
+        }
+}
+
+double ddp_half_to_double(uint16_t h) {
+    int exponent = h >> 10 & 0x1f, fraction = h & 0x3ff;
+    double v = exponent == 0    ? ldexp(fraction, -24)
+               : exponent == 31 ? (fraction ? NAN : INFINITY)
+                                : ldexp(fraction + 1024, exponent - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* Converters from each element type to f32 and f64, times a scale: the inner loop of
+ * every batch, one plain loop per pair so the compiler vectorizes it. */
+typedef void (*convert_fn)(void *dst, const void *src, int64_t n, double scale);
+
+#define LOAD_NUMBER(v) ((double)(v))
+#define LOAD_HALF(v) ddp_half_to_double(v)
+#define CONVERT(name, S, D, LOAD)                                                                            \
+    static void name(void *dst, const void *src, int64_t n, double scale) {                                  \
+        const S *restrict s = src;                                                                           \
+        D *restrict t = dst;                                                                                 \
+        for (int64_t k = 0; k < n; k++)                                                                      \
+            t[k] = (D)(LOAD(s[k]) * scale);                                                                  \
+    }
+#define CONVERTERS(name, S, LOAD)                                                                            \
+    CONVERT(name##_to_f32, S, float, LOAD) CONVERT(name##_to_f64, S, double, LOAD)
+
+CONVERTERS(u8, uint8_t, LOAD_NUMBER)
+CONVERTERS(i8, int8_t, LOAD_NUMBER)
+CONVERTERS(u16, uint16_t, LOAD_NUMBER)
+CONVERTERS(i16, int16_t, LOAD_NUMBER)
+CONVERTERS(u32, uint32_t, LOAD_NUMBER)
+CONVERTERS(i32, int32_t, LOAD_NUMBER)
+CONVERTERS(u64, uint64_t, LOAD_NUMBER)
+CONVERTERS(i64, int64_t, LOAD_NUMBER)
+CONVERTERS(f16, uint16_t, LOAD_HALF)
+CONVERTERS(f32, float, LOAD_NUMBER)
+CONVERTERS(f64, double, LOAD_NUMBER)
+
+/* [elem][0: f32, 1: f64] */
+static const convert_fn converters[DDP_ELEM_COUNT][2] = {
+    {u8_to_f32, u8_to_f64},   {i8_to_f32, i8_to_f64},   {u16_to_f32, u16_to_f64}, {i16_to_f32, i16_to_f64},
+    {u32_to_f32, u32_to_f64}, {i32_to_f32, i32_to_f64}, {u64_to_f32, u64_to_f64}, {i64_to_f32, i64_to_f64},
+    {f16_to_f32, f16_to_f64}, {f32_to_f32, f32_to_f64}, {f64_to_f32, f64_to_f64},
+};
+
+double *data_into_doubles(void *values, int elem, size_t count) {
+    double *doubles = values ? malloc((count ? count : 1) * sizeof *doubles) : NULL;
+    if (doubles)
+        converters[elem][1](doubles, values, (int64_t)count, 1.0);
+    free(values);
+    return doubles;
+}
+
+/* ---------------------------------------------------------------- shapes */
+
+bool data_array_bytes(int64_t samples, const int64_t *dims, int rank, int width, uint64_t *bytes) {
+    uint64_t total = (uint64_t)width;
+    if (samples < 0 || __builtin_mul_overflow(total, (uint64_t)samples, &total))
+        return false;
+    for (int i = 0; i < rank; i++)
+        if (dims[i] < 0 || __builtin_mul_overflow(total, (uint64_t)dims[i], &total))
+            return false;
+    *bytes = total;
+    return true;
+}
+
+void data_set_sample_shape(ddp_data *d, int rank, const int64_t *dims) {
+    d->rank = rank;
+    d->elems = 1;
+    for (int i = 0; i < rank; i++) {
+        d->shape[i] = dims[i];
+        d->elems *= dims[i];
+    }
+}
+
+static int64_t model_input_elems(const ddp_program *p) {
+    int64_t n = 1;
+    for (int i = 0; i < p->input_rank; i++)
+        n *= p->input_shape[i];
+    return n;
+}
+
+/* -------------------------------------------------------------- opening */
+
+static bool is_synthetic(const ddp_data *d) {
+    return d->spec->kind == DDP_DATA_SYNTHETIC;
+}
+
+/* The file a message about labels names: the labels' own, or the one file. */
+static const char *labels_file(const ddp_data *d) {
+    return d->label_where[0] ? d->label_where : d->where;
+}
+
+static bool resolve_path(const ddp_dataset *spec, const char *root, const char *path, const char *role,
+                         char *out, size_t outlen, char *err, size_t errlen) {
+    char what[DATA_ROLE_MAX];
+    if (!path || !*path) {
+        snprintf(err, errlen, "%s has no path; name the file in the dataset's definition",
+                 data_role(what, sizeof what, spec, role));
+        return false;
+    }
+    bool below_root = path[0] != '/' && root && *root;
+    bool fits = below_root ? data_join_path(out, outlen, root, path)
+                           : (size_t)snprintf(out, outlen, "%s", path) < outlen;
+    if (!fits)
+        return data_fail(err, errlen, path, "the path is too long (%s)",
+                         data_role(what, sizeof what, spec, role));
+    return true;
+}
+
+static bool open_synthetic(ddp_data *d, char *err, size_t errlen) {
+    const ddp_dataset *spec = d->spec;
+    snprintf(d->where, sizeof d->where, "the synthetic dataset `%s`", spec->name ? spec->name : "");
+    if (spec->samples < 1 || spec->classes < 1)
+        return data_fail(err, errlen, d->where, "needs at least one sample and one class, not %lld and %lld",
+                         (long long)spec->samples, (long long)spec->classes);
+    d->samples = spec->samples;
+    d->label_elems = 1;
+    return true;
+}
+
+static const char *non_finite_name(double v) {
+    return isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
+}
+
+/* The first element of count that is NaN or infinite, or -1; integers are all finite. */
+static int64_t first_non_finite(const void *data, int elem, int64_t count) {
+    switch (elem) {
+    case DDP_ELEM_F16:
+        for (int64_t i = 0; i < count; i++)
+            if ((((const uint16_t *)data)[i] & 0x7c00) == 0x7c00)
+                return i;
+        return -1;
+    case DDP_ELEM_F32:
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(((const float *)data)[i]))
+                return i;
+        return -1;
+    case DDP_ELEM_F64:
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(((const double *)data)[i]))
+                return i;
+        return -1;
+    default: return -1;
+    }
+}
+
+/* whose: "sample" or "the label of sample"; part: "element" or "value" */
+static bool check_finite(const char *file, const char *whose, const char *part, const void *data, int elem,
+                         int64_t samples, int64_t per_sample, char *err, size_t errlen) {
+    int64_t bad = first_non_finite(data, elem, samples * per_sample);
+    if (bad < 0)
+        return true;
+    double v;
+    converters[elem][1](&v, (const char *)data + bad * data_elem_size[elem], 1, 1.0);
+    return data_fail(err, errlen, file,
+                     "%s %lld holds %s (%s %lld); every value must be a finite number: fix or "
+                     "drop that sample",
+                     whose, (long long)(bad / per_sample), non_finite_name(v), part,
+                     (long long)(bad % per_sample));
+}
+
+static bool all_whole(const double *v, int64_t count) {
+    for (int64_t i = 0; i < count; i++)
+        if (v[i] != floor(v[i]))
+            return false;
+    return true;
+}
+
+static bool read_files(const ddp_dataset *spec, const char *root, ddp_data *d, char *err, size_t errlen) {
+    static const char *const roles[][2] = {
+        [DDP_DATA_IDX] = {"images", "labels"},
+        [DDP_DATA_CIFAR10] = {"CIFAR-10 folder", NULL},
+        [DDP_DATA_NPY] = {"inputs", "labels"},
+        [DDP_DATA_CSV] = {"CSV file", NULL},
+    };
+    static bool (*const readers[])(ddp_data *, char *, size_t) = {
+        [DDP_DATA_IDX] = data_read_idx,
+        [DDP_DATA_CIFAR10] = data_read_cifar10,
+        [DDP_DATA_NPY] = data_read_npy,
+        [DDP_DATA_CSV] = data_read_csv,
+    };
+    const char *const *role = roles[spec->kind];
+    if (!resolve_path(spec, root, spec->path[0], role[0], d->where, sizeof d->where, err, errlen))
+        return false;
+    if (role[1] &&
+        !resolve_path(spec, root, spec->path[1], role[1], d->label_where, sizeof d->label_where, err, errlen))
+        return false;
+    if (!readers[spec->kind](d, err, errlen))
+        return false;
+    if (!check_finite(d->where, "sample", "element", d->inputs, d->elem, d->samples, d->elems, err, errlen) ||
+        !check_finite(labels_file(d), "the label of sample", "value", d->labels, DDP_ELEM_F64, d->samples,
+                      d->label_elems, err, errlen))
+        return false;
+    d->integral_labels = all_whole(d->labels, d->samples * d->label_elems);
+    return true;
+}
+
+bool ddp_data_open(const ddp_dataset *spec, const char *root, ddp_data *d, char *err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    d->spec = spec;
+    bool ok;
+    if (spec->kind == DDP_DATA_SYNTHETIC) {
+        ok = open_synthetic(d, err, errlen);
+        d->integral_labels = true;
+    } else if (spec->kind >= DDP_DATA_IDX && spec->kind < DDP_DATA_SYNTHETIC) {
+        ok = read_files(spec, root, d, err, errlen);
+    } else {
+        snprintf(err, errlen,
+                 "the dataset `%s` is of an unknown kind (%lld): build the program again with "
+                 "the matching ddpc",
+                 spec->name ? spec->name : "", (long long)spec->kind);
+        ok = false;
+    }
+    if (!ok)
+        ddp_data_free(d);
+    return ok;
+}
+
+void ddp_data_free(ddp_data *d) {
+    free(d->inputs);
+    free(d->labels);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---------------------------------------------------------------- labels */
+
+static int64_t synthetic_class(const ddp_data *d, int64_t sample) {
+    uint32_t w[4];
+    ddp_draw(0, DDP_STREAM_DATA + 1, (uint64_t)sample, 0, 0, w);
+    return (int64_t)(ddp_uniform53(w) * (double)d->spec->classes);
+}
+
+static double label_value(const ddp_data *d, int64_t sample, int64_t j) {
+    if (is_synthetic(d))
+        return (double)synthetic_class(d, sample);
+    return d->labels[sample * d->label_elems + j];
+}
+
+/* Class-index labels become one-hot rows when the loss wants a distribution. */
+static bool one_hot(const ddp_data *d, const ddp_program *p) {
+    return p->label_dtype != DDP_I32 && p->settings.loss == DDP_LOSS_CATEGORICAL && d->label_elems == 1 &&
+           p->output_elems > 1;
+}
+
+/* Whether some label falls outside [lo, hi] or, with whole, is not a whole number; what
+ * then says which: the first such sample, or a synthetic dataset's classes (which its
+ * samples may happen not to show, but could). */
+static bool label_outside(const ddp_data *d, double lo, double hi, bool whole, char *what, size_t len) {
+    if (is_synthetic(d)) {
+        int64_t classes = d->spec->classes;
+        if ((double)(classes - 1) <= hi)
+            return false;
+        snprintf(what, len, "it has %lld classes (0..%lld)", (long long)classes, (long long)(classes - 1));
+        return true;
+    }
+    for (int64_t i = 0; i < d->samples * d->label_elems; i++) {
+        double v = d->labels[i];
+        if (v < lo || v > hi || (whole && v != floor(v))) {
+            if (d->label_elems == 1)
+                snprintf(what, len, "sample %lld has the label %.17g", (long long)i, v);
+            else
+                snprintf(what, len, "sample %lld has the label value %.17g (value %lld of its label)",
+                         (long long)(i / d->label_elems), v, (long long)(i % d->label_elems));
+            return true;
+        }
+    }
+    return false;
+}
+
+static const char *loss_name(int64_t loss) {
+    static const char *const names[] = {"sparse_categorical_crossentropy", "categorical_crossentropy",
+                                        "binary_crossentropy", "mean_squared_error"};
+    return loss >= 0 && loss < 4 ? names[loss] : "the loss";
+}
+
+static bool class_indices_fit(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
+    char what[160];
+    if (d->label_elems != 1)
+        return data_fail(err, errlen, labels_file(d),
+                         "holds %lld values per label, but %s wants one class index per sample; use "
+                         "categorical_crossentropy for one-hot or probability labels",
+                         (long long)d->label_elems, loss_name(p->settings.loss));
+    if (label_outside(d, 0, (double)(p->output_elems - 1), true, what, sizeof what))
+        return data_fail(
+            err, errlen, labels_file(d),
+            "%s, but the model `%s` has %lld outputs, so class indices run 0..%lld; give its last "
+            "layer one unit per class",
+            what, p->name ? p->name : "", (long long)p->output_elems, (long long)(p->output_elems - 1));
+    return true;
+}
+
+static bool label_count_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
+    if (d->label_elems == p->output_elems)
+        return true;
+    return data_fail(
+        err, errlen, labels_file(d),
+        "its labels have %lld value%s per sample, but the model `%s` has %lld output%s and %s "
+        "compares them one to one; give the model's last layer as many units as a label has values",
+        (long long)d->label_elems, d->label_elems == 1 ? "" : "s", p->name ? p->name : "",
+        (long long)p->output_elems, p->output_elems == 1 ? "" : "s", loss_name(p->settings.loss));
+}
+
+static bool labels_fit(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
+    if (p->label_dtype == DDP_I32 || one_hot(d, p))
+        return class_indices_fit(d, p, err, errlen);
+    if (!label_count_fits(d, p, err, errlen))
+        return false;
+    char what[160];
+    if (p->settings.loss == DDP_LOSS_BINARY && label_outside(d, 0, 1, false, what, sizeof what))
+        return data_fail(err, errlen, labels_file(d),
+                         "%s, but binary_crossentropy needs targets in [0, 1]; rescale the labels or use "
+                         "mean_squared_error",
+                         what);
+    return true;
+}
+
+bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
+    int64_t want = model_input_elems(p);
+    if (!is_synthetic(d) && d->elems != want) {
+        char ours[160], theirs[160];
+        return data_fail(err, errlen, d->where,
+                         "its samples are [%s] (%lld values), but the model `%s` takes [%s] (%lld values); "
+                         "train the model on data of its input's shape or change its input",
+                         ddp_dims_text(ours, sizeof ours, d->shape, d->rank, ", "), (long long)d->elems,
+                         p->name ? p->name : "",
+                         ddp_dims_text(theirs, sizeof theirs, p->input_shape, (int)p->input_rank, ", "),
+                         (long long)want);
+    }
+    return labels_fit(d, p, err, errlen);
+}
+
+/* --------------------------------------------------------------- batches */
+
+/* Four elements per draw, one from each word's top 24 bits: (w >> 8) 2^-24 in [0, 1). */
+static void synthetic_inputs(int64_t sample, int64_t per, bool f64, void *row) {
+    uint32_t w[4] = {0};
+    for (int64_t e = 0; e < per; e++) {
+        if (e % 4 == 0)
+            ddp_draw(0, DDP_STREAM_DATA, (uint64_t)sample, (uint32_t)(e / 4), 0, w);
+        double v = 2 * ((double)(w[e % 4] >> 8) * 0x1p-24) - 1;
+        if (f64)
+            ((double *)row)[e] = v;
+        else
+            ((float *)row)[e] = (float)v;
+    }
+}
+
+static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
+                         void *x) {
+    int64_t per = model_input_elems(p);
+    bool f64 = p->dtype == DDP_F64;
+    size_t row_bytes = (size_t)per * (f64 ? sizeof(double) : sizeof(float));
+    if (is_synthetic(d)) {
+        for (int64_t r = 0; r < n; r++)
+            synthetic_inputs(indices[r], per, f64, (char *)x + r * row_bytes);
+        return;
+    }
+    convert_fn convert = converters[d->elem][f64];
+    size_t sample_bytes = (size_t)d->elems * (size_t)data_elem_size[d->elem];
+    for (int64_t r = 0; r < n; r++)
+        convert((char *)x + r * row_bytes, (const char *)d->inputs + indices[r] * sample_bytes, per,
+                d->spec->scale);
+}
+
+static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
+                         void *y) {
+    if (p->label_dtype == DDP_I32) {
+        for (int64_t r = 0; r < n; r++)
+            ((int32_t *)y)[r] = (int32_t)label_value(d, indices[r], 0);
+        return;
+    }
+    int64_t k = p->output_elems;
+    bool hot = one_hot(d, p), f64 = p->label_dtype == DDP_F64;
+    for (int64_t r = 0; r < n; r++) {
+        int64_t hot_class = hot ? (int64_t)label_value(d, indices[r], 0) : -1;
+        for (int64_t j = 0; j < k; j++) {
+            double v = hot ? (double)(j == hot_class) : label_value(d, indices[r], j);
+            if (f64)
+                ((double *)y)[r * k + j] = v;
+            else
+                ((float *)y)[r * k + j] = (float)v;
+        }
+    }
+}
+
+void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n, void *x,
+                    void *y, int64_t *ids) {
+    if (x)
+        batch_inputs(d, p, indices, n, x);
+    if (y)
+        batch_labels(d, p, indices, n, y);
+    if (ids)
+        memcpy(ids, indices, (size_t)n * sizeof *ids);
+}

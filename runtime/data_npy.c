@@ -1,0 +1,329 @@
+/* data_npy.c: NumPy's .npy files (numpy.save): one array of inputs, one of labels.
+ *
+ * A file is the magic "\x93NUMPY", a version (1.0: a u16 header length; 2.0 and 3.0: a
+ * u32), a header that is a Python dict literal with 'descr' (the dtype), 'fortran_order'
+ * and 'shape', and then the values. Other byte orders and Fortran order are converted
+ * here, once, so that batches read the values as they are. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_read.h"
+
+enum { NPY_MAX_RANK = 9 }; /* the sample axis and ddp_data's eight */
+
+typedef struct npy_array {
+    data_bytes bytes;
+    size_t offset; /* where the values start */
+    int elem;
+    bool big_endian, fortran;
+    int rank;
+    int64_t shape[NPY_MAX_RANK];
+} npy_array;
+
+/* A piece of the header's text. */
+typedef struct span {
+    const char *p;
+    size_t len;
+} span;
+
+/* ------------------------------------------------------------ the header */
+
+static void skip_space(span *s) {
+    while (s->len && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++, s->len--;
+}
+
+static bool next_is(span *s, char c) {
+    skip_space(s);
+    return s->len && *s->p == c;
+}
+
+static bool eat(span *s, char c) {
+    if (!next_is(s, c))
+        return false;
+    s->p++, s->len--;
+    return true;
+}
+
+static bool is_quote(char c) {
+    return c == '\'' || c == '"';
+}
+
+/* One key or value of the dict: a quoted string, a bracketed group (a tuple, or a
+ * structured dtype's list) or a bare word, up to the colon, comma or brace after it. */
+static span take_value(span *s) {
+    skip_space(s);
+    size_t n = 0;
+    int depth = 0;
+    while (n < s->len) {
+        char c = s->p[n];
+        if (is_quote(c)) {
+            const char *close = memchr(s->p + n + 1, c, s->len - n - 1);
+            n = close ? (size_t)(close - s->p) + 1 : s->len;
+            continue;
+        }
+        if (depth == 0 && (c == ',' || c == '}' || c == ':'))
+            break;
+        depth += c == '(' || c == '[' || c == '{';
+        depth -= c == ')' || c == ']';
+        n++;
+    }
+    span v = {s->p, n};
+    while (v.len && (v.p[v.len - 1] == ' ' || v.p[v.len - 1] == '\n'))
+        v.len--;
+    s->p += n, s->len -= n;
+    return v;
+}
+
+static bool is_string(span v) {
+    return v.len >= 2 && is_quote(v.p[0]) && v.p[v.len - 1] == v.p[0];
+}
+
+static bool equals(span v, const char *word) {
+    return v.len == strlen(word) && memcmp(v.p, word, v.len) == 0;
+}
+
+static bool damaged_header(const char *path, span at, char *err, size_t errlen) {
+    char near[48];
+    return data_fail(err, errlen, path,
+                     "the .npy header is not a dict of 'descr', 'fortran_order' and 'shape' "
+                     "(near \"%s\"); the file is damaged: save it again with numpy.save",
+                     data_excerpt(near, sizeof near, at.p, at.len));
+}
+
+/* The dict's three entries; other keys are ignored, as numpy does. */
+static bool parse_dict(const char *path, span text, span *descr, span *fortran, span *shape, char *err,
+                       size_t errlen) {
+    *descr = *fortran = *shape = (span){NULL, 0};
+    if (!eat(&text, '{'))
+        return damaged_header(path, text, err, errlen);
+    while (!eat(&text, '}')) {
+        span key = take_value(&text);
+        if (!is_string(key) || !eat(&text, ':'))
+            return damaged_header(path, key, err, errlen);
+        span value = take_value(&text);
+        span inner = {key.p + 1, key.len - 2};
+        if (equals(inner, "descr"))
+            *descr = value;
+        else if (equals(inner, "fortran_order"))
+            *fortran = value;
+        else if (equals(inner, "shape"))
+            *shape = value;
+        if (!eat(&text, ',') && !next_is(&text, '}'))
+            return damaged_header(path, value, err, errlen);
+    }
+    const char *missing = !descr->p ? "descr" : !fortran->p ? "fortran_order" : !shape->p ? "shape" : NULL;
+    if (missing)
+        return data_fail(err, errlen, path,
+                         "the .npy header has no '%s'; the file is damaged: save it again "
+                         "with numpy.save",
+                         missing);
+    return true;
+}
+
+static bool parse_descr(const char *path, span v, npy_array *a, char *err, size_t errlen) {
+    static const struct {
+        char kind;
+        int size, elem;
+    } types[] = {{'u', 1, DDP_ELEM_U8},  {'i', 1, DDP_ELEM_I8},  {'u', 2, DDP_ELEM_U16},
+                 {'i', 2, DDP_ELEM_I16}, {'u', 4, DDP_ELEM_U32}, {'i', 4, DDP_ELEM_I32},
+                 {'u', 8, DDP_ELEM_U64}, {'i', 8, DDP_ELEM_I64}, {'f', 2, DDP_ELEM_F16},
+                 {'f', 4, DDP_ELEM_F32}, {'f', 8, DDP_ELEM_F64}, {'b', 1, DDP_ELEM_U8}};
+    char quoted[128];
+    if (!is_string(v))
+        return data_fail(err, errlen, path,
+                         "the array has the structured dtype %s; save the inputs and the "
+                         "labels as two plain numeric arrays",
+                         data_excerpt(quoted, sizeof quoted, v.p, v.len));
+    const char *s = v.p + 1;
+    int n = (int)v.len - 2;
+    data_excerpt(quoted, 24, s, (size_t)n);
+    if (n >= 2 && s[1] == 'O')
+        return data_fail(err, errlen, path,
+                         "the array holds Python objects (dtype '%s'), not numbers; save a "
+                         "numeric array, e.g. np.asarray(a, dtype=np.float32)",
+                         quoted);
+    char digits[8] = "";
+    if (n >= 3 && n <= 4 && strchr("<>|=", s[0]))
+        memcpy(digits, s + 2, (size_t)n - 2);
+    int size = digits[0] && strspn(digits, "0123456789") == strlen(digits) ? atoi(digits) : 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (size && types[i].kind == s[1] && types[i].size == size) {
+            a->elem = types[i].elem;
+            a->big_endian = s[0] == '>' || (s[0] == '=' && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+            return true;
+        }
+    return data_fail(err, errlen, path,
+                     "unsupported dtype '%s': the arrays must hold numbers (u1, i1, u2, i2, "
+                     "u4, i4, u8, i8, f2, f4, f8 or b1, either byte order); convert it before saving, e.g. "
+                     "a.astype(np.float32)",
+                     quoted);
+}
+
+static bool parse_shape(const char *path, span v, npy_array *a, char *err, size_t errlen) {
+    char quoted[64];
+    span s = v;
+    a->rank = 0;
+    if (!eat(&s, '('))
+        return damaged_header(path, v, err, errlen);
+    while (!eat(&s, ')')) {
+        skip_space(&s);
+        char *end = (char *)s.p;
+        long long size = s.len && *s.p >= '0' && *s.p <= '9' ? strtoll(s.p, &end, 10) : -1;
+        if (size < 0 || end > s.p + s.len || a->rank == NPY_MAX_RANK)
+            return data_fail(err, errlen, path,
+                             "the .npy shape %s is not a tuple of at most %d sizes; "
+                             "save the array again with numpy.save",
+                             data_excerpt(quoted, sizeof quoted, v.p, v.len), NPY_MAX_RANK);
+        a->shape[a->rank++] = size;
+        s.len -= (size_t)(end - s.p), s.p = end;
+        if (s.len && *s.p == 'L') /* Python 2 long integers */
+            s.p++, s.len--;
+        if (!eat(&s, ',') && !next_is(&s, ')'))
+            return damaged_header(path, v, err, errlen);
+    }
+    return true;
+}
+
+static bool parse_header(const char *path, npy_array *a, char *err, size_t errlen) {
+    const unsigned char *b = a->bytes.data;
+    size_t len = a->bytes.len;
+    if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
+        return data_fail(err, errlen, path,
+                         "not a NumPy .npy file (it does not start with \\x93NUMPY); save the "
+                         "array with numpy.save");
+    int major = b[6], minor = b[7];
+    if (major < 1 || major > 3 || minor != 0)
+        return data_fail(err, errlen, path,
+                         "npy format version %d.%d is not supported (1.0, 2.0 and 3.0 are); "
+                         "save the array again with numpy.save",
+                         major, minor);
+    size_t start = major == 1 ? 10 : 12;
+    size_t header = len < start ? 0 : major == 1 ? data_le16(b + 8) : data_le32(b + 8);
+    if (len < start || header > len - start)
+        return data_fail(err, errlen, path, "truncated: the file ends inside its header; save it again");
+    a->offset = start + header;
+    span text = {(const char *)b + start, header}, descr, fortran, shape;
+    if (!parse_dict(path, text, &descr, &fortran, &shape, err, errlen) ||
+        !parse_descr(path, descr, a, err, errlen) || !parse_shape(path, shape, a, err, errlen))
+        return false;
+    if (!equals(fortran, "True") && !equals(fortran, "False"))
+        return damaged_header(path, fortran, err, errlen);
+    a->fortran = equals(fortran, "True");
+    return true;
+}
+
+/* --------------------------------------------------------------- values */
+
+/* "(60000, 28, 28)", "(5,)", as numpy prints shapes */
+static const char *shape_text(char *buf, size_t len, const npy_array *a) {
+    char dims[160];
+    snprintf(buf, len, "(%s%s)", ddp_dims_text(dims, sizeof dims, a->shape, a->rank, ", "),
+             a->rank == 1 ? "," : "");
+    return buf;
+}
+
+static bool check_size(const char *path, const char *role, const npy_array *a, int max_rank, char *err,
+                       size_t errlen) {
+    char shape[192];
+    shape_text(shape, sizeof shape, a);
+    if (a->rank < 1 || a->rank > max_rank)
+        return data_fail(err, errlen, path, "the %s have the shape %s, but they need %s", role, shape,
+                         max_rank == 2 ? "the shape (samples,) or (samples, values)"
+                                       : "a first axis of samples (and at most 8 more)");
+    uint64_t bytes;
+    size_t present = a->bytes.len - a->offset;
+    if (!data_array_bytes(a->shape[0], a->shape + 1, a->rank - 1, data_elem_size[a->elem], &bytes))
+        return data_fail(err, errlen, path, "the shape %s is impossibly large; the file is damaged", shape);
+    if (present < bytes)
+        return data_fail(err, errlen, path,
+                         "truncated: the header promises %s of %s (%llu bytes of values) but "
+                         "the file has %zu; save it again",
+                         shape, data_elem_name[a->elem], (unsigned long long)bytes, present);
+    if (present > bytes)
+        return data_fail(err, errlen, path,
+                         "%llu bytes too many: the header promises %s of %s (%llu bytes of "
+                         "values) but the file has %zu; it is damaged: save it again",
+                         (unsigned long long)(present - bytes), shape, data_elem_name[a->elem],
+                         (unsigned long long)bytes, present);
+    if (a->shape[0] == 0)
+        return data_fail(err, errlen, path, "the %s have the shape %s: no samples", role, shape);
+    for (int i = 1; i < a->rank; i++)
+        if (a->shape[i] == 0)
+            return data_fail(err, errlen, path, "the %s have the shape %s: no values per sample", role,
+                             shape);
+    return true;
+}
+
+static bool read_npy(const char *path, const ddp_dataset *spec, const char *role, int max_rank, npy_array *a,
+                     char *err, size_t errlen) {
+    return data_read_file(path, spec, role, &a->bytes, err, errlen) && parse_header(path, a, err, errlen) &&
+           check_size(path, role, a, max_rank, err, errlen);
+}
+
+/* Fortran order (first axis fastest) to C order (last axis fastest). */
+static void to_c_order(unsigned char *dst, const unsigned char *src, const npy_array *a, size_t count) {
+    size_t width = (size_t)data_elem_size[a->elem];
+    int64_t index[NPY_MAX_RANK] = {0}, stride[NPY_MAX_RANK];
+    for (int i = 0; i < a->rank; i++)
+        stride[i] = i == 0 ? 1 : stride[i - 1] * a->shape[i - 1];
+    int64_t from = 0;
+    for (size_t k = 0; k < count; k++) {
+        memcpy(dst + k * width, src + (size_t)from * width, width);
+        for (int i = a->rank - 1; i >= 0; i--) {
+            from += stride[i];
+            if (++index[i] < a->shape[i])
+                break;
+            from -= stride[i] * a->shape[i];
+            index[i] = 0;
+        }
+    }
+}
+
+/* The values, native and in C order, as a block the caller owns; NULL: out of memory. */
+static void *take_values(npy_array *a, size_t *count) {
+    size_t width = (size_t)data_elem_size[a->elem];
+    *count = (a->bytes.len - a->offset) / width;
+    data_to_native(a->bytes.data + a->offset, *count, (int)width, a->big_endian);
+    if (!a->fortran || a->rank < 2)
+        return data_take(&a->bytes, a->offset);
+    unsigned char *c_order = malloc(*count * width);
+    if (c_order)
+        to_c_order(c_order, a->bytes.data + a->offset, a, *count);
+    return c_order;
+}
+
+static bool keep_arrays(ddp_data *d, npy_array *inputs, npy_array *labels, char *err, size_t errlen) {
+    size_t count;
+    d->samples = inputs->shape[0];
+    d->elem = inputs->elem;
+    data_set_sample_shape(d, inputs->rank - 1, inputs->shape + 1);
+    d->inputs = take_values(inputs, &count);
+    if (!d->inputs)
+        return data_fail(err, errlen, d->where, "out of memory for %zu values", count);
+    d->label_elems = labels->rank == 2 ? labels->shape[1] : 1;
+    d->labels = data_into_doubles(take_values(labels, &count), labels->elem, count);
+    if (!d->labels)
+        return data_fail(err, errlen, d->label_where, "out of memory for %zu labels", count);
+    return true;
+}
+
+bool data_read_npy(ddp_data *d, char *err, size_t errlen) {
+    npy_array inputs = {0}, labels = {0};
+    bool ok = read_npy(d->where, d->spec, "inputs", NPY_MAX_RANK, &inputs, err, errlen) &&
+              read_npy(d->label_where, d->spec, "labels", 2, &labels, err, errlen);
+    if (ok && inputs.shape[0] != labels.shape[0]) {
+        char in[192], out[192];
+        ok = data_fail(err, errlen, d->label_where,
+                       "holds %lld labels (shape %s) but %s holds %lld samples "
+                       "(shape %s); the labels must be one per sample, in the same order",
+                       (long long)labels.shape[0], shape_text(out, sizeof out, &labels), d->where,
+                       (long long)inputs.shape[0], shape_text(in, sizeof in, &inputs));
+    }
+    if (ok)
+        ok = keep_arrays(d, &inputs, &labels, err, errlen);
+    data_bytes_free(&inputs.bytes);
+    data_bytes_free(&labels.bytes);
+    return ok;
+}

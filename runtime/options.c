@@ -1,0 +1,291 @@
+/* options.c: the run's settings: the program's, the command line's over them, the
+ * machine's threads, and a refusal of whatever this runtime cannot honour yet.
+ *
+ * Every flag has a --flag=value form too. Bad usage exits with status 2 and a line
+ * saying what was wrong and how to get help. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+static const char usage[] =
+    "usage: %s [OPTION]...\n"
+    "Trains the model `%s` (built from %s) on this machine's CPU.\n"
+    "Flags override the program's settings; the banner shows what is in effect.\n"
+    "\n"
+    "  --epochs N            epochs to train (0: none; with --save, the initial parameters)\n"
+    "  --steps-per-epoch N   steps in each epoch (default: every global batch)\n"
+    "  --seed N              seed of initial parameters, shuffling and dropout\n"
+    "  --lr X                the learning rate (a schedule's peak)\n"
+    "  --device D            cpu, gpu or auto (default: auto, the CPU in this version)\n"
+    "  --threads N           compute threads (default: this process's CPUs)\n"
+    "  --data-root DIR       where relative dataset paths start (default: the working folder)\n"
+    "  --metrics FILE        write one JSON object per epoch to FILE\n"
+    "  --save FILE           write the final parameters to FILE (safetensors)\n"
+    "  --load FILE           start from the parameters in FILE instead of the seed's\n"
+    "  --evaluate            only evaluate on the validation dataset\n"
+    "  --synthetic           train on random samples of the model's shapes instead of the\n"
+    "                        program's datasets (to measure speed without reading files)\n"
+    "  --log-every N         steps between progress lines when stdout is not a terminal\n"
+    "  --baseline-cpu        run the baseline x86-64 kernels even where AVX2 is present\n"
+    "  --help                this text\n"
+    "\n"
+    "Exit status: 0 done, 1 a run-time error (data, files, numbers), 2 bad usage.\n";
+
+__attribute__((format(printf, 2, 3))) static int bad_usage(const ddp_config *cfg, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", cfg->prog);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nRun `%s --help` for the options.\n", cfg->prog);
+    va_end(ap);
+    return 2;
+}
+
+static bool parse_int(const char *s, int64_t lo, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || isspace((unsigned char)*s))
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_rate(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !isfinite(v) || v <= 0)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* ---------------------------------------------------------------- threads */
+
+static int64_t env_count(const char *name) {
+    const char *v = getenv(name);
+    int64_t n;
+    return v && parse_int(v, 1, &n) ? n : 0;
+}
+
+/* The CPUs this process may run on, limited by Slurm's cpus-per-task; when every CPU
+ * of the machine is allowed (nothing bound the process), shared with the machine's
+ * other workers. */
+static int default_threads(char *from, size_t len) {
+    cpu_set_t set;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
+    int n = allowed > 0 ? allowed : 1;
+    snprintf(from, len, "%d allowed CPUs", n);
+    int64_t per_task = env_count("SLURM_CPUS_PER_TASK");
+    if (per_task > 0 && per_task < n) {
+        n = (int)per_task;
+        snprintf(from, len, "SLURM_CPUS_PER_TASK");
+    }
+    int64_t local = env_count("DDP_LOCAL_WORLD_SIZE");
+    if (!local)
+        local = env_count("SLURM_STEP_NUM_TASKS") == 1 ? 1 : env_count("SLURM_NTASKS_PER_NODE");
+    if (local > 1 && allowed == online && n == allowed) {
+        n = n / (int)local > 0 ? n / (int)local : 1;
+        snprintf(from, len, "%d CPUs shared by %lld workers", allowed, (long long)local);
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ flags */
+
+typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_METRICS, F_SAVE, F_LOAD,
+               F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_HELP } Flag;
+
+static const struct {
+    const char *name;
+    Flag flag;
+    bool value;
+} flags[] = {
+    {"--epochs", F_EPOCHS, true},       {"--steps-per-epoch", F_STEPS, true}, {"--seed", F_SEED, true},
+    {"--lr", F_LR, true},               {"--device", F_DEVICE, true},         {"--threads", F_THREADS, true},
+    {"--data-root", F_ROOT, true},      {"--metrics", F_METRICS, true},       {"--save", F_SAVE, true},
+    {"--load", F_LOAD, true},           {"--evaluate", F_EVALUATE, false},    {"--synthetic", F_SYNTHETIC, false},
+    {"--log-every", F_LOG_EVERY, true},
+    {"--baseline-cpu", F_BASELINE, false}, {"--help", F_HELP, false},         {"-h", F_HELP, false},
+};
+
+/* The flag an argument names, with "--flag=value" split; -1 if none. */
+static int find_flag(const char *arg, const char **inline_value) {
+    *inline_value = NULL;
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+        size_t n = strlen(flags[i].name);
+        if (strncmp(arg, flags[i].name, n) != 0)
+            continue;
+        if (arg[n] == 0)
+            return (int)i;
+        if (arg[n] == '=' && flags[i].value) {
+            *inline_value = arg + n + 1;
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* An integer flag's value, from lo to hi, into out: -1 to go on, or 2 after saying
+ * what it wants. */
+static int int_flag(const ddp_config *cfg, const char *name, const char *v, int64_t lo, int64_t hi,
+                    const char *wants, int64_t *out) {
+    int64_t n;
+    if (parse_int(v, lo, &n) && n <= hi) {
+        *out = n;
+        return -1;
+    }
+    return bad_usage(cfg, "%s wants %s, not `%s`", name, wants, v);
+}
+
+static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) {
+    int64_t n = 0;
+    int status;
+    switch (f) {
+    case F_EPOCHS:
+        return int_flag(cfg, name, v, 0, INT64_MAX, "a whole number of epochs (0 or more)", &cfg->epochs);
+    case F_STEPS:
+        return int_flag(cfg, name, v, 1, INT64_MAX, "a positive whole number", &cfg->steps_per_epoch);
+    case F_LOG_EVERY:
+        return int_flag(cfg, name, v, 1, INT64_MAX, "a positive number of steps", &cfg->log_every);
+    case F_SEED:
+        status = int_flag(cfg, name, v, 0, INT64_MAX, "a non-negative whole number", &n);
+        cfg->seed = (uint64_t)n;
+        return status;
+    case F_THREADS:
+        status = int_flag(cfg, name, v, 1, 4096, "a number of threads from 1 to 4096", &n);
+        cfg->exec.threads = (int)n;
+        snprintf(cfg->threads_from, sizeof cfg->threads_from, "--threads");
+        return status;
+    case F_LR:
+        if (!parse_rate(v, &cfg->learning_rate))
+            return bad_usage(cfg, "%s wants a positive number, not `%s`", name, v);
+        return -1;
+    case F_DEVICE:
+        if (strcmp(v, "cpu") == 0)
+            cfg->device = DDP_DEVICE_CPU;
+        else if (strcmp(v, "gpu") == 0)
+            cfg->device = DDP_DEVICE_GPU;
+        else if (strcmp(v, "auto") == 0)
+            cfg->device = DDP_DEVICE_AUTO;
+        else
+            return bad_usage(cfg, "%s is cpu, gpu or auto, not `%s`", name, v);
+        return -1;
+    case F_ROOT: cfg->data_root = v; return -1;
+    case F_METRICS: cfg->metrics_path = v; return -1;
+    case F_SAVE: cfg->save_path = v; return -1;
+    case F_LOAD: cfg->load_path = v; return -1;
+    case F_EVALUATE: cfg->evaluate = true; return -1;
+    case F_SYNTHETIC: cfg->synthetic = true; return -1;
+    case F_BASELINE: cfg->exec.baseline_cpu = true; return -1;
+    case F_HELP: return 0;
+    }
+    return -1;
+}
+
+int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv) {
+    memset(cfg, 0, sizeof *cfg);
+    const ddp_settings *s = &p->settings;
+    cfg->prog = argc > 0 ? argv[0] : p->name;
+    cfg->epochs = s->epochs;
+    cfg->steps_per_epoch = s->steps_per_epoch;
+    cfg->seed = (uint64_t)s->seed;
+    cfg->learning_rate = NAN;
+    cfg->log_every = 100;
+    cfg->progress_bar = isatty(STDOUT_FILENO);
+    for (int i = 1; i < argc; i++) {
+        const char *value;
+        int k = find_flag(argv[i], &value);
+        if (k < 0)
+            return bad_usage(cfg, "unknown option `%s`%s", argv[i],
+                             argv[i][0] == '-' ? "" : " (this program takes no file arguments)");
+        if (flags[k].value && !value) {
+            if (i + 1 >= argc)
+                return bad_usage(cfg, "%s needs a value", flags[k].name);
+            value = argv[++i];
+        }
+        int status = apply_flag(cfg, flags[k].flag, flags[k].name, value);
+        if (flags[k].flag == F_HELP) {
+            printf(usage, cfg->prog, p->name, p->source);
+            return 0;
+        }
+        if (status >= 0)
+            return status;
+    }
+    if (cfg->exec.threads == 0)
+        cfg->exec.threads = default_threads(cfg->threads_from, sizeof cfg->threads_from);
+    if (cfg->evaluate && cfg->synthetic)
+        return bad_usage(cfg, "--evaluate and --synthetic do not go together: evaluation reads the validation data");
+    if (cfg->evaluate && s->validation.kind < 0)
+        return bad_usage(cfg, "--evaluate needs a validation dataset, and the program's train block has "
+                              "none: add `validation = DATASET`");
+    return -1;
+}
+
+/* ----------------------------------------------------------- capabilities */
+
+static bool refuse(char *err, size_t len, const char *what) {
+    snprintf(err, len, "%s", what);
+    return false;
+}
+
+/* The size of the job this process belongs to, by the cluster setting: Slurm's step,
+ * the DDP_* variables, or one. */
+static bool job_size(const ddp_program *p, int64_t *world, char *err, size_t len) {
+    bool in_step = getenv("SLURM_STEP_ID") && getenv("SLURM_STEP_NUM_TASKS");
+    int64_t cluster = p->settings.cluster;
+    *world = 1;
+    if (cluster == DDP_CLUSTER_SLURM || (cluster == DDP_CLUSTER_AUTO && in_step)) {
+        if (!in_step)
+            return refuse(err, len, "the program says cluster = slurm, but this process is not a task of a "
+                                    "Slurm job step: start it with srun, or build it with cluster = auto");
+        *world = env_count("SLURM_STEP_NUM_TASKS");
+    } else if (cluster == DDP_CLUSTER_ENV || (cluster == DDP_CLUSTER_AUTO && getenv("DDP_WORLD_SIZE"))) {
+        *world = env_count("DDP_WORLD_SIZE");
+        if (*world == 0)
+            return refuse(err, len, "the program says cluster = env, but DDP_WORLD_SIZE is not a positive "
+                                    "number: set DDP_RANK and DDP_WORLD_SIZE (or launch with ddprun)");
+    }
+    return true;
+}
+
+bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err, size_t errlen) {
+    const ddp_settings *s = &p->settings;
+    static const char *const precisions[] = {"fp32", "bf16", "fp16"};
+    if (cfg->device == DDP_DEVICE_GPU)
+        return refuse(err, errlen, "--device gpu: this version of the runtime trains on CPUs only; "
+                                   "use --device cpu or auto");
+    if (s->precision != DDP_PRECISION_FP32) {
+        snprintf(err, errlen, "precision = %s needs the GPU runtime, and this version trains on CPUs in fp32 "
+                              "only: set precision = fp32", precisions[s->precision]);
+        return false;
+    }
+    if (s->communication == DDP_COMM_NCCL)
+        return refuse(err, errlen, "communication = nccl needs GPUs, and this version trains on CPUs: "
+                                   "set communication = auto");
+    if (s->gpus_per_worker > 1)
+        return refuse(err, errlen, "gpus_per_worker > 1 needs the GPU runtime, and this version trains on "
+                                   "CPUs: remove the setting");
+    if (s->checkpoint_dir)
+        return refuse(err, errlen, "checkpoint(...) is not supported by this version of the runtime: remove "
+                                   "it from the train block, and keep the final parameters with --save FILE");
+    int64_t world;
+    if (!job_size(p, &world, err, errlen))
+        return false;
+    if (world > 1) {
+        snprintf(err, errlen, "this job has %lld workers, and this version of the runtime trains with one: "
+                              "start a single task (srun -n 1)", (long long)world);
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,332 @@
+/* report.c: what a run tells its user, from worker 0 only: the banner of settings in
+ * effect, progress (a bar on a terminal, a plain line every N steps in a log file, so
+ * logs hold no carriage returns), a line per epoch, the summary, and the --metrics
+ * file of one JSON object per epoch. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime.h"
+
+struct ddp_report {
+    const ddp_config *cfg;
+    const ddp_program *program;
+    bool quiet;                 /* a worker other than 0 */
+    FILE *metrics;
+    bool bar_open;              /* a progress bar is on the current line */
+    double last_bar;            /* when the bar was last drawn */
+};
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+ddp_report *ddp_report_open(const ddp_config *cfg, const ddp_program *p, bool quiet, char *err, size_t errlen) {
+    ddp_report *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->cfg = cfg;
+    r->program = p;
+    r->quiet = quiet;
+    if (cfg->metrics_path && !quiet) {
+        r->metrics = fopen(cfg->metrics_path, "w");
+        if (!r->metrics) {
+            snprintf(err, errlen, "%s: cannot write the metrics file: %s", cfg->metrics_path, strerror(errno));
+            free(r);
+            return NULL;
+        }
+    }
+    return r;
+}
+
+void ddp_report_close(ddp_report *r) {
+    if (!r)
+        return;
+    if (r->metrics)
+        fclose(r->metrics);
+    free(r);
+}
+
+void ddp_report_interrupt(ddp_report *r) {
+    if (r && r->bar_open) {
+        fputc('\n', stdout);
+        fflush(stdout);
+        r->bar_open = false;
+    }
+}
+
+/* ------------------------------------------------------------- formatting */
+
+/* 60000 as "60,000", in one of a few rotating buffers so a line may use several. */
+static const char *grouped(int64_t v) {
+    static char bufs[4][32];
+    static int next;
+    char *out = bufs[next++ % 4], digits[32];
+    int n = snprintf(digits, sizeof digits, "%lld", (long long)(v < 0 ? -v : v)), k = 0;
+    if (v < 0)
+        out[k++] = '-';
+    for (int i = 0; i < n; i++) {
+        if (i && (n - i) % 3 == 0)
+            out[k++] = ',';
+        out[k++] = digits[i];
+    }
+    out[k] = 0;
+    return out;
+}
+
+/* "1 step", "937 steps" */
+static const char *counted(int64_t n, const char *word) {
+    static char bufs[4][64];
+    static int next;
+    char *out = bufs[next++ % 4];
+    snprintf(out, sizeof bufs[0], "%s %s%s", grouped(n), word, n == 1 ? "" : "s");
+    return out;
+}
+
+static const char *duration_text(double s) {
+    static char buf[32];
+    if (s < 60)
+        snprintf(buf, sizeof buf, "%.1f s", s);
+    else if (s < 3600)
+        snprintf(buf, sizeof buf, "%dm %02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, sizeof buf, "%dh %02dm", (int)s / 3600, (int)s / 60 % 60);
+    return buf;
+}
+
+static const char *bytes_text(int64_t b) {
+    static char buf[32];
+    if (b < 1 << 20)
+        snprintf(buf, sizeof buf, "%.1f KiB", (double)b / 1024);
+    else if (b < 1ll << 30)
+        snprintf(buf, sizeof buf, "%.1f MiB", (double)b / (1 << 20));
+    else
+        snprintf(buf, sizeof buf, "%.2f GiB", (double)b / (1 << 30));
+    return buf;
+}
+
+/* " loss 0.4567  accuracy 0.8345", the validation's with prefix "val_". */
+static void figures_text(char *out, size_t len, const ddp_program *p, const ddp_figures *f, const char *prefix) {
+    size_t n = (size_t)snprintf(out, len, "  %sloss %.4f", prefix, f->loss);
+    for (int64_t i = 0; i < p->settings.nmetrics && i < DDP_MAX_METRICS && n < len; i++)
+        if (p->settings.metrics[i].kind != DDP_METRIC_LOSS)
+            n += (size_t)snprintf(out + n, len - n, "  %s%s %.4f", prefix, p->settings.metrics[i].name, f->metric[i]);
+}
+
+/* ----------------------------------------------------------------- banner */
+
+static void describe_data(const ddp_program *p, const ddp_data *d, char *out, size_t len) {
+    char shape[96];
+    if (d->spec->kind == DDP_DATA_SYNTHETIC) {
+        ddp_shape_text(shape, sizeof shape, p->input_shape, (int)(p->input_rank));
+        snprintf(out, len, "%s: %s synthetic samples of %s, %lld classes", d->spec->name, grouped(d->samples),
+                 shape, (long long)d->spec->classes);
+        return;
+    }
+    ddp_shape_text(shape, sizeof shape, d->shape, (int)(d->rank));
+    snprintf(out, len, "%s: %s samples of %s from %s", d->spec->name, grouped(d->samples), shape, d->where);
+}
+
+static void describe_rate(const ddp_config *cfg, const ddp_program *p, char *out, size_t len) {
+    static const char *const optimizers[] = {"sgd", "adam", "adamw"};
+    static const char *const schedules[] = {"constant", "step", "cosine", "linear"};
+    const ddp_optimizer *o = &p->settings.optimizer;
+    double global = (double)p->settings.batch_per_replica;
+    double rate = isnan(cfg->learning_rate) ? ddp_rt_eval(&o->learning_rate.rate, 1, 1, global) : cfg->learning_rate;
+    int n = snprintf(out, len, "%s", optimizers[o->kind]);
+    if (o->kind == DDP_OPT_SGD && o->momentum > 0)
+        n += snprintf(out + n, len - (size_t)n, " (momentum %g%s)", o->momentum, o->nesterov ? ", nesterov" : "");
+    n += snprintf(out + n, len - (size_t)n, ", learning rate %g", rate);
+    if (o->learning_rate.kind != DDP_SCHEDULE_CONSTANT)
+        n += snprintf(out + n, len - (size_t)n, " (%s schedule's peak)", schedules[o->learning_rate.kind]);
+    if (!isnan(cfg->learning_rate))
+        snprintf(out + n, len - (size_t)n, " from --lr");
+}
+
+void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *train, const ddp_data *validation,
+                       const ddp_epoch_plan *plan) {
+    if (r->quiet)
+        return;
+    const ddp_config *cfg = r->cfg;
+    const ddp_program *p = r->program;
+    const ddp_settings *s = &p->settings;
+    char line[2048];
+    printf("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, cfg->evaluate ? "evaluating" : "training",
+           p->name, p->source, (unsigned long long)p->hash);
+    printf("  device      cpu, %d threads (%s), %s kernels\n", ddp_pool_threads(rt->pool), cfg->threads_from,
+           rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64");
+    if (train && !cfg->evaluate) {
+        describe_data(p, train, line, sizeof line);
+        printf("  data        %s\n", line);
+    }
+    if (validation) {
+        describe_data(p, validation, line, sizeof line);
+        printf("  validation  %s", line);
+        if (!cfg->evaluate)
+            printf(", every %lld %s%s", (long long)s->validate_every.value,
+                   s->validate_every.unit == DDP_UNIT_STEPS ? "step" : "epoch", s->validate_every.value == 1 ? "" : "s");
+        printf("\n");
+    }
+    printf("  batch       %lld per replica x %d replica%s = %lld global", (long long)s->batch_per_replica,
+           rt->replicas, rt->replicas == 1 ? "" : "s", (long long)s->batch_per_replica * rt->replicas);
+    if (plan && !cfg->evaluate)
+        printf("; %s per epoch, %s dropped per epoch", counted(plan->steps, "step"), counted(plan->dropped, "sample"));
+    printf("\n");
+    int64_t memory = 0;
+    for (int i = 0; i < DDP_REGION_COUNT; i++)
+        memory += p->region_bytes[i];
+    printf("  model       %s parameters, %s planned memory\n", grouped(p->param_count), bytes_text(memory));
+    if (!cfg->evaluate) {
+        describe_rate(cfg, p, line, sizeof line);
+        printf("  run         %s, %s, seed %llu, shuffle %s\n", counted(cfg->epochs, "epoch"), line, (unsigned long long)cfg->seed, s->shuffle ? "on" : "off");
+    }
+    if (cfg->load_path)
+        printf("  parameters  from %s\n", cfg->load_path);
+    fflush(stdout);
+}
+
+/* --------------------------------------------------------------- progress */
+
+static void draw_bar(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, const ddp_figures *f, double sps) {
+    enum { WIDTH = 24 };
+    char bar[WIDTH + 1], figs[512];
+    int filled = (int)(WIDTH * step / (steps > 0 ? steps : 1));
+    for (int i = 0; i < WIDTH; i++)
+        bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+    bar[WIDTH] = 0;
+    figures_text(figs, sizeof figs, r->program, f, "");
+    double eta = sps > 0 ? (double)((steps - step) * r->program->settings.batch_per_replica) / sps : 0;
+    printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld%s  %.0f samples/s  ETA %s", (long long)epoch,
+           (long long)r->cfg->epochs, bar, (long long)step, (long long)steps, figs, sps, duration_text(eta));
+    fflush(stdout);
+    r->bar_open = true;
+}
+
+void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, const ddp_figures *running,
+                     double samples_per_sec) {
+    if (r->quiet)
+        return;
+    if (r->cfg->progress_bar) {
+        double t = now_seconds();
+        if (t - r->last_bar >= 0.1 || step == steps) {
+            r->last_bar = t;
+            draw_bar(r, epoch, step, steps, running, samples_per_sec);
+        }
+        return;
+    }
+    if (step % r->cfg->log_every && step != 1)
+        return;
+    char figs[512];
+    figures_text(figs, sizeof figs, r->program, running, "");
+    printf("epoch %lld/%lld  step %lld/%lld%s  %.0f samples/s\n", (long long)epoch, (long long)r->cfg->epochs,
+           (long long)step, (long long)steps, figs, samples_per_sec);
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------ epoch lines */
+
+static void json_number(FILE *f, const char *key, double v) {
+    if (isfinite(v))
+        fprintf(f, ", \"%s\": %.17g", key, v);
+    else
+        fprintf(f, ", \"%s\": null", key);
+}
+
+/* The value of the program's metric called name, NAN if it has none. */
+static double metric_named(const ddp_program *p, const ddp_figures *f, const char *name) {
+    for (int64_t i = 0; f && i < p->settings.nmetrics && i < DDP_MAX_METRICS; i++)
+        if (strcmp(p->settings.metrics[i].name, name) == 0)
+            return f->metric[i];
+    return NAN;
+}
+
+/* One object: the fixed keys always (null when missing), then the program's other
+ * metrics and their validation twins. */
+static void write_json(ddp_report *r, const ddp_figures *train, const ddp_figures *v, int64_t epoch, int64_t step,
+                       double lr, double sps, double seconds) {
+    const ddp_program *p = r->program;
+    FILE *f = r->metrics;
+    if (!f)
+        return;
+    if (epoch > 0)
+        fprintf(f, "{\"epoch\": %lld, \"step\": %lld", (long long)epoch, (long long)step);
+    else
+        fprintf(f, "{\"epoch\": null, \"step\": null");
+    json_number(f, "loss", train ? train->loss : NAN);
+    json_number(f, "accuracy", metric_named(p, train, "accuracy"));
+    json_number(f, "val_loss", v ? v->loss : NAN);
+    json_number(f, "val_accuracy", metric_named(p, v, "accuracy"));
+    json_number(f, "lr", lr);
+    json_number(f, "samples_per_sec", sps);
+    json_number(f, "seconds", seconds);
+    for (int64_t i = 0; i < p->settings.nmetrics && i < DDP_MAX_METRICS; i++) {
+        const char *name = p->settings.metrics[i].name;
+        if (strcmp(name, "loss") == 0 || strcmp(name, "accuracy") == 0)
+            continue;
+        char key[80];
+        json_number(f, name, train ? train->metric[i] : NAN);
+        snprintf(key, sizeof key, "val_%s", name);
+        json_number(f, key, v ? v->metric[i] : NAN);
+    }
+    fprintf(f, "}\n");
+    fflush(f);
+}
+
+void ddp_report_validation(ddp_report *r, int64_t step, const ddp_figures *v) {
+    if (r->quiet)
+        return;
+    ddp_report_interrupt(r);
+    char figs[512];
+    figures_text(figs, sizeof figs, r->program, v, "val_");
+    printf("step %lld: validation%s\n", (long long)step, figs);
+    fflush(stdout);
+}
+
+void ddp_report_epoch(ddp_report *r, const ddp_epoch_result *e) {
+    if (r->quiet)
+        return;
+    ddp_report_interrupt(r);
+    char figs[512], vfigs[512] = "";
+    figures_text(figs, sizeof figs, r->program, &e->train, "");
+    if (e->validation)
+        figures_text(vfigs, sizeof vfigs, r->program, e->validation, "val_");
+    printf("epoch %lld/%lld%s%s  lr %g  %s  %.0f samples/s\n", (long long)e->epoch, (long long)r->cfg->epochs, figs,
+           vfigs, e->learning_rate, duration_text(e->seconds), e->samples_per_sec);
+    fflush(stdout);
+    write_json(r, &e->train, e->validation, e->epoch, e->step, e->learning_rate, e->samples_per_sec, e->seconds);
+}
+
+void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_figures *v, double seconds) {
+    if (r->quiet)
+        return;
+    char figs[512];
+    figures_text(figs, sizeof figs, r->program, v, "val_");
+    printf("evaluation on %s (%s samples)%s  %s\n", validation->spec->name, grouped(v->samples), figs,
+           duration_text(seconds));
+    fflush(stdout);
+    write_json(r, NULL, v, 0, 0, NAN, seconds > 0 ? (double)v->samples / seconds : NAN, seconds);
+}
+
+void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, double seconds,
+                        const ddp_figures *last_validation, const char *saved_to) {
+    if (r->quiet)
+        return;
+    ddp_report_interrupt(r);
+    char figs[512] = "";
+    if (last_validation)
+        figures_text(figs, sizeof figs, r->program, last_validation, "val_");
+    printf("done: %s, %s, %s in %s (%.0f samples/s)%s%s\n", counted(epochs, "epoch"), counted(steps, "step"),
+           counted(samples, "sample"), duration_text(seconds),
+           seconds > 0 ? (double)samples / seconds : 0.0, last_validation ? ";" : "", figs + (figs[0] ? 1 : 0));
+    if (saved_to)
+        printf("parameters saved to %s\n", saved_to);
+    fflush(stdout);
+}

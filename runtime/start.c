@@ -1,0 +1,88 @@
+/* start.c: a built program's start: the command line read over the program's
+ * settings, a refusal of what this runtime cannot honour, the datasets read and
+ * checked before anything else starts, the executor prepared with parameters from the
+ * seed or a saved file, then the training loop.
+ *
+ * Exit status: 0 done, 1 a run-time error (data, files, numbers), 2 bad usage. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+static int fail(const char *prog, const char *message) {
+    fprintf(stderr, "%s: %s\n", prog, message);
+    return 1;
+}
+
+/* A dataset read and checked against the program, or false with the message printed. */
+static bool open_dataset(const ddp_config *cfg, const ddp_program *p, const ddp_dataset *spec, ddp_data *d) {
+    char err[2048];
+    if (ddp_data_open(spec, cfg->data_root, d, err, sizeof err) && ddp_data_fits(d, p, err, sizeof err))
+        return true;
+    ddp_data_free(d);
+    fail(cfg->prog, err);
+    return false;
+}
+
+/* --synthetic: random samples for the model's input and output, enough for the run's
+ * epochs (at least 65536, or steps_per_epoch global batches). */
+static const ddp_dataset *synthetic_like(const ddp_program *p, const ddp_config *cfg, ddp_dataset *d) {
+    int64_t batches = cfg->steps_per_epoch > 0 ? cfg->steps_per_epoch : 0;
+    int64_t samples = batches * p->settings.batch_per_replica;
+    memset(d, 0, sizeof *d);
+    d->name = "synthetic";
+    d->kind = DDP_DATA_SYNTHETIC;
+    d->scale = 1;
+    d->classes = p->output_elems > 1 ? p->output_elems : 2;
+    d->samples = samples > 65536 ? samples : 65536;
+    return d;
+}
+
+int ddp_main(const ddp_program *p, int argc, char **argv) {
+    ddp_config cfg;
+    int status = ddp_parse_args(&cfg, p, argc, argv);
+    if (status >= 0)
+        return status;
+    char err[2048], note[1024];
+    if (!ddp_check_supported(&cfg, p, err, sizeof err))
+        return fail(cfg.prog, err);
+    ddp_data train = {0}, validation = {0};
+    bool has_validation = p->settings.validation.kind >= 0 && !cfg.synthetic;
+    ddp_dataset noise;
+    const ddp_dataset *train_spec = cfg.synthetic ? synthetic_like(p, &cfg, &noise) : &p->settings.train;
+    if (!cfg.evaluate && !open_dataset(&cfg, p, train_spec, &train))
+        return 1;
+    if (has_validation && !open_dataset(&cfg, p, &p->settings.validation, &validation)) {
+        ddp_data_free(&train);
+        return 1;
+    }
+    ddp_runtime *rt = ddp_open(p, &cfg.exec, err, sizeof err);
+    ddp_report *report = NULL;
+    if (!rt) {
+        status = fail(cfg.prog, err);
+        goto done;
+    }
+    rt->epochs = cfg.epochs;
+    rt->rate_override = cfg.learning_rate;
+    rt->scalars[DDP_S_SEED].i = (int64_t)cfg.seed;
+    ddp_init_params(rt, cfg.seed);
+    if (cfg.load_path && !ddp_load_params(rt, cfg.load_path, note, sizeof note, err, sizeof err)) {
+        status = fail(cfg.prog, err);
+        goto done;
+    }
+    report = ddp_report_open(&cfg, p, false, err, sizeof err);
+    if (!report) {
+        status = fail(cfg.prog, err);
+        goto done;
+    }
+    if (cfg.load_path && note[0])
+        printf("note: %s\n", note);
+    status = ddp_run(rt, &cfg, cfg.evaluate ? NULL : &train, has_validation ? &validation : NULL, report);
+done:
+    ddp_report_close(report);
+    ddp_close(rt);
+    ddp_data_free(&train);
+    ddp_data_free(&validation);
+    return status;
+}

@@ -1,0 +1,317 @@
+/* train.c: the training loop of a train block, top to bottom: for each epoch, the
+ * order of its samples, then for each step the next batch, forward, backward, a check
+ * that the loss and every gradient are finite, the optimizer; validation when the
+ * program asks; the figures of each epoch; the parameters saved at the end.
+ *
+ * Figures come from the kernels' (sum, count) accumulators, zeroed at each epoch's
+ * start, so an epoch's loss is the mean over every sample it trained on. Validation
+ * runs the evaluation phase (batch normalisation on running statistics, no dropout)
+ * on every validation sample, the last batch kept whatever its size. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime.h"
+
+/* The batches of one pass over a dataset, as this worker's shards of global batches. */
+typedef struct Pass {
+    int64_t *order, *starts, *sizes, *global_sizes;
+    int64_t batches;
+} Pass;
+
+typedef struct Run {
+    ddp_runtime *rt;
+    const ddp_config *cfg;
+    ddp_report *report;
+    ddp_data *train, *validation;
+    ddp_loader *train_loader, *validation_loader;
+    ddp_epoch_plan plan, validation_plan;
+    Pass train_pass, validation_pass;
+    int64_t rank, workers;
+    int64_t step;               /* optimizer steps taken */
+    int64_t samples;            /* trained on, over all workers */
+    ddp_figures last_validation;
+    bool validated;
+} Run;
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int failure(Run *r, const char *message) {
+    ddp_report_interrupt(r->report);
+    fprintf(stderr, "%s: %s\n", r->cfg->prog, message);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ passes */
+
+static bool pass_alloc(Pass *pass, int64_t samples, int64_t batches) {
+    pass->order = malloc(sizeof(int64_t) * (size_t)(samples + 1));
+    pass->starts = malloc(sizeof(int64_t) * (size_t)(batches + 1));
+    pass->sizes = malloc(sizeof(int64_t) * (size_t)(batches + 1));
+    pass->global_sizes = malloc(sizeof(int64_t) * (size_t)(batches + 1));
+    pass->batches = batches;
+    return pass->order && pass->starts && pass->sizes && pass->global_sizes;
+}
+
+static void pass_free(Pass *pass) {
+    free(pass->order);
+    free(pass->starts);
+    free(pass->sizes);
+    free(pass->global_sizes);
+}
+
+/* Batch b of the pass is this worker's shard of global batch b of the plan. */
+static void cut_pass(Run *r, Pass *pass, const ddp_epoch_plan *plan) {
+    for (int64_t b = 0; b < pass->batches; b++) {
+        int64_t begin, size, offset, mine;
+        ddp_batch_span(plan, b, &begin, &size);
+        ddp_shard_range(size, r->workers, r->rank, &offset, &mine);
+        pass->starts[b] = begin + offset;
+        pass->sizes[b] = mine;
+        pass->global_sizes[b] = size;
+    }
+}
+
+/* ----------------------------------------------------------------- figures */
+
+static ddp_figures read_figures(ddp_runtime *rt) {
+    const ddp_settings *s = &rt->program->settings;
+    ddp_figures f = {0};
+    double count;
+    double sum = ddp_accumulator(rt, 0, &count);
+    f.loss = count > 0 ? sum / count : NAN;
+    f.samples = (int64_t)count;
+    for (int64_t i = 0; i < s->nmetrics && i < DDP_MAX_METRICS; i++) {
+        sum = ddp_accumulator(rt, (int)s->metrics[i].pair, &count);
+        f.metric[i] = count > 0 ? sum / count : NAN;
+    }
+    return f;
+}
+
+/* ------------------------------------------------------------------ batches */
+
+static int64_t next_batch(ddp_runtime *rt, ddp_loader *loader, int64_t global_size) {
+    const ddp_program *p = rt->program;
+    int64_t rows = ddp_loader_next(loader, ddp_buffer_ptr(rt, p->input_slot), ddp_buffer_ptr(rt, p->label_slot),
+                                   ddp_buffer_ptr(rt, p->sample_id_slot));
+    ddp_set_batch(rt, rows, global_size);
+    return rows;
+}
+
+/* Every validation sample through the evaluation phase. The training figures of the
+ * epoch so far are kept aside meanwhile. */
+static ddp_figures validate(Run *r) {
+    ddp_runtime *rt = r->rt;
+    int64_t pairs = rt->program->accum_pairs;
+    double saved[2 * 64];
+    memcpy(saved, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * pairs));
+    ddp_zero_accumulators(rt);
+    Pass *pass = &r->validation_pass;
+    ddp_loader_begin(r->validation_loader, pass->order, pass->starts, pass->sizes, pass->batches);
+    for (int64_t b = 0; b < pass->batches; b++) {
+        next_batch(rt, r->validation_loader, pass->global_sizes[b]);
+        ddp_run_phase(rt, DDP_PHASE_EVAL);
+    }
+    ddp_figures f = read_figures(rt);
+    memcpy(ddp_accumulators(rt), saved, sizeof(double) * (size_t)(2 * pairs));
+    r->last_validation = f;
+    r->validated = true;
+    return f;
+}
+
+/* ----------------------------------------------------------------- a step */
+
+/* The parameter whose gradient holds element i of the flat vector. */
+static const char *param_at(const ddp_program *p, int64_t i) {
+    for (int64_t k = 0; k < p->nparams; k++) {
+        const ddp_param *q = &p->params[k];
+        if (q->region == DDP_REGION_PARAMS && i >= q->offset && i < q->offset + q->count)
+            return q->name;
+    }
+    return "?";
+}
+
+/* A loss or gradient that is not finite stops the run before the update spoils the
+ * parameters; the message names the step, the tensor and the batch's first samples. */
+static bool finite_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
+    ddp_runtime *rt = r->rt;
+    const ddp_program *p = rt->program;
+    double loss = ddp_accumulators(rt)[0];
+    int64_t bad = -1;
+    int n;
+    if (isfinite(loss) && (bad = ddp_first_nonfinite(rt, DDP_REGION_GRADS, p->param_count)) < 0)
+        return true;
+    n = snprintf(why, len, "step %lld (epoch %lld, step %lld of %lld): ", (long long)r->step + 1,
+                 (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps);
+    if (!isfinite(loss))
+        n += snprintf(why + n, len - (size_t)n, "the loss is %s", isnan(loss) ? "NaN" : "infinite");
+    else
+        n += snprintf(why + n, len - (size_t)n, "the gradient of `%s` holds a NaN or an infinity",
+                      param_at(p, bad));
+    const int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
+    int64_t rows = rt->scalars[DDP_S_LOCAL_BATCH].i;
+    n += snprintf(why + n, len - (size_t)n, "; training stopped before this step's update. The batch held samples");
+    for (int64_t i = 0; i < rows && i < 4 && n < (int)len; i++)
+        n += snprintf(why + n, len - (size_t)n, "%s %lld", i ? "," : "", (long long)ids[i]);
+    if (n < (int)len)
+        snprintf(why + n, len - (size_t)n, "%s of %s. Lower the learning rate, or check those samples",
+                 rows > 4 ? ", ..." : "", r->train->spec->name);
+    return false;
+}
+
+static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
+    ddp_runtime *rt = r->rt;
+    int64_t global = r->train_pass.global_sizes[b];
+    next_batch(rt, r->train_loader, global);
+    rt->scalars[DDP_S_EPOCH].i = epoch;
+    ddp_prepare_step(rt, r->step, r->plan.steps);
+    ddp_run_phase(rt, DDP_PHASE_FORWARD);
+    ddp_run_phase(rt, DDP_PHASE_BACKWARD);
+    if (!finite_step(r, epoch, b, why, len))
+        return false;
+    ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);
+    r->step++;
+    r->samples += global;
+    return true;
+}
+
+/* ------------------------------------------------------------------ epochs */
+
+static bool validation_due(const Run *r, int64_t epoch, bool epoch_end) {
+    ddp_duration every = r->rt->program->settings.validate_every;
+    if (!r->validation || every.value <= 0)
+        return false;
+    if (every.unit == DDP_UNIT_STEPS)
+        return !epoch_end && r->step % every.value == 0;
+    return epoch_end && ((epoch + 1) % every.value == 0 || epoch + 1 == r->cfg->epochs);
+}
+
+static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
+    ddp_runtime *rt = r->rt;
+    double start = now_seconds(), training = 0;
+    int64_t trained = 0;
+    const ddp_figures *epoch_validation = NULL;
+    ddp_figures v;
+    Pass *pass = &r->train_pass;
+    ddp_epoch_order(r->cfg->seed, epoch, rt->program->settings.shuffle, r->train->samples, pass->order);
+    ddp_loader_begin(r->train_loader, pass->order, pass->starts, pass->sizes, pass->batches);
+    ddp_zero_accumulators(rt);
+    for (int64_t b = 0; b < pass->batches; b++) {
+        double t = now_seconds();
+        if (!train_step(r, epoch, b, why, len))
+            return false;
+        training += now_seconds() - t;
+        trained += pass->global_sizes[b];
+        ddp_figures running = read_figures(rt);
+        ddp_report_step(r->report, epoch + 1, b + 1, pass->batches, &running,
+                        training > 0 ? (double)trained / training : 0);
+        if (validation_due(r, epoch, false)) {
+            v = validate(r);
+            epoch_validation = &r->last_validation;
+            ddp_report_validation(r->report, r->step, &v);
+        }
+    }
+    bool last = epoch + 1 == r->cfg->epochs;
+    if (validation_due(r, epoch, true) || (last && r->validation && !epoch_validation)) {
+        validate(r);
+        epoch_validation = &r->last_validation;
+    }
+    ddp_epoch_result e = {epoch + 1, r->step, read_figures(rt), epoch_validation,
+                          rt->scalars[DDP_S_LEARNING_RATE].f, training > 0 ? (double)trained / training : 0,
+                          now_seconds() - start};
+    ddp_report_epoch(r->report, &e);
+    return true;
+}
+
+/* ---------------------------------------------------------------- the run */
+
+static bool prepare_validation(Run *r, char *err, size_t len) {
+    int64_t global = r->rt->program->settings.batch_per_replica * r->rt->replicas;
+    if (!ddp_plan_epoch(r->validation->samples, global, false, -1, &r->validation_plan, err, len))
+        return false;
+    if (!pass_alloc(&r->validation_pass, r->validation->samples, r->validation_plan.steps)) {
+        snprintf(err, len, "out of memory");
+        return false;
+    }
+    ddp_epoch_order(0, 0, false, r->validation->samples, r->validation_pass.order);
+    cut_pass(r, &r->validation_pass, &r->validation_plan);
+    r->validation_loader = ddp_loader_new(r->validation, r->rt->program, global);
+    if (!r->validation_loader)
+        snprintf(err, len, "cannot start the validation data's loader thread");
+    return r->validation_loader != NULL;
+}
+
+static bool prepare_training(Run *r, char *err, size_t len) {
+    const ddp_settings *s = &r->rt->program->settings;
+    int64_t global = s->batch_per_replica * r->rt->replicas;
+    char why[512];
+    if (!ddp_plan_epoch(r->train->samples, global, s->drop_remainder, r->cfg->steps_per_epoch, &r->plan, why,
+                        sizeof why)) {
+        snprintf(err, len, "%s: %s", r->train->spec->name, why);
+        return false;
+    }
+    if (!pass_alloc(&r->train_pass, r->train->samples, r->plan.steps)) {
+        snprintf(err, len, "out of memory");
+        return false;
+    }
+    cut_pass(r, &r->train_pass, &r->plan);
+    r->train_loader = ddp_loader_new(r->train, r->rt->program, global);
+    if (!r->train_loader)
+        snprintf(err, len, "cannot start the training data's loader thread");
+    return r->train_loader != NULL;
+}
+
+static int evaluate_only(Run *r) {
+    double start = now_seconds();
+    ddp_figures v = validate(r);
+    ddp_report_evaluation(r->report, r->validation, &v, now_seconds() - start);
+    return 0;
+}
+
+static int train_all(Run *r) {
+    char why[1024], err[1024];
+    double start = now_seconds();
+    for (int64_t epoch = 0; epoch < r->cfg->epochs; epoch++) {
+        if (run_epoch(r, epoch, why, sizeof why))
+            continue;
+        if (r->cfg->save_path && ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+            snprintf(why + strlen(why), sizeof why - strlen(why), ". The parameters from before it are in %s",
+                     r->cfg->save_path);
+        return failure(r, why);
+    }
+    if (r->cfg->epochs == 0 && r->validation)
+        validate(r);
+    if (r->cfg->save_path && !ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+        return failure(r, err);
+    ddp_report_summary(r->report, r->cfg->epochs, r->step, r->samples, now_seconds() - start,
+                       r->validated ? &r->last_validation : NULL, r->cfg->save_path);
+    return 0;
+}
+
+int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report) {
+    Run r = {.rt = rt, .cfg = cfg, .report = report, .train = train, .validation = validation, .rank = 0,
+             .workers = 1};
+    char err[1024];
+    int status;
+    if (rt->program->accum_pairs > 64 || rt->program->settings.nmetrics > DDP_MAX_METRICS)
+        status = failure(&r, "the program has more metrics than this runtime can hold");
+    else if (validation && !prepare_validation(&r, err, sizeof err))
+        status = failure(&r, err);
+    else if (!cfg->evaluate && !prepare_training(&r, err, sizeof err))
+        status = failure(&r, err);
+    else {
+        ddp_report_banner(report, rt, train, validation, cfg->evaluate ? NULL : &r.plan);
+        status = cfg->evaluate ? evaluate_only(&r) : train_all(&r);
+    }
+    ddp_loader_free(r.train_loader);
+    ddp_loader_free(r.validation_loader);
+    pass_free(&r.train_pass);
+    pass_free(&r.validation_pass);
+    return status;
+}

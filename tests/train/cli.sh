@@ -1,0 +1,67 @@
+#!/bin/sh
+# cli.sh DIR: a built program's command line (programs in DIR): --help, bad usage
+# (status 2), run-time errors (status 1) and settings this runtime cannot honour yet,
+# refused at start; each with the message a user needs. Also: progress in a log file
+# has no carriage returns, and parameters saved by one model do not load into another.
+set -u
+dir=$1
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+printf 'x0,x1,x2,x3,label\n1,2,3,4,0\n0,1,0,1,1\n2,2,1,0,2\n1,0,0,1,1\n' > "$root/tiny.csv"
+cat "$root/tiny.csv" > "$root/tiny_check.csv"
+tail -n 4 "$root/tiny_check.csv" >> "$root/tiny.csv"
+failures=0
+
+# expect STATUS PATTERN COMMAND...: the command exits with STATUS and says PATTERN
+expect() {
+    want=$1 pattern=$2
+    shift 2
+    out=$("$@" 2>&1)
+    got=$?
+    if [ "$got" -ne "$want" ] || ! printf '%s\n' "$out" | grep -q -- "$pattern"; then
+        echo "FAIL: $* -> status $got (wanted $want and \"$pattern\"):"
+        printf '%s\n' "$out" | head -n 8
+        failures=$((failures + 1))
+    else
+        echo "ok: $* -> $got: $(printf '%s\n' "$out" | grep -m 1 -- "$pattern")"
+    fi
+}
+
+tiny="$dir/tiny --data-root $root --epochs 1 --steps-per-epoch 1"
+expect 0 "--steps-per-epoch N" "$dir/tiny" --help
+expect 2 "unknown option \`--bogus\`" "$dir/tiny" --bogus
+expect 2 "takes no file arguments" "$dir/tiny" data.csv
+expect 2 "\-\-epochs needs a value" "$dir/tiny" --epochs
+expect 2 "\-\-epochs wants a whole number" "$dir/tiny" --epochs=-1
+expect 2 "\-\-steps-per-epoch wants a positive" "$dir/tiny" --steps-per-epoch 0
+expect 2 "\-\-threads wants a number of threads" "$dir/tiny" --threads 0
+expect 2 "\-\-lr wants a positive number, not \`fast\`" "$dir/tiny" --lr fast
+expect 2 "\-\-device is cpu, gpu or auto, not \`tpu\`" "$dir/tiny" --device tpu
+expect 2 "\-\-evaluate needs a validation dataset" "$dir/zeros" --evaluate
+expect 1 "trains on CPUs only" $tiny --device gpu
+expect 1 "tiny.csv: no such file" "$dir/tiny"
+expect 1 "steps_per_epoch is 5, but 8 samples make only 1 global batch of 8" $tiny --steps-per-epoch 5
+expect 1 "checkpoint(...) is not supported" "$dir/tiny_checkpoint" --data-root "$root"
+expect 1 "precision = bf16 needs the GPU runtime" "$dir/tiny_bf16" --data-root "$root"
+expect 1 "communication = nccl needs GPUs" "$dir/tiny_nccl" --data-root "$root"
+expect 1 "not a task of a Slurm job step" env -u SLURM_STEP_ID "$dir/tiny_slurm" --data-root "$root"
+expect 1 "this job has 4 workers" env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 $tiny
+expect 1 "this job has 2 workers" env DDP_WORLD_SIZE=2 $tiny
+expect 1 "cannot write the metrics file" $tiny --metrics "$root/no/such/dir/m.json"
+expect 1 "cannot write" $tiny --save "$root/no/such/dir/p.safetensors"
+expect 1 "cannot open" $tiny --load "$root/missing.safetensors"
+printf 'not safetensors at all' > "$root/garbage"
+expect 1 "not a safetensors file" $tiny --load "$root/garbage"
+expect 0 "done: 0 epochs" $tiny --epochs 0 --save "$root/init.safetensors"
+expect 0 "parameters  from" $tiny --load "$root/init.safetensors"
+expect 1 "has no tensor \`mlp\.[a-z.]*\`: it was saved from another model" "$dir/zeros" --load "$root/init.safetensors"
+
+# a log file gets whole lines: no carriage return, no escape sequence
+$tiny --epochs 2 > "$root/log" 2>&1
+if grep -q "$(printf '\r')" "$root/log" || grep -q "$(printf '\033')" "$root/log"; then
+    echo "FAIL: the log has carriage returns or escape sequences"
+    failures=$((failures + 1))
+else
+    echo "ok: the log has plain lines"
+fi
+[ "$failures" -eq 0 ] || { echo "$failures failed"; exit 1; }

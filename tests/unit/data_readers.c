@@ -1,0 +1,746 @@
+/* data_readers.c: the dataset readers against files written here, in a fresh temporary
+ * folder: good files of every format (IDX plain and gzip, CIFAR-10 batches, .npy in C
+ * and Fortran order, either byte order, versions 1 to 3, CSV with quotes and CRLF)
+ * whose values are checked exactly, and broken ones of every kind, each of which must
+ * be refused with a message that names the file and says what is wrong. Then the checks
+ * against a model (ddp_data_fits, on a ddp_program made by hand) and batches in f32 and
+ * f64, scaled, one-hot and synthetic. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "check.h"
+#include "runtime.h"
+
+static bool verbose; /* --verbose: print every message checked */
+static char root[] = "/tmp/ddp_data_readers_XXXXXX";
+static char created[128][64]; /* below root, removed at the end, last first */
+static int ncreated;
+
+/* ------------------------------------------------------------ writing files */
+
+static void remember(const char *name) {
+    if (ncreated < 128)
+        snprintf(created[ncreated++], sizeof created[0], "%s", name);
+}
+
+static const char *path_of(const char *name) {
+    static char path[4][256];
+    static int next;
+    char *p = path[next++ % 4];
+    snprintf(p, sizeof path[0], "%s/%s", root, name);
+    return p;
+}
+
+static void write_file(const char *name, const void *data, size_t len) {
+    FILE *f = fopen(path_of(name), "wb");
+    if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path_of(name));
+        exit(2);
+    }
+    remember(name);
+}
+
+static void write_gzip(const char *name, const void *data, size_t len) {
+    gzFile f = gzopen(path_of(name), "wb");
+    if (!f || gzwrite(f, data, (unsigned)len) != (int)len || gzclose(f) != Z_OK) {
+        fprintf(stderr, "cannot write %s\n", path_of(name));
+        exit(2);
+    }
+    remember(name);
+}
+
+static void make_folder(const char *name) {
+    if (mkdir(path_of(name), 0700) != 0) {
+        perror(path_of(name));
+        exit(2);
+    }
+    remember(name);
+}
+
+static void write_text(const char *name, const char *text) {
+    write_file(name, text, strlen(text));
+}
+
+/* A file being built; every file here fits. */
+typedef struct bytes {
+    unsigned char data[1 << 16];
+    size_t len;
+} bytes;
+
+static void put(bytes *b, const void *p, size_t n) {
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+static void put_be32(bytes *b, uint32_t v) {
+    unsigned char c[4] = {v >> 24, v >> 16 & 0xff, v >> 8 & 0xff, v & 0xff};
+    put(b, c, 4);
+}
+
+/* values of width bytes, host order, written big-endian */
+static void put_big_endian(bytes *b, const void *values, size_t count, int width) {
+    const unsigned char *v = values;
+    for (size_t i = 0; i < count; i++)
+        for (int k = width - 1; k >= 0; k--)
+            put(b, v + i * (size_t)width + (size_t)k, 1);
+}
+
+/* An IDX file: type byte, dims, then count values of width bytes (host order). */
+static bytes *idx(int type, int rank, const uint32_t *dims, const void *values, size_t count, int width) {
+    static bytes b;
+    b.len = 0;
+    unsigned char magic[4] = {0, 0, (unsigned char)type, (unsigned char)rank};
+    put(&b, magic, 4);
+    for (int i = 0; i < rank; i++)
+        put_be32(&b, dims[i]);
+    put_big_endian(&b, values, count, width);
+    return &b;
+}
+
+/* An .npy file of the given version and header dict; the values as given. */
+static bytes *npy(int version, const char *dict, const void *values, size_t len) {
+    static bytes b;
+    b.len = 0;
+    put(&b, "\x93NUMPY", 6);
+    unsigned char v[2] = {(unsigned char)version, 0};
+    put(&b, v, 2);
+    size_t prefix = version == 1 ? 10 : 12, header = strlen(dict) + 1;
+    size_t padded = (prefix + header + 63) / 64 * 64 - prefix;
+    unsigned char n[4] = {padded & 0xff, padded >> 8 & 0xff, padded >> 16 & 0xff, padded >> 24};
+    put(&b, n, version == 1 ? 2 : 4);
+    put(&b, dict, strlen(dict));
+    while (b.len < prefix + padded - 1)
+        put(&b, " ", 1);
+    put(&b, "\n", 1);
+    put(&b, values, len);
+    return &b;
+}
+
+/* ------------------------------------------------------------- opening */
+
+static ddp_dataset dataset(int kind, const char *name, const char *path0, const char *path1) {
+    return (ddp_dataset){.name = name, .kind = kind, .path = {path0, path1}, .scale = 1};
+}
+
+static bool open_ok(const ddp_dataset *spec, ddp_data *d) {
+    char err[1024] = "";
+    bool ok = ddp_data_open(spec, root, d, err, sizeof err);
+    if (!ok)
+        fprintf(stderr, "unexpected failure: %s\n", err);
+    CHECK(ok);
+    return ok;
+}
+
+static bool contains_all(const char *text, va_list ap) {
+    bool all = true;
+    for (const char *phrase; (phrase = va_arg(ap, const char *));)
+        if (!strstr(text, phrase)) {
+            fprintf(stderr, "  message lacks \"%s\"\n", phrase);
+            all = false;
+        }
+    return all;
+}
+
+/* The message of a failure must contain every phrase (a NULL ends them). */
+static void check_message(int line, bool ok, const char *err, ...) {
+    va_list ap;
+    va_start(ap, err);
+    if (verbose && !ok)
+        printf("%s\n", err);
+    if (ok) {
+        fprintf(stderr, "%s:%d: expected a failure\n", __FILE__, line);
+        failures++;
+    } else if (!contains_all(err, ap) || strchr(err, '\n')) {
+        fprintf(stderr, "%s:%d: message: %s\n", __FILE__, line, err);
+        failures++;
+    }
+    va_end(ap);
+}
+
+#define OPEN_FAILS(spec, ...)                                                                                \
+    do {                                                                                                     \
+        ddp_data d_;                                                                                         \
+        char err_[1024] = "";                                                                                \
+        bool ok_ = ddp_data_open(spec, root, &d_, err_, sizeof err_);                                        \
+        check_message(__LINE__, ok_, err_, __VA_ARGS__, NULL);                                               \
+        CHECK(d_.inputs == NULL && d_.labels == NULL && d_.samples == 0);                                    \
+        ddp_data_free(&d_);                                                                                  \
+    } while (0)
+
+#define FITS_FAILS(d, p, ...)                                                                                \
+    do {                                                                                                     \
+        char err_[1024] = "";                                                                                \
+        bool ok_ = ddp_data_fits(d, p, err_, sizeof err_);                                                   \
+        check_message(__LINE__, ok_, err_, __VA_ARGS__, NULL);                                               \
+    } while (0)
+
+static bool fits(const ddp_data *d, const ddp_program *p) {
+    char err[1024] = "";
+    bool ok = ddp_data_fits(d, p, err, sizeof err);
+    if (!ok)
+        fprintf(stderr, "unexpected misfit: %s\n", err);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ IDX */
+
+static const uint32_t image_dims[] = {3, 2, 2}, label_dims[] = {3};
+static const uint8_t image_values[12] = {0, 1, 2, 3, 10, 11, 12, 13, 200, 201, 202, 255};
+static const uint8_t label_values[3] = {2, 0, 1};
+
+static void write_idx_pair(const char *images, const char *labels) {
+    bytes *b = idx(0x08, 3, image_dims, image_values, 12, 1);
+    write_file(images, b->data, b->len);
+    b = idx(0x08, 1, label_dims, label_values, 3, 1);
+    write_file(labels, b->data, b->len);
+}
+
+static void test_idx_plain(void) {
+    write_idx_pair("img.idx", "lbl.idx");
+    ddp_dataset spec = dataset(DDP_DATA_IDX, "tiny", "img.idx", "lbl.idx");
+    ddp_data d;
+    if (!open_ok(&spec, &d))
+        return;
+    CHECK(d.samples == 3 && d.rank == 2 && d.shape[0] == 2 && d.shape[1] == 2 && d.elems == 4);
+    CHECK(d.elem == DDP_ELEM_U8 && memcmp(d.inputs, image_values, 12) == 0);
+    CHECK(d.label_elems == 1 && d.integral_labels);
+    CHECK(d.labels[0] == 2 && d.labels[1] == 0 && d.labels[2] == 1);
+    CHECK(strcmp(d.where, path_of("img.idx")) == 0 && strcmp(d.label_where, path_of("lbl.idx")) == 0);
+    ddp_data_free(&d);
+    CHECK(d.inputs == NULL && d.samples == 0);
+}
+
+static void test_idx_gzip(void) {
+    static const uint32_t dims[] = {2, 3}, ldims[] = {2, 2};
+    static const int16_t values[6] = {-300, 1000, 0, -1, 32767, -32768};
+    static const int32_t labels[4] = {5, -7, 1 << 20, 0};
+    bytes *b = idx(0x0B, 2, dims, values, 6, 2);
+    write_gzip("img16.gz", b->data, b->len);
+    b = idx(0x0C, 2, ldims, labels, 4, 4);
+    write_gzip("lbl32.gz", b->data, b->len);
+    ddp_dataset spec = dataset(DDP_DATA_IDX, "gz", "img16.gz", path_of("lbl32.gz")); /* absolute too */
+    ddp_data d;
+    if (!open_ok(&spec, &d))
+        return;
+    CHECK(d.samples == 2 && d.rank == 1 && d.shape[0] == 3 && d.elem == DDP_ELEM_I16);
+    CHECK(memcmp(d.inputs, values, sizeof values) == 0);
+    CHECK(d.label_elems == 2 && d.labels[0] == 5 && d.labels[1] == -7 && d.labels[2] == 1 << 20);
+    ddp_data_free(&d);
+
+    static const float floats[4] = {0.5f, -1.25f, 3e10f, 0};
+    static const double doubles[2] = {0.25, 1.0};
+    static const uint32_t fdims[] = {2, 2}, ddims[] = {2};
+    b = idx(0x0D, 2, fdims, floats, 4, 4);
+    write_gzip("f32.gz", b->data, b->len);
+    b = idx(0x0E, 1, ddims, doubles, 2, 8);
+    write_file("f64.idx", b->data, b->len);
+    spec = dataset(DDP_DATA_IDX, "floats", "f32.gz", "f64.idx");
+    if (!open_ok(&spec, &d))
+        return;
+    CHECK(d.elem == DDP_ELEM_F32 && memcmp(d.inputs, floats, sizeof floats) == 0);
+    CHECK(d.labels[0] == 0.25 && d.labels[1] == 1.0 && !d.integral_labels);
+    ddp_data_free(&d);
+}
+
+static void test_idx_broken(void) {
+    ddp_dataset spec = dataset(DDP_DATA_IDX, "fashion_train", "missing.gz", "lbl.idx");
+    OPEN_FAILS(&spec, "missing.gz: no such file", "the dataset `fashion_train`, images", "--data-root");
+
+    write_file("empty.idx", "", 0);
+    spec.path[0] = "empty.idx";
+    OPEN_FAILS(&spec, "empty.idx: the file is empty");
+
+    bytes *b = idx(0x08, 3, image_dims, image_values, 12, 1);
+    write_file("short.idx", b->data, b->len - 8);
+    spec.path[0] = "short.idx";
+    OPEN_FAILS(&spec,
+               "short.idx: truncated: the header promises 3 images of 2x2 (28 bytes) but the file has 20 "
+               "bytes",
+               "download it again");
+
+    write_file("long.idx", b->data, b->len);
+    FILE *f = fopen(path_of("long.idx"), "ab");
+    fputs("junk", f);
+    fclose(f);
+    spec.path[0] = "long.idx";
+    OPEN_FAILS(&spec, "long.idx: 4 bytes too many");
+
+    write_gzip("cut.gz", b->data, b->len);
+    FILE *g = fopen(path_of("cut.gz"), "rb");
+    unsigned char whole[256];
+    size_t n = fread(whole, 1, sizeof whole, g);
+    fclose(g);
+    write_file("cut.gz", whole, n - 6); /* the stream's trailer cut off */
+    spec.path[0] = "cut.gz";
+    OPEN_FAILS(&spec, "cut.gz: the gzip stream ends early");
+    whole[n - 6] ^= 0xff; /* the CRC no longer matches */
+    write_file("crc.gz", whole, n);
+    spec.path[0] = "crc.gz";
+    OPEN_FAILS(&spec, "crc.gz: the gzip data is damaged (");
+
+    unsigned char bad[32];
+    memcpy(bad, b->data, 28);
+    bad[0] = 1;
+    write_file("magic.idx", bad, 28);
+    spec.path[0] = "magic.idx";
+    OPEN_FAILS(&spec, "magic.idx: not an IDX file");
+
+    memcpy(bad, b->data, 28);
+    bad[2] = 0x07;
+    write_file("type.idx", bad, 28);
+    spec.path[0] = "type.idx";
+    OPEN_FAILS(&spec, "type.idx: unknown IDX element type 0x07");
+
+    static const uint32_t four[] = {4};
+    static const uint8_t four_labels[4] = {0, 1, 2, 3};
+    b = idx(0x08, 1, four, four_labels, 4, 1);
+    write_file("four.idx", b->data, b->len);
+    spec = dataset(DDP_DATA_IDX, "pair", "img.idx", "four.idx");
+    OPEN_FAILS(&spec, "four.idx: holds 4 labels but", "img.idx holds 3 images");
+
+    static const uint32_t cube[] = {3, 1, 1};
+    b = idx(0x08, 3, cube, label_values, 3, 1);
+    write_file("cube.idx", b->data, b->len);
+    spec.path[1] = "cube.idx";
+    OPEN_FAILS(&spec, "cube.idx: IDX rank 3", "labels");
+
+    static const float nan_images[4] = {1, 2, NAN, 4};
+    static const uint32_t nan_dims[] = {2, 2}, two[] = {2};
+    b = idx(0x0D, 2, nan_dims, nan_images, 4, 4);
+    write_file("nan.idx", b->data, b->len);
+    b = idx(0x08, 1, two, label_values, 2, 1);
+    write_file("two.idx", b->data, b->len);
+    spec = dataset(DDP_DATA_IDX, "nan", "nan.idx", "two.idx");
+    OPEN_FAILS(&spec, "nan.idx: sample 1 holds NaN (element 0)");
+    static const double inf_labels[4] = {0, 1, 2, -INFINITY};
+    b = idx(0x0E, 2, nan_dims, inf_labels, 4, 8);
+    write_file("inf.idx", b->data, b->len);
+    spec = dataset(DDP_DATA_IDX, "inf", "f32.gz", "inf.idx");
+    OPEN_FAILS(&spec, "inf.idx: the label of sample 1 holds -inf (value 1)");
+}
+
+/* ------------------------------------------------------------- CIFAR-10 */
+
+enum { RECORD = 3073 };
+
+/* Record r of a batch: label, then the planes with a value that tells pixel and channel. */
+static void cifar_record(unsigned char *rec, int label, int seed) {
+    rec[0] = (unsigned char)label;
+    for (int c = 0; c < 3; c++)
+        for (int p = 0; p < 1024; p++)
+            rec[1 + c * 1024 + p] = (unsigned char)(seed * 31 + c * 7 + p);
+}
+
+static void write_cifar_batch(const char *name, int records, int first_seed) {
+    static unsigned char data[4 * RECORD];
+    for (int r = 0; r < records; r++)
+        cifar_record(data + r * RECORD, (first_seed + r) % 10, first_seed + r);
+    write_file(name, data, (size_t)records * RECORD);
+}
+
+static void test_cifar10(void) {
+    make_folder("cifar");
+    static const char *const names[] = {"cifar/data_batch_1.bin", "cifar/data_batch_2.bin",
+                                        "cifar/data_batch_3.bin", "cifar/data_batch_4.bin",
+                                        "cifar/data_batch_5.bin"};
+    for (int i = 0; i < 5; i++)
+        write_cifar_batch(names[i], i == 0 ? 2 : 1, i == 0 ? 0 : i + 1); /* seeds 0..5 */
+    write_cifar_batch("cifar/test_batch.bin", 3, 20);
+    ddp_dataset spec = dataset(DDP_DATA_CIFAR10, "cifar_train", "cifar", NULL);
+    ddp_data d;
+    if (open_ok(&spec, &d)) {
+        CHECK(d.samples == 6 && d.rank == 3 && d.shape[0] == 32 && d.shape[1] == 32 && d.shape[2] == 3);
+        CHECK(d.elem == DDP_ELEM_U8 && d.elems == 3072 && d.label_elems == 1);
+        bool transposed = true;
+        for (int s = 0; s < 6; s++) {
+            CHECK(d.labels[s] == s % 10);
+            const unsigned char *image = (const unsigned char *)d.inputs + s * 3072;
+            for (int p = 0; p < 1024; p++)
+                for (int c = 0; c < 3; c++)
+                    transposed &= image[p * 3 + c] == (unsigned char)(s * 31 + c * 7 + p);
+        }
+        CHECK(transposed);
+        ddp_data_free(&d);
+    }
+    spec.part = 1;
+    if (open_ok(&spec, &d)) {
+        CHECK(d.samples == 3 && d.labels[2] == 2);
+        ddp_data_free(&d);
+    }
+
+    static unsigned char data[2 * RECORD + 5];
+    cifar_record(data, 1, 0);
+    cifar_record(data + RECORD, 10, 1);
+    write_file("cifar/test_batch.bin", data, RECORD + 5);
+    OPEN_FAILS(&spec, "cifar/test_batch.bin: 3078 bytes is not a whole number of 3073-byte records");
+    write_file("cifar/test_batch.bin", data, 2 * RECORD);
+    OPEN_FAILS(&spec, "cifar/test_batch.bin: record 1 has the label 10, but CIFAR-10 labels are 0..9");
+
+    unlink(path_of("cifar/data_batch_3.bin"));
+    spec.part = 0;
+    OPEN_FAILS(&spec, "cifar/data_batch_3.bin: no such file", "in the folder", "cifar_train");
+    spec.path[0] = "no_cifar";
+    OPEN_FAILS(&spec, "no_cifar: no such folder");
+}
+
+/* ------------------------------------------------------------------ npy */
+
+static void test_npy_good(void) {
+    static const float inputs[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11.5f};
+    static const int64_t labels[3] = {1, 0, 2};
+    bytes *b =
+        npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2, 2), }", inputs, sizeof inputs);
+    write_file("x.npy", b->data, b->len);
+    b = npy(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", labels, sizeof labels);
+    write_file("y.npy", b->data, b->len);
+    ddp_dataset spec = dataset(DDP_DATA_NPY, "arrays", "x.npy", "y.npy");
+    ddp_data d;
+    if (open_ok(&spec, &d)) {
+        CHECK(d.samples == 3 && d.rank == 2 && d.shape[0] == 2 && d.shape[1] == 2 && d.elem == DDP_ELEM_F32);
+        CHECK(memcmp(d.inputs, inputs, sizeof inputs) == 0 && d.labels[2] == 2 && d.integral_labels);
+        ddp_data_free(&d);
+    }
+
+    /* (2, 3, 4) in Fortran order: element [i][j][k] stored at i + 2 j + 6 k */
+    int16_t fortran[24], c_order[24];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            for (int k = 0; k < 4; k++) {
+                c_order[i * 12 + j * 4 + k] = (int16_t)(100 * i + 10 * j + k);
+                fortran[i + 2 * j + 6 * k] = (int16_t)(100 * i + 10 * j + k);
+            }
+    b = npy(1, "{'descr': '<i2', 'fortran_order': True, 'shape': (2, 3, 4), }", fortran, sizeof fortran);
+    write_file("fortran.npy", b->data, b->len);
+    /* labels (2, 2) in Fortran order, big-endian f8, v2 header */
+    static const double label_f[4] = {0.5, 1.5, 2.5, 3.5}; /* [[0.5, 2.5], [1.5, 3.5]] */
+    static bytes tmp;
+    put_big_endian(&tmp, label_f, 4, 8);
+    b = npy(2, "{'descr': '>f8', 'fortran_order': True, 'shape': (2, 2), }", tmp.data, tmp.len);
+    write_file("yf.npy", b->data, b->len);
+    spec = dataset(DDP_DATA_NPY, "fortran", "fortran.npy", "yf.npy");
+    if (open_ok(&spec, &d)) {
+        CHECK(d.samples == 2 && d.rank == 2 && d.shape[0] == 3 && d.shape[1] == 4 && d.elem == DDP_ELEM_I16);
+        CHECK(memcmp(d.inputs, c_order, sizeof c_order) == 0);
+        CHECK(d.label_elems == 2 && !d.integral_labels);
+        CHECK(d.labels[0] == 0.5 && d.labels[1] == 2.5 && d.labels[2] == 1.5 && d.labels[3] == 3.5);
+        ddp_data_free(&d);
+    }
+
+    static const float big[3] = {1.5f, -2, 1e-3f};
+    tmp.len = 0;
+    put_big_endian(&tmp, big, 3, 4);
+    b = npy(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }", tmp.data, tmp.len);
+    write_file("big.npy", b->data, b->len);
+    static const uint8_t bools[3] = {1, 0, 1};
+    b = npy(2, "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", bools, 3);
+    write_file("bools.npy", b->data, b->len);
+    spec = dataset(DDP_DATA_NPY, "big", "big.npy", "bools.npy");
+    if (open_ok(&spec, &d)) {
+        CHECK(d.rank == 0 && d.elems == 1 && memcmp(d.inputs, big, sizeof big) == 0);
+        CHECK(d.labels[0] == 1 && d.labels[1] == 0 && d.integral_labels);
+        ddp_data_free(&d);
+    }
+
+    static const uint16_t halves[3] = {0x3c00, 0xc000, 0x0001}; /* 1, -2, 2^-24 */
+    b = npy(3, "{'descr': '<f2', 'fortran_order': False, 'shape': (3, 1), }", halves, sizeof halves);
+    write_file("half.npy", b->data, b->len);
+    spec = dataset(DDP_DATA_NPY, "half", "half.npy", "bools.npy");
+    if (open_ok(&spec, &d)) {
+        CHECK(d.elem == DDP_ELEM_F16 && d.elems == 1);
+        ddp_program p = {.name = "m",
+                         .dtype = DDP_F64,
+                         .input_rank = 1,
+                         .input_shape = {1},
+                         .output_elems = 2,
+                         .label_dtype = DDP_I32};
+        double x[3];
+        int32_t y[3];
+        int64_t ids[3], rows[3] = {0, 1, 2};
+        ddp_data_batch(&d, &p, rows, 3, x, y, ids);
+        CHECK(x[0] == 1 && x[1] == -2 && x[2] == ldexp(1, -24));
+        ddp_data_free(&d);
+    }
+}
+
+static void test_npy_broken(void) {
+    static const float inputs[6] = {1, 2, 3, 4, NAN, 6};
+    write_text("notnpy.npy", "PK\x03\x04 not numpy at all");
+    ddp_dataset spec = dataset(DDP_DATA_NPY, "broken", "notnpy.npy", "y.npy");
+    OPEN_FAILS(&spec, "notnpy.npy: not a NumPy .npy file");
+
+    bytes *b = npy(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", inputs, 24);
+    write_file("complex.npy", b->data, b->len);
+    spec.path[0] = "complex.npy";
+    OPEN_FAILS(&spec, "complex.npy: unsupported dtype '<c8'");
+
+    b = npy(1, "{'descr': '|O', 'fortran_order': False, 'shape': (3,), }", inputs, 24);
+    write_file("object.npy", b->data, b->len);
+    spec.path[0] = "object.npy";
+    OPEN_FAILS(&spec, "object.npy: the array holds Python objects (dtype '|O')");
+
+    b = npy(1, "{'descr': [('x', '<f4'), ('y', '<f4')], 'fortran_order': False, 'shape': (3,), }", inputs,
+            24);
+    write_file("struct.npy", b->data, b->len);
+    spec.path[0] = "struct.npy";
+    OPEN_FAILS(&spec, "struct.npy: the array has the structured dtype [('x', '<f4'), ('y', '<f4')]");
+
+    b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", inputs, 20);
+    write_file("short.npy", b->data, b->len);
+    spec.path[0] = "short.npy";
+    OPEN_FAILS(&spec, "short.npy: truncated: the header promises (3, 2) of f32 (24 bytes of values) but the "
+                      "file has 20");
+
+    b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", inputs, 24);
+    write_file("nan.npy", b->data, b->len);
+    spec.path[0] = "nan.npy";
+    OPEN_FAILS(&spec, "nan.npy: sample 2 holds NaN (element 0)");
+
+    b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 1), }", inputs, 16);
+    write_file("four.npy", b->data, b->len);
+    spec.path[0] = "four.npy";
+    OPEN_FAILS(&spec, "y.npy: holds 3 labels (shape (3,)) but", "four.npy holds 4 samples (shape (4, 1))");
+
+    b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2}", inputs, 24);
+    write_file("header.npy", b->data, b->len);
+    spec.path[0] = "header.npy";
+    OPEN_FAILS(&spec, "header.npy: the .npy header is not a dict", "(near \"(3, 2}\")");
+    b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", inputs, 24);
+    b->data[6] = 4;
+    write_file("version.npy", b->data, b->len);
+    spec.path[0] = "version.npy";
+    OPEN_FAILS(&spec, "version.npy: npy format version 4.0 is not supported");
+
+    b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1, 1), }", inputs, 12);
+    write_file("y3.npy", b->data, b->len);
+    spec = dataset(DDP_DATA_NPY, "broken", "x.npy", "y3.npy");
+    OPEN_FAILS(&spec, "y3.npy: the labels have the shape (3, 1, 1)");
+}
+
+/* ------------------------------------------------------------------ CSV */
+
+static void test_csv_good(void) {
+    write_text("good.csv", "a,b,\"c,d\",label,name\r\n"
+                           "1, 2 ,3,0,\"plain\"\r\n"
+                           "\"-4.5\",5,\"6e2\",1,\"say \"\"hi\"\", then\r\nleave\"\r\n"
+                           "7,8,9,2,x");
+    static const char *const features[] = {"c,d", "a"};
+    ddp_dataset spec = dataset(DDP_DATA_CSV, "table", "good.csv", NULL);
+    spec.header = 1;
+    spec.features = features;
+    spec.nfeatures = 2;
+    spec.target = "label";
+    ddp_data d;
+    if (open_ok(&spec, &d)) {
+        const double *x = d.inputs;
+        CHECK(d.samples == 3 && d.rank == 1 && d.shape[0] == 2 && d.elem == DDP_ELEM_F64);
+        CHECK(x[0] == 3 && x[1] == 1 && x[2] == 600 && x[3] == -4.5 && x[4] == 9 && x[5] == 7);
+        CHECK(d.labels[0] == 0 && d.labels[1] == 1 && d.labels[2] == 2 && d.integral_labels);
+        ddp_data_free(&d);
+    }
+
+    write_text("plain.csv", "1,2,3,0.5\n4,5,6,1.5\n\n\n");
+    static const char *const numbers[] = {"2", "0"};
+    spec = dataset(DDP_DATA_CSV, "numbered", "plain.csv", NULL);
+    spec.features = numbers;
+    spec.nfeatures = 2;
+    spec.target = "3";
+    if (open_ok(&spec, &d)) {
+        const double *x = d.inputs;
+        CHECK(d.samples == 2 && x[0] == 3 && x[1] == 1 && x[2] == 6 && x[3] == 4);
+        CHECK(d.labels[1] == 1.5 && !d.integral_labels);
+        ddp_data_free(&d);
+    }
+}
+
+static void test_csv_broken(void) {
+    static const char *const features[] = {"sepal_length", "sepal_width"};
+    ddp_dataset spec = dataset(DDP_DATA_CSV, "iris", "bad.csv", NULL);
+    spec.header = 1;
+    spec.features = features;
+    spec.nfeatures = 2;
+    spec.target = "species";
+    write_text("bad.csv", "sepal_length,sepal_width,species\n5.1,3.5,0\n4.9,x1,1\n");
+    OPEN_FAILS(&spec, "bad.csv:3:5: the cell of column `sepal_width` is \"x1\", not a number");
+    write_text("bad.csv", "note,sepal_length,sepal_width,species\r\n,5.1,3.5,0\r\n\"é\",5.1,  nan ,1\r\n");
+    OPEN_FAILS(&spec, "bad.csv:3:9: the cell of column `sepal_width` is \"nan \", not a finite number");
+    write_text("bad.csv", "sepal_length,sepal_width,species\n5.1,,0\n");
+    OPEN_FAILS(&spec, "bad.csv:2:5: the cell of column `sepal_width` is empty");
+    write_text("bad.csv", "sepal_length,sepal_width,species\n5.1,3.5,0\n4.9,3.0\n");
+    OPEN_FAILS(&spec, "bad.csv:3: the row has 2 fields, but the header has 3");
+    write_text("bad.csv", "sepal_length,sepal_width,species\n5.1,\"3.5,0\n");
+    OPEN_FAILS(&spec, "bad.csv:2:5: a quoted field is not closed");
+    write_text("bad.csv", "sepal_length,sepal_width,species\n");
+    OPEN_FAILS(&spec, "bad.csv: has a header but no rows of data");
+    write_text("bad.csv", "sepal_length,sepal_width,species\n5.1,\"3.5\"x,0\n");
+    OPEN_FAILS(&spec, "bad.csv:2:10: text after the closing quote of a field");
+    write_text("bad.csv", "sepal_length,sepal_width,species\n5.1,\"3.5\n4\",0\n");
+    OPEN_FAILS(&spec, "bad.csv:2:5: the cell of column `sepal_width` is \"3.5?4\", not a number");
+
+    write_text("cols.csv", "sepal_length,sepal_wdth,species\n5.1,3.5,0\n");
+    spec.path[0] = "cols.csv";
+    OPEN_FAILS(&spec, "cols.csv: the header has no column `sepal_width` (a feature of the dataset `iris`)",
+               "its columns are sepal_length, sepal_wdth, species", "did you mean `sepal_wdth`?");
+
+    spec.header = 0;
+    OPEN_FAILS(&spec, "cols.csv: without a header, features and target are column numbers",
+               "\"sepal_length\"");
+    static const char *const far[] = {"0", "7"};
+    spec.features = far;
+    spec.target = "2";
+    OPEN_FAILS(&spec, "cols.csv: column 7 (a feature) is past the end: the first row has 3 fields");
+}
+
+/* ---------------------------------------------------- against a model */
+
+static ddp_program model(int64_t dtype, int64_t loss, int64_t outputs, int rank, const int64_t *shape) {
+    ddp_program p = {.name = "net", .dtype = dtype, .input_rank = rank, .output_elems = outputs};
+    p.label_dtype = loss == DDP_LOSS_SPARSE_CATEGORICAL ? DDP_I32 : dtype;
+    p.settings.loss = loss;
+    memcpy(p.input_shape, shape, (size_t)rank * sizeof *shape);
+    return p;
+}
+
+static void test_fits_and_batches(void) {
+    ddp_dataset spec = dataset(DDP_DATA_IDX, "tiny", "img.idx", "lbl.idx");
+    spec.scale = 0.5;
+    ddp_data d;
+    if (!open_ok(&spec, &d))
+        return;
+    static const int64_t square[] = {2, 2}, flat[] = {4}, five[] = {5};
+    ddp_program p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 3, 2, square);
+    CHECK(fits(&d, &p));
+    p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 3, 1, flat); /* the model reshapes */
+    CHECK(fits(&d, &p));
+    p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 3, 1, five);
+    FITS_FAILS(&d, &p,
+               "img.idx: its samples are [2, 2] (4 values), but the model `net` takes [5] (5 values)");
+    p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 2, 2, square);
+    FITS_FAILS(&d, &p, "lbl.idx: sample 0 has the label 2, but the model `net` has 2 outputs");
+    p = model(DDP_F64, DDP_LOSS_BINARY, 1, 2, square);
+    FITS_FAILS(&d, &p, "lbl.idx: sample 0 has the label 2, but binary_crossentropy needs targets in [0, 1]");
+    p = model(DDP_F64, DDP_LOSS_MSE, 2, 2, square);
+    FITS_FAILS(&d, &p, "lbl.idx: its labels have 1 value per sample, but the model `net` has 2 outputs");
+
+    int64_t rows[2] = {2, 0}, ids[2];
+    p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 3, 2, square);
+    float x32[8];
+    int32_t classes[2];
+    ddp_data_batch(&d, &p, rows, 2, x32, classes, ids);
+    CHECK(x32[0] == 100 && x32[3] == 127.5f && x32[4] == 0 && x32[7] == 1.5f);
+    CHECK(classes[0] == 1 && classes[1] == 2 && ids[0] == 2 && ids[1] == 0);
+
+    p = model(DDP_F64, DDP_LOSS_CATEGORICAL, 3, 2, square);
+    CHECK(fits(&d, &p));
+    double x64[8], hot[6];
+    ddp_data_batch(&d, &p, rows, 2, x64, hot, ids);
+    CHECK(x64[1] == 100.5 && x64[6] == 1);
+    CHECK(hot[0] == 0 && hot[1] == 1 && hot[2] == 0 && hot[3] == 0 && hot[4] == 0 && hot[5] == 1);
+    p = model(DDP_F64, DDP_LOSS_CATEGORICAL, 2, 2, square);
+    FITS_FAILS(&d, &p, "lbl.idx: sample 0 has the label 2", "class indices run 0..1");
+    ddp_data_free(&d);
+
+    /* labels of two values, copied */
+    spec = dataset(DDP_DATA_IDX, "pairs", "img16.gz", "lbl32.gz");
+    if (!open_ok(&spec, &d))
+        return;
+    static const int64_t three[] = {3};
+    p = model(DDP_F32, DDP_LOSS_MSE, 2, 1, three);
+    CHECK(fits(&d, &p));
+    float x[6], y[4];
+    int64_t both[2] = {1, 0};
+    ddp_data_batch(&d, &p, both, 2, x, y, ids);
+    CHECK(x[0] == -1 && x[1] == 32767 && x[3] == -300 && y[0] == 1 << 20 && y[1] == 0 && y[2] == 5 &&
+          y[3] == -7);
+    p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 2, 1, three);
+    FITS_FAILS(&d, &p,
+               "lbl32.gz: holds 2 values per label, but sparse_categorical_crossentropy wants one class");
+    p = model(DDP_F32, DDP_LOSS_CATEGORICAL, 3, 1, three);
+    FITS_FAILS(&d, &p, "lbl32.gz: its labels have 2 values per sample, but the model `net` has 3 outputs");
+    ddp_data_free(&d);
+}
+
+static void test_synthetic(void) {
+    ddp_dataset spec = {
+        .name = "noise", .kind = DDP_DATA_SYNTHETIC, .scale = 1, .classes = 4, .samples = 1000};
+    ddp_data d;
+    if (!open_ok(&spec, &d))
+        return;
+    CHECK(d.samples == 1000 && d.inputs == NULL && d.labels == NULL && d.label_elems == 1 &&
+          d.integral_labels);
+    static const int64_t shape[] = {3, 5};
+    ddp_program p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 4, 2, shape);
+    CHECK(fits(&d, &p));
+    p.output_elems = 3;
+    FITS_FAILS(&d, &p,
+               "the synthetic dataset `noise`: it has 4 classes (0..3), but the model `net` has 3 outputs");
+    p = model(DDP_F64, DDP_LOSS_BINARY, 1, 2, shape);
+    FITS_FAILS(&d, &p, "it has 4 classes (0..3), but binary_crossentropy needs targets in [0, 1]");
+
+    p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 4, 2, shape);
+    enum { N = 64, PER = 15 };
+    int64_t rows[N];
+    for (int r = 0; r < N; r++)
+        rows[r] = (r * 37) % 1000;
+    static float a[N * PER], b[N * PER];
+    int32_t ya[N], yb[N];
+    int64_t ids[N];
+    ddp_data_batch(&d, &p, rows, N, a, ya, ids);
+    ddp_data_batch(&d, &p, rows, N, b, yb, ids);
+    CHECK(memcmp(a, b, sizeof a) == 0 && memcmp(ya, yb, sizeof ya) == 0);
+    bool in_range = true, seen[4] = {0};
+    for (int i = 0; i < N * PER; i++)
+        in_range &= a[i] >= -1 && a[i] < 1;
+    for (int r = 0; r < N; r++) {
+        in_range &= ya[r] >= 0 && ya[r] < 4;
+        if (ya[r] >= 0 && ya[r] < 4)
+            seen[ya[r]] = true;
+    }
+    CHECK(in_range && seen[0] && seen[1] && seen[2] && seen[3]);
+    /* element 7: word 3 of the draw with element counter 7 / 4 = 1 */
+    uint32_t w[4];
+    ddp_draw(0, DDP_STREAM_DATA, (uint64_t)rows[5], 1, 0, w);
+    double element7 = 2 * ((double)(w[3] >> 8) * 0x1p-24) - 1;
+    CHECK(a[5 * PER + 7] == (float)element7);
+    ddp_draw(0, DDP_STREAM_DATA + 1, (uint64_t)rows[5], 0, 0, w);
+    CHECK(ya[5] == (int32_t)floor(ddp_uniform53(w) * 4));
+
+    p = model(DDP_F64, DDP_LOSS_CATEGORICAL, 4, 2, shape);
+    static double x64[2 * PER], hot[8];
+    ddp_data_batch(&d, &p, rows + 5, 2, x64, hot, ids);
+    CHECK(x64[7] == element7);
+    CHECK(hot[ya[5]] == 1 && hot[0] + hot[1] + hot[2] + hot[3] == 1 && hot[4 + ya[6]] == 1);
+    ddp_data_free(&d);
+}
+
+int main(int argc, char **argv) {
+    verbose = argc > 1 && strcmp(argv[1], "--verbose") == 0;
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_idx_plain();
+    test_idx_gzip();
+    test_idx_broken();
+    test_cifar10();
+    test_npy_good();
+    test_npy_broken();
+    test_csv_good();
+    test_csv_broken();
+    test_fits_and_batches();
+    test_synthetic();
+    while (ncreated > 0)
+        remove(path_of(created[--ncreated]));
+    rmdir(root);
+    if (failures) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("data readers: all checks passed\n");
+    return 0;
+}
