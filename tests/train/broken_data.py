@@ -15,50 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-SAMPLES = 8
-
-
-def idx(type_code, dims, payload):
-    return bytes([0, 0, type_code, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
-
-
-def npy(descr, shape, payload, magic=b"\x93NUMPY"):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, "".join("%d, " % d for d in shape))
-    header += " " * (63 - (len(header) + 10) % 64) + "\n"
-    return magic + b"\x01\x00" + struct.pack("<H", len(header)) + header.encode() + payload
-
-
-def cifar_batch(records, label=lambda r: r % 10):
-    return b"".join(bytes([label(r)]) + bytes((r + i) % 256 for i in range(3072)) for r in range(records))
-
-
-def good_files(root):
-    pixels = bytes((s * 16 + i) % 256 for s in range(SAMPLES) for i in range(16))
-    labels = bytes(s % 3 for s in range(SAMPLES))
-    files = {
-        "images.idx.gz": gzip.compress(idx(0x08, [SAMPLES, 4, 4], pixels)),
-        "labels.idx.gz": gzip.compress(idx(0x08, [SAMPLES], labels)),
-        "inputs.npy": npy("<f4", [SAMPLES, 16], struct.pack("<%df" % (SAMPLES * 16), *range(SAMPLES * 16))),
-        "labels.npy": npy("<i8", [SAMPLES], struct.pack("<%dq" % SAMPLES, *(s % 3 for s in range(SAMPLES)))),
-        "table.csv": "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,y\n" + "".join(
-            ",".join(str(s + i) for i in range(16)) + ",%d\n" % (s % 3) for s in range(SAMPLES)),
-    }
-    for name, data in files.items():
-        write(root, name, data)
-    os.makedirs(os.path.join(root, "cifar"), exist_ok=True)
-    for b in range(1, 6):
-        write(root, "cifar/data_batch_%d.bin" % b, cifar_batch(2))
-
-
-def write(root, name, data):
-    with open(os.path.join(root, name), "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-
-
-def remove(root, name):
-    os.remove(os.path.join(root, name))
-
+from datafiles import SAMPLES, cifar_batch, good_files, idx, npy, remove, write
 
 CASES = [  # (what, program, breakage, words every message must hold)
     ("good IDX files", "files_idx", None, None),

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 
+from datafiles import read_safetensors, write_safetensors
+
 TRAIN = [  # x0..x3, label
     (0.5, -1.0, 0.25, 2.0, 0), (1.5, 0.5, -0.75, 0.0, 1), (-0.5, 2.0, 1.0, -1.0, 2),
     (0.0, 0.0, 0.0, 0.0, 1), (2.0, -0.5, 0.5, 1.0, 0), (-1.5, 1.0, -1.0, 0.5, 2),
@@ -36,31 +38,6 @@ def write_csv(path, rows):
         f.write("x0,x1,x2,x3,label\n")
         for r in rows:
             f.write(",".join(repr(v) for v in r) + "\n")
-
-
-def write_safetensors(path, tensors):
-    header, data = {}, b""
-    for name, shape, values in tensors:
-        raw = struct.pack("<%df" % len(values), *values)
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    text = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + data)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        out[name] = struct.unpack("<%df" % ((b - a) // 4), blob[8 + n + a:8 + n + b])
-    return out, header.get("__metadata__", {})
 
 
 def f32(v):

@@ -1,0 +1,78 @@
+"""datafiles.py: what the whole-program tests share: data files of every format
+(good ones for tests/train/files.ddp and cifar.ddp, and the pieces to break them),
+and safetensors files read and written with the standard library alone."""
+import gzip
+import json
+import os
+import struct
+
+SAMPLES = 8
+
+
+def idx(type_code, dims, payload):
+    return bytes([0, 0, type_code, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
+
+
+def npy(descr, shape, payload, magic=b"\x93NUMPY"):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, "".join("%d, " % d for d in shape))
+    header += " " * (63 - (len(header) + 10) % 64) + "\n"
+    return magic + b"\x01\x00" + struct.pack("<H", len(header)) + header.encode() + payload
+
+
+def cifar_batch(records, label=lambda r: r % 10):
+    return b"".join(bytes([label(r)]) + bytes((r + i) % 256 for i in range(3072)) for r in range(records))
+
+
+def good_files(root):
+    pixels = bytes((s * 16 + i) % 256 for s in range(SAMPLES) for i in range(16))
+    labels = bytes(s % 3 for s in range(SAMPLES))
+    files = {
+        "images.idx.gz": gzip.compress(idx(0x08, [SAMPLES, 4, 4], pixels)),
+        "labels.idx.gz": gzip.compress(idx(0x08, [SAMPLES], labels)),
+        "inputs.npy": npy("<f4", [SAMPLES, 16], struct.pack("<%df" % (SAMPLES * 16), *range(SAMPLES * 16))),
+        "labels.npy": npy("<i8", [SAMPLES], struct.pack("<%dq" % SAMPLES, *(s % 3 for s in range(SAMPLES)))),
+        "table.csv": "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,y\n" + "".join(
+            ",".join(str(s + i) for i in range(16)) + ",%d\n" % (s % 3) for s in range(SAMPLES)),
+    }
+    for name, data in files.items():
+        write(root, name, data)
+    os.makedirs(os.path.join(root, "cifar"), exist_ok=True)
+    for b in range(1, 6):
+        write(root, "cifar/data_batch_%d.bin" % b, cifar_batch(2))
+
+
+def write(root, name, data):
+    with open(os.path.join(root, name), "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def remove(root, name):
+    os.remove(os.path.join(root, name))
+
+
+def write_safetensors(path, tensors):
+    """tensors: (name, shape, float values) in order, written as F32"""
+    header, data = {}, b""
+    for name, shape, values in tensors:
+        raw = struct.pack("<%df" % len(values), *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def read_safetensors(path):
+    """({name: float values}, metadata) of an F32 file"""
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = struct.unpack("<%df" % ((b - a) // 4), blob[8 + n + a:8 + n + b])
+    return out, header.get("__metadata__", {})
