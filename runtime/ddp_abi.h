@@ -175,7 +175,8 @@ typedef struct ddp_rt_expr {
  * DDP_STREAM_INIT, DDP_STREAM_DATA). A draw depends on nothing else: not on the
  * worker, the thread or the device. The first output word w gives the uniform number
  * (w >> 8) * 2^-24 in [0, 1) (two words, 53 bits, for f64 initialisation). A synthetic
- * dataset's element e of sample i is word e % 4 of the draw with element e / 4. */
+ * dataset's sample i draws once (element 0); its words 0 and 1 seed a SplitMix64
+ * sequence over the sample's elements (runtime/data.c). */
 enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_INIT = 3 << 16,
        DDP_STREAM_DATA = 4 << 16 };
 

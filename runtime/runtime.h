@@ -69,6 +69,18 @@ const char *ddp_shape_text(char *buf, size_t len, const int64_t *dims, int rank)
 /* An IEEE half-precision number's value. */
 double ddp_half_to_double(uint16_t h);
 
+/* A synthetic dataset's input values: element e of sample i is
+ * ddp_synthetic_element(ddp_synthetic_seed(i), e), in [-1, 1): the top 24 bits of
+ * the SplitMix64 output, (z >> 40) 2^-24, mapped to 2u - 1. */
+uint64_t ddp_synthetic_seed(int64_t sample);
+static inline double ddp_synthetic_element(uint64_t sample_seed, int64_t e) {
+    uint64_t z = sample_seed + (uint64_t)(e + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return 2 * ((double)(z >> 40) * 0x1p-24) - 1;
+}
+
 /* Reads a dataset's files into memory and checks them on their own (sizes, magic
  * numbers, truncation, NaN or infinite values, consistent counts). A relative path is
  * taken below root when root is not NULL. On failure: false, and err holds one

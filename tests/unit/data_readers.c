@@ -702,10 +702,14 @@ static void test_synthetic(void) {
             seen[ya[r]] = true;
     }
     CHECK(in_range && seen[0] && seen[1] && seen[2] && seen[3]);
-    /* element 7: word 3 of the draw with element counter 7 / 4 = 1 */
+    /* element 7 from the sample's SplitMix64 sequence, written out here */
     uint32_t w[4];
-    ddp_draw(0, DDP_STREAM_DATA, (uint64_t)rows[5], 1, 0, w);
-    double element7 = 2 * ((double)(w[3] >> 8) * 0x1p-24) - 1;
+    ddp_draw(0, DDP_STREAM_DATA, (uint64_t)rows[5], 0, 0, w);
+    uint64_t z = ((uint64_t)w[0] << 32 | w[1]) + 8 * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double element7 = 2 * ((double)(z >> 40) / 16777216.0) - 1;
     CHECK(a[5 * PER + 7] == (float)element7);
     ddp_draw(0, DDP_STREAM_DATA + 1, (uint64_t)rows[5], 0, 0, w);
     CHECK(ya[5] == (int32_t)floor(ddp_uniform53(w) * 4));
