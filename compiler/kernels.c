@@ -827,37 +827,48 @@ static double opt_arg(Cg *cg, const char *name) {
     return builtin_param(opt.builtin, name, &i) ? opt.args[i].num : 0;
 }
 
-/* One element of the flat vectors, after every worker's gradients are summed. */
+/* A constant and a run-time scalar in the program's float type. */
+static LLVMValueRef R(Cg *cg, double v) {
+    return LLVMConstReal(cg->real, v);
+}
+
+static LLVMValueRef scalar_real(Cg *cg, int slot) {
+    return cg_from_f64(cg, cg_scalar_f64(cg, slot), cg->real);
+}
+
+/* One element of the flat vectors, after every worker's gradients are summed, in the
+ * program's float type as PyTorch and TensorFlow do it (f32 division and square root
+ * are several times cheaper than f64's, and this kernel runs over every parameter). */
 static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     Ir *ir = cg->ir;
-    LLVMValueRef p = load_f64(cg, ir->all_params, i), g = load_f64(cg, ir->all_grads, i);
-    LLVMValueRef lr = cg_scalar_f64(cg, DDP_S_LEARNING_RATE), wd = cg_scalar_f64(cg, DDP_S_WEIGHT_DECAY);
+    LLVMValueRef p = cg_load(cg, ir->all_params, i), g = cg_load(cg, ir->all_grads, i);
+    LLVMValueRef lr = scalar_real(cg, DDP_S_LEARNING_RATE), wd = scalar_real(cg, DDP_S_WEIGHT_DECAY);
     LLVMValueRef upd;
     if (strcmp(op->what, "sgd") == 0) {
         LLVMValueRef gw = fadd(cg, g, fmul(cg, wd, p));
         upd = gw;
         if (ir->state_vectors) {
-            LLVMValueRef mu = F(cg, opt_arg(cg, "momentum"));
-            LLVMValueRef v = fadd(cg, fmul(cg, mu, load_f64(cg, ir->states[0], i)), gw);
-            store_f64(cg, ir->states[0], i, v, false);
+            LLVMValueRef mu = R(cg, opt_arg(cg, "momentum"));
+            LLVMValueRef v = fadd(cg, fmul(cg, mu, cg_load(cg, ir->states[0], i)), gw);
+            cg_store(cg, ir->states[0], i, v);
             upd = opt_arg(cg, "nesterov") != 0 ? fadd(cg, gw, fmul(cg, mu, v)) : v;
         }
     } else {
         bool decoupled = strcmp(op->what, "adamw") == 0;
-        LLVMValueRef b1 = F(cg, opt_arg(cg, "beta1")), b2 = F(cg, opt_arg(cg, "beta2"));
+        LLVMValueRef b1 = R(cg, opt_arg(cg, "beta1")), b2 = R(cg, opt_arg(cg, "beta2"));
         LLVMValueRef gw = decoupled ? g : fadd(cg, g, fmul(cg, wd, p));
-        LLVMValueRef m = fadd(cg, fmul(cg, b1, load_f64(cg, ir->states[0], i)), fmul(cg, fsub(cg, F(cg, 1), b1), gw));
-        LLVMValueRef v = fadd(cg, fmul(cg, b2, load_f64(cg, ir->states[1], i)),
-                              fmul(cg, fsub(cg, F(cg, 1), b2), fmul(cg, gw, gw)));
-        store_f64(cg, ir->states[0], i, m, false);
-        store_f64(cg, ir->states[1], i, v, false);
-        LLVMValueRef mhat = fdiv(cg, m, cg_scalar_f64(cg, DDP_S_BIAS_CORRECTION1));
-        LLVMValueRef vhat = fdiv(cg, v, cg_scalar_f64(cg, DDP_S_BIAS_CORRECTION2));
-        upd = fdiv(cg, mhat, fadd(cg, cg_sqrt(cg, vhat), F(cg, opt_arg(cg, "epsilon"))));
+        LLVMValueRef m = fadd(cg, fmul(cg, b1, cg_load(cg, ir->states[0], i)), fmul(cg, fsub(cg, R(cg, 1), b1), gw));
+        LLVMValueRef v = fadd(cg, fmul(cg, b2, cg_load(cg, ir->states[1], i)),
+                              fmul(cg, fsub(cg, R(cg, 1), b2), fmul(cg, gw, gw)));
+        cg_store(cg, ir->states[0], i, m);
+        cg_store(cg, ir->states[1], i, v);
+        LLVMValueRef mhat = fdiv(cg, m, scalar_real(cg, DDP_S_BIAS_CORRECTION1));
+        LLVMValueRef vhat = fdiv(cg, v, scalar_real(cg, DDP_S_BIAS_CORRECTION2));
+        upd = fdiv(cg, mhat, fadd(cg, cg_sqrt(cg, vhat), R(cg, opt_arg(cg, "epsilon"))));
         if (decoupled)
             upd = fadd(cg, upd, fmul(cg, wd, p));
     }
-    store_f64(cg, ir->all_params, i, fsub(cg, p, fmul(cg, lr, upd)), false);
+    cg_store(cg, ir->all_params, i, fsub(cg, p, fmul(cg, lr, upd)));
 }
 
 /* ------------------------------------------------------------------- driver */
