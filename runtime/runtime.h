@@ -150,6 +150,20 @@ double *ddp_accumulators(ddp_runtime *rt);
 int64_t ddp_first_nonfinite(const ddp_runtime *rt, int region, int64_t count);
 void *ddp_buffer_ptr(ddp_runtime *rt, int64_t slot);
 
+/* ------------------------------------------------------------- hostlist.c */
+
+/* Slurm's host lists and tasks per node, expanded exactly as Slurm does (and a
+ * suffix after the last bracket, which newer versions write). */
+typedef struct ddp_hostlist {
+    char **names;               /* in the list's order, duplicates kept */
+    int count, cap;
+} ddp_hostlist;
+
+bool ddp_hostlist_parse(const char *list, ddp_hostlist *out, char *err, size_t errlen);
+void ddp_hostlist_free(ddp_hostlist *h);
+/* "2(x3),1" as 2, 2, 2, 1 in *counts (malloc'd, the caller frees) */
+bool ddp_tasks_per_node_parse(const char *list, int64_t **counts, int *nodes, char *err, size_t errlen);
+
 /* --------------------------------------------------------------- loader.c */
 
 /* The order of an epoch's samples (S8): a permutation of [0, n) drawn from (seed,
