@@ -127,6 +127,8 @@ static bool parse_group(const char **s, Group *g, int64_t *total, const char *li
             *s = p + 1;
             return true;
         }
+        if (*p == 0)
+            return bad(err, len, list, "a `[` is not closed");
         if (*p != ',')
             return bad(err, len, list, "expected `,` or `]` in a bracket (at `%.12s`)", p);
         p++;

@@ -35,6 +35,10 @@ static const char usage[] =
     "  --synthetic           train on random samples of the model's shapes instead of the\n"
     "                        program's datasets (to measure speed without reading files)\n"
     "  --log-every N         steps between progress lines when stdout is not a terminal\n"
+    "  --rank N, --world-size N, --local-rank N, --local-world-size N, --coordinator HOST:PORT\n"
+    "                        this worker's place in the job (default: DDP_* variables,\n"
+    "                        then Slurm's job step, then one worker alone)\n"
+    "  --port-base N         the coordinator's port (local worker i listens on N + i)\n"
     "  --baseline-cpu        run the baseline x86-64 kernels even where AVX2 is present\n"
     "  --help                this text\n"
     "\n"
@@ -104,7 +108,8 @@ static int default_threads(char *from, size_t len) {
 /* ------------------------------------------------------------------ flags */
 
 typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_METRICS, F_SAVE, F_LOAD,
-               F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_HELP } Flag;
+               F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD, F_LOCAL_RANK, F_LOCAL_WORLD,
+               F_COORDINATOR, F_PORT_BASE, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -116,7 +121,10 @@ static const struct {
     {"--data-root", F_ROOT, true},      {"--metrics", F_METRICS, true},       {"--save", F_SAVE, true},
     {"--load", F_LOAD, true},           {"--evaluate", F_EVALUATE, false},    {"--synthetic", F_SYNTHETIC, false},
     {"--log-every", F_LOG_EVERY, true},
-    {"--baseline-cpu", F_BASELINE, false}, {"--help", F_HELP, false},         {"-h", F_HELP, false},
+    {"--baseline-cpu", F_BASELINE, false}, {"--rank", F_RANK, true},         {"--world-size", F_WORLD, true},
+    {"--local-rank", F_LOCAL_RANK, true}, {"--local-world-size", F_LOCAL_WORLD, true},
+    {"--coordinator", F_COORDINATOR, true}, {"--port-base", F_PORT_BASE, true},
+    {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
 
 /* The flag an argument names, with "--flag=value" split; -1 if none. */
@@ -167,6 +175,17 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
         cfg->exec.threads = (int)n;
         snprintf(cfg->threads_from, sizeof cfg->threads_from, "--threads");
         return status;
+    case F_RANK:
+        return int_flag(cfg, name, v, 0, INT32_MAX, "a rank (0 or more)", &cfg->cluster_flags.rank);
+    case F_WORLD:
+        return int_flag(cfg, name, v, 1, INT32_MAX, "a number of workers", &cfg->cluster_flags.world);
+    case F_LOCAL_RANK:
+        return int_flag(cfg, name, v, 0, INT32_MAX, "a rank on this machine", &cfg->cluster_flags.local_rank);
+    case F_LOCAL_WORLD:
+        return int_flag(cfg, name, v, 1, INT32_MAX, "a number of workers", &cfg->cluster_flags.local_world);
+    case F_PORT_BASE:
+        return int_flag(cfg, name, v, 1, 65535, "a port from 1 to 65535", &cfg->cluster_flags.port_base);
+    case F_COORDINATOR: cfg->cluster_flags.coordinator = v; return -1;
     case F_LR:
         if (!parse_rate(v, &cfg->learning_rate))
             return bad_usage(cfg, "%s wants a positive number, not `%s`", name, v);
@@ -202,6 +221,7 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
     cfg->seed = (uint64_t)s->seed;
     cfg->learning_rate = NAN;
     cfg->log_every = 100;
+    cfg->cluster_flags = (ddp_cluster_flags){-1, 0, -1, -1, NULL, 0};
     cfg->progress_bar = isatty(STDOUT_FILENO);
     for (int i = 1; i < argc; i++) {
         const char *value;
@@ -224,6 +244,8 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
     }
     if (cfg->exec.threads == 0)
         cfg->exec.threads = default_threads(cfg->threads_from, sizeof cfg->threads_from);
+    if (cfg->cluster_flags.world == 0 && cfg->cluster_flags.rank >= 0)
+        return bad_usage(cfg, "--rank needs --world-size");
     if (cfg->evaluate && cfg->synthetic)
         return bad_usage(cfg, "--evaluate and --synthetic do not go together: evaluation reads the validation data");
     if (cfg->evaluate && s->validation.kind < 0)
@@ -237,26 +259,6 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
 static bool refuse(char *err, size_t len, const char *what) {
     snprintf(err, len, "%s", what);
     return false;
-}
-
-/* The size of the job this process belongs to, by the cluster setting: Slurm's step,
- * the DDP_* variables, or one. */
-static bool job_size(const ddp_program *p, int64_t *world, char *err, size_t len) {
-    bool in_step = getenv("SLURM_STEP_ID") && getenv("SLURM_STEP_NUM_TASKS");
-    int64_t cluster = p->settings.cluster;
-    *world = 1;
-    if (cluster == DDP_CLUSTER_SLURM || (cluster == DDP_CLUSTER_AUTO && in_step)) {
-        if (!in_step)
-            return refuse(err, len, "the program says cluster = slurm, but this process is not a task of a "
-                                    "Slurm job step: start it with srun, or build it with cluster = auto");
-        *world = env_count("SLURM_STEP_NUM_TASKS");
-    } else if (cluster == DDP_CLUSTER_ENV || (cluster == DDP_CLUSTER_AUTO && getenv("DDP_WORLD_SIZE"))) {
-        *world = env_count("DDP_WORLD_SIZE");
-        if (*world == 0)
-            return refuse(err, len, "the program says cluster = env, but DDP_WORLD_SIZE is not a positive "
-                                    "number: set DDP_RANK and DDP_WORLD_SIZE (or launch with ddprun)");
-    }
-    return true;
 }
 
 bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err, size_t errlen) {
@@ -279,12 +281,10 @@ bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err,
     if (s->checkpoint_dir)
         return refuse(err, errlen, "checkpoint(...) is not supported by this version of the runtime: remove "
                                    "it from the train block, and keep the final parameters with --save FILE");
-    int64_t world;
-    if (!job_size(p, &world, err, errlen))
-        return false;
-    if (world > 1) {
-        snprintf(err, errlen, "this job has %lld workers, and this version of the runtime trains with one: "
-                              "start a single task (srun -n 1)", (long long)world);
+    if (cfg->cluster.world > 1) {
+        snprintf(err, errlen, "this job has %lld workers (from %s), and this version of the runtime trains with "
+                              "one: start a single task (srun -n 1)", (long long)cfg->cluster.world,
+                 cfg->cluster.source);
         return false;
     }
     return true;

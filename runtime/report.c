@@ -163,6 +163,13 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
            p->name, p->source, (unsigned long long)p->hash);
     printf("  device      cpu, %d threads (%s), %s kernels\n", ddp_pool_threads(rt->pool), cfg->threads_from,
            rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64");
+    const ddp_cluster *c = &cfg->cluster;
+    if (c->world == 1)
+        printf("  cluster     %s: one worker on %s\n", c->source, c->host);
+    else
+        printf("  cluster     %s: %lld workers on %lld node%s, this one rank %lld on %s, coordinator %s:%lld\n",
+               c->source, (long long)c->world, (long long)c->nodes, c->nodes == 1 ? "" : "s", (long long)c->rank,
+               c->host, c->coordinator, (long long)c->port_base);
     if (train && !cfg->evaluate) {
         describe_data(p, train, line, sizeof line);
         printf("  data        %s\n", line);

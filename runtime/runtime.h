@@ -25,6 +25,11 @@ double ddp_uniform53(const uint32_t w[4]); /* [0, 1) from words 0 and 1 */
  * machine. */
 double ddp_normal(const uint32_t w[4]);
 
+/* --------------------------------------------------------------- message.c */
+
+/* Writes a message into err and returns false: `return ddp_fail(err, len, ...)`. */
+bool ddp_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* ----------------------------------------------------------------- pool.c */
 
 typedef struct ddp_pool ddp_pool;
@@ -164,6 +169,31 @@ void ddp_hostlist_free(ddp_hostlist *h);
 /* "2(x3),1" as 2, 2, 2, 1 in *counts (malloc'd, the caller frees) */
 bool ddp_tasks_per_node_parse(const char *list, int64_t **counts, int *nodes, char *err, size_t errlen);
 
+/* -------------------------------------------------------------- cluster.c */
+
+/* The cluster flags of the command line; world 0 and -1 elsewhere mean not given. */
+typedef struct ddp_cluster_flags {
+    int64_t rank, world, local_rank, local_world;
+    const char *coordinator;    /* HOST:PORT */
+    int64_t port_base;
+} ddp_cluster_flags;
+
+/* This worker's place in the job. */
+typedef struct ddp_cluster {
+    const char *source;         /* "flags", "env", "slurm" or "local" */
+    int64_t rank, world, local_rank, local_world;
+    int64_t node, nodes;        /* this worker's node of the job's (Slurm) */
+    char host[256];             /* this worker's host, as the job names it */
+    char coordinator[256];      /* rank 0's host */
+    int64_t port_base;          /* the coordinator's port; local rank i listens on port_base + i */
+    char warning[512];          /* "", or what the user should know (a job without a step) */
+} ddp_cluster;
+
+/* From flags, DDP_* variables, a Slurm job step or one worker alone, as the program's
+ * cluster setting allows; false with a message naming the variable at fault. */
+bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_cluster *c, char *err,
+                         size_t errlen);
+
 /* --------------------------------------------------------------- loader.c */
 
 /* The order of an epoch's samples (S8): a permutation of [0, n) drawn from (seed,
@@ -217,6 +247,8 @@ typedef struct ddp_config {
     bool synthetic;             /* random data of the model's shapes, no validation */
     int64_t log_every;          /* steps between progress lines when not on a terminal */
     bool progress_bar;          /* stdout is a terminal */
+    ddp_cluster_flags cluster_flags;
+    ddp_cluster cluster;        /* resolved at start */
     char threads_from[128];     /* how the thread count was found, for the banner */
 } ddp_config;
 
@@ -224,7 +256,8 @@ typedef struct ddp_config {
  * status to end with (0 after --help, 2 on bad usage, the message printed). */
 int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv);
 /* Refuses what the program asks that this runtime cannot do yet (checkpoints, GPUs,
- * reduced precision, several workers): false with a message saying what to change. */
+ * reduced precision, several workers in cfg->cluster): false with a message saying
+ * what to change. */
 bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err, size_t errlen);
 
 /* ---------------------------------------------------------- safetensors.c */

@@ -16,14 +16,6 @@
 
 #include "runtime.h"
 
-__attribute__((format(printf, 3, 4))) static bool fail(char *err, size_t len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
 /* A growing string for the header. */
 typedef struct Text {
     char *s;
@@ -91,14 +83,14 @@ bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen
     Text header = header_for(p);
     if (header.failed) {
         free(header.s);
-        return fail(err, errlen, "%s: out of memory writing the header", path);
+        return ddp_fail(err, errlen, "%s: out of memory writing the header", path);
     }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         free(header.s);
-        return fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        return ddp_fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
     }
     unsigned char len[8];
     for (int i = 0; i < 8; i++)
@@ -116,7 +108,7 @@ bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen
         if (ok)
             saved = errno;
         unlink(tmp);
-        return fail(err, errlen, "%s: cannot write: %s (the file, if any, is as it was)", path, strerror(saved));
+        return ddp_fail(err, errlen, "%s: cannot write: %s (the file, if any, is as it was)", path, strerror(saved));
     }
     return true;
 }
@@ -365,20 +357,20 @@ static bool check_entries(const ddp_program *p, const Header *h, const char *pat
         const ddp_param *q = &p->params[i];
         const Entry *e = find_entry(h, q->name);
         if (!e)
-            return fail(err, errlen, "%s: has no tensor `%s`: it was saved from another model (it holds %lld "
+            return ddp_fail(err, errlen, "%s: has no tensor `%s`: it was saved from another model (it holds %lld "
                                      "tensors, this model has %lld)",
                         path, q->name, (long long)h->count, (long long)p->nparams);
         char want[128], got[128];
         ddp_shape_text(want, sizeof want, q->shape, (int)(q->rank));
         ddp_shape_text(got, sizeof got, e->shape, (int)(e->rank));
         if (strcmp(want, got) != 0)
-            return fail(err, errlen, "%s: tensor `%s` is %s, and this model's is %s", path, q->name, got, want);
+            return ddp_fail(err, errlen, "%s: tensor `%s` is %s, and this model's is %s", path, q->name, got, want);
         int size = dtype_bytes(e->dtype);
         if (!size)
-            return fail(err, errlen, "%s: tensor `%s` is %s; parameters load from F32, F64, F16 or BF16", path,
+            return ddp_fail(err, errlen, "%s: tensor `%s` is %s; parameters load from F32, F64, F16 or BF16", path,
                         q->name, e->dtype);
         if (e->begin > e->end || (uint64_t)e->end > data_len || e->end - e->begin != q->count * size)
-            return fail(err, errlen, "%s: tensor `%s` has byte range [%lld, %lld), which does not fit its shape "
+            return ddp_fail(err, errlen, "%s: tensor `%s` has byte range [%lld, %lld), which does not fit its shape "
                                      "and the file's %zu bytes of data: the file is damaged",
                         path, q->name, (long long)e->begin, (long long)e->end, data_len);
     }
@@ -387,7 +379,7 @@ static bool check_entries(const ddp_program *p, const Header *h, const char *pat
         for (int64_t k = 0; k < p->nparams && !known; k++)
             known = strcmp(p->params[k].name, h->entries[i].name) == 0;
         if (!known)
-            return fail(err, errlen, "%s: holds tensor `%s`, which this model does not have: it was saved from "
+            return ddp_fail(err, errlen, "%s: holds tensor `%s`, which this model does not have: it was saved from "
                                      "another model", path, h->entries[i].name);
     }
     return true;
@@ -396,7 +388,7 @@ static bool check_entries(const ddp_program *p, const Header *h, const char *pat
 static bool read_whole(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return ddp_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 1 << 20, n = 0;
     unsigned char *buf = malloc(cap);
     for (size_t got = 1; buf && got > 0;) {
@@ -416,7 +408,7 @@ static bool read_whole(const char *path, unsigned char **data, size_t *len, char
     fclose(f);
     if (!buf || failed) {
         free(buf);
-        return fail(err, errlen, "%s: cannot read: %s", path, buf ? strerror(errno) : "out of memory");
+        return ddp_fail(err, errlen, "%s: cannot read: %s", path, buf ? strerror(errno) : "out of memory");
     }
     *data = buf;
     *len = n;
@@ -437,10 +429,10 @@ bool ddp_load_params(ddp_runtime *rt, const char *path, char *note, size_t notel
     Header h = {0};
     bool ok = len >= 8 && header_len <= len - 8;
     if (!ok)
-        fail(err, errlen, "%s: not a safetensors file (%s)", path,
+        ddp_fail(err, errlen, "%s: not a safetensors file (%s)", path,
              len < 8 ? "shorter than its 8-byte header length" : "its header length is beyond the end of the file");
     else if (!(ok = parse_header((const char *)file + 8, header_len, &h)))
-        fail(err, errlen, h.out_of_memory ? "%s: out of memory reading its header"
+        ddp_fail(err, errlen, h.out_of_memory ? "%s: out of memory reading its header"
                                           : "%s: not a safetensors file: its header is not the JSON the format wants",
              path);
     else

@@ -45,8 +45,11 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     if (status >= 0)
         return status;
     char err[2048], note[1024];
-    if (!ddp_check_supported(&cfg, p, err, sizeof err))
+    if (!ddp_cluster_resolve(&p->settings, &cfg.cluster_flags, &cfg.cluster, err, sizeof err) ||
+        !ddp_check_supported(&cfg, p, err, sizeof err))
         return fail(cfg.prog, err);
+    if (cfg.cluster.warning[0])
+        fprintf(stderr, "%s: warning: %s\n", cfg.prog, cfg.cluster.warning);
     ddp_data train = {0}, validation = {0};
     bool has_validation = p->settings.validation.kind >= 0 && !cfg.synthetic;
     ddp_dataset noise;

@@ -85,7 +85,7 @@ static void test_lists(void) {
 static void test_malformed(void) {
     refused("", "names no host");
     refused(" , ", "names no host");
-    refused("x[1-3", "expected `,` or `]`");
+    refused("x[1-3", "a `[` is not closed");
     refused("x]", "a `]` without its `[`");
     refused("x[]", "must hold numbers");
     refused("x[a-b]", "must hold numbers");

@@ -1,0 +1,67 @@
+#!/bin/sh
+# slurm_up.sh: a real one-node Slurm on this machine for the tests, started if it is
+# not running (munge, slurmctld, slurmd), installed first if missing and allowed
+# (root, or sudo without a password). Idempotent: a running cluster whose `srun`
+# works is reused. Exits 77 (skip) where Slurm can be neither found nor installed.
+#
+# The node claims 8 CPUs (config_overrides) so that 4-8 tasks fit on a small machine.
+set -u
+log() { echo "slurm_up: $*"; }
+if [ "$(id -u)" -eq 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi
+
+works() { timeout 30 srun -n 1 -t 1 true >/dev/null 2>&1; }
+if command -v srun >/dev/null && works; then
+    log "reusing the running cluster"
+    exit 0
+fi
+[ "$sudo" = none ] && { log "not root and no sudo: cannot start Slurm; skipped"; exit 77; }
+
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+    log "installing slurm-wlm and munge"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q slurm-wlm munge >/dev/null 2>&1 ||
+        { $sudo apt-get update -q >/dev/null 2>&1 &&
+          DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q slurm-wlm munge >/dev/null 2>&1; } ||
+        { log "could not install Slurm: skipped"; exit 77; }
+fi
+
+$sudo mkdir -p /run/munge /var/log/munge /var/lib/munge /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+$sudo chown munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge/munge.key
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+    $sudo su munge -s /bin/sh -c /usr/sbin/munged
+    sleep 1
+fi
+
+host=$(hostname)
+conf=/etc/slurm/slurm.conf
+if ! grep -q "^ClusterName=ddp-tests" "$conf" 2>/dev/null; then
+    [ -f "$conf" ] && $sudo cp "$conf" "$conf.before-ddp-tests"
+    $sudo tee "$conf" >/dev/null <<EOF
+ClusterName=ddp-tests
+SlurmctldHost=$host(127.0.0.1)
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ReturnToService=2
+MpiDefault=none
+SlurmdParameters=config_overrides
+NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+EOF
+fi
+pgrep -x slurmctld >/dev/null || $sudo slurmctld
+pgrep -x slurmd >/dev/null || $sudo slurmd
+for i in 1 2 3 4 5 6 7 8 9 10; do
+    works && { log "up: $(sinfo -h -o '%P %D %T' 2>/dev/null)"; exit 0; }
+    sleep 2
+done
+log "Slurm did not come up; see /var/log/slurm/"
+exit 1

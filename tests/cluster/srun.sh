@@ -1,0 +1,43 @@
+#!/bin/sh
+# srun.sh UNIT_CLUSTER PROGRAMS: under a real Slurm (tests/cluster/slurm_up.sh), every
+# task of `srun -n 1..4` resolves its own rank, the step's size, the same coordinator
+# and the same port; a built program started by `srun -n 1` trains, and by `srun -n 3`
+# stops at start, saying how many workers the step has.
+set -u
+resolver=$1 programs=$2
+here=$(dirname "$0")
+sh "$here/slurm_up.sh" || exit $?
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+for n in 1 2 3 4; do
+    out=$(timeout 60 srun -n "$n" "$resolver" --print 2>&1) || { fail "srun -n $n: $out"; continue; }
+    ranks=$(printf '%s\n' "$out" | sed -n 's/^slurm rank \([0-9]*\) world '"$n"' .*/\1/p' | sort -n | tr '\n' ' ')
+    want=$(seq 0 $((n - 1)) | tr '\n' ' ')
+    places=$(printf '%s\n' "$out" | sed 's/.* coordinator //' | sort -u | wc -l)
+    if [ "$ranks" = "$want" ] && [ "$places" -eq 1 ]; then
+        echo "ok: srun -n $n: ranks $ranks, one coordinator: $(printf '%s\n' "$out" | head -n 1)"
+    else
+        fail "srun -n $n resolved:"
+        printf '%s\n' "$out"
+    fi
+done
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+printf 'x0,x1,x2,x3,label\n' > "$root/tiny.csv"
+for i in 1 2 3 4 5 6 7 8; do echo "$i,0,1,2,$((i % 3))" >> "$root/tiny.csv"; done
+cp "$root/tiny.csv" "$root/tiny_check.csv"
+out=$(timeout 60 srun -n 1 "$programs/tiny" --data-root "$root" 2>&1)
+if printf '%s\n' "$out" | grep -q "cluster     slurm: one worker on" && printf '%s\n' "$out" | grep -q "^done:"; then
+    echo "ok: srun -n 1 trains"
+else
+    fail "srun -n 1 $programs/tiny:"
+    printf '%s\n' "$out"
+fi
+out=$(timeout 60 srun -n 3 "$programs/tiny" --data-root "$root" 2>&1)
+if [ "$(printf '%s\n' "$out" | grep -c "this job has 3 workers (from slurm)")" -eq 3 ]; then
+    echo "ok: srun -n 3 is refused by every task, for now"
+else
+    fail "srun -n 3 $programs/tiny:"
+    printf '%s\n' "$out"
+fi
+[ "$failures" -eq 0 ]
