@@ -9,8 +9,12 @@ here=$(dirname "$0")
 sh "$here/slurm_up.sh" || exit $?
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
 for n in 1 2 3 4; do
-    out=$(timeout 60 srun -n "$n" "$resolver" --print 2>&1) || { fail "srun -n $n: $out"; continue; }
+    # stdout only: srun itself may say on stderr that it waits for resources
+    out=$(timeout 60 srun -n "$n" "$resolver" --print 2> "$root/srun.err") ||
+        { fail "srun -n $n: $out $(cat "$root/srun.err")"; continue; }
     ranks=$(printf '%s\n' "$out" | sed -n 's/^slurm rank \([0-9]*\) world '"$n"' .*/\1/p' | sort -n | tr '\n' ' ')
     want=$(seq 0 $((n - 1)) | tr '\n' ' ')
     places=$(printf '%s\n' "$out" | sed 's/.* coordinator //' | sort -u | wc -l)
@@ -21,8 +25,6 @@ for n in 1 2 3 4; do
         printf '%s\n' "$out"
     fi
 done
-root=$(mktemp -d)
-trap 'rm -rf "$root"' EXIT
 printf 'x0,x1,x2,x3,label\n' > "$root/tiny.csv"
 for i in 1 2 3 4 5 6 7 8; do echo "$i,0,1,2,$((i % 3))" >> "$root/tiny.csv"; done
 cp "$root/tiny.csv" "$root/tiny_check.csv"

@@ -1,0 +1,299 @@
+/* ddprun.c: `ddprun -n N [--] PROGRAM ARGS...` starts N copies of a built program on
+ * this machine as one job, the way srun does on a cluster (like torchrun
+ * --standalone). Each worker gets DDP_RANK, DDP_WORLD_SIZE, DDP_LOCAL_RANK,
+ * DDP_LOCAL_WORLD_SIZE, DDP_COORDINATOR (127.0.0.1 and a free port) and DDP_SECRET (a
+ * fresh random secret the workers prove to each other). Each line a worker writes to
+ * stderr comes out prefixed with its rank; stdout passes through.
+ *
+ * SIGINT, SIGTERM and SIGHUP are passed on to every worker. When a worker fails (a
+ * non-zero status or a signal), the others get SIGTERM, and SIGKILL if they are still
+ * there after a grace period; ddprun exits with the first failure's status (128 + the
+ * signal for a signal), or 0 when every worker succeeded. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MAX_WORKERS = 1024, LINE = 4096, GRACE_SECONDS = 5 };
+
+static const char usage[] =
+    "usage: ddprun -n N [--port P] [--grace S] [--] PROGRAM [ARGS...]\n"
+    "Starts N workers of PROGRAM on this machine as one data-parallel job.\n"
+    "  -n N         the number of workers (1 to 1024)\n"
+    "  --port P     the coordinator's port (default: a free one)\n"
+    "  --grace S    seconds the others get to stop after one fails (default 5)\n"
+    "Exit status: the first failing worker's (128 + signal for a signal), 0 if all succeed,\n"
+    "2 on bad usage.\n";
+
+typedef struct Worker {
+    pid_t pid;
+    int err_fd;                 /* the read end of its stderr, -1 once closed */
+    char line[LINE];            /* a line not yet ended */
+    size_t len;
+    bool running;
+} Worker;
+
+static Worker workers[MAX_WORKERS];
+static int nworkers;
+static int signal_pipe[2];
+
+static void on_signal(int sig) {
+    unsigned char s = (unsigned char)sig;
+    int saved = errno;
+    (void)!write(signal_pipe[1], &s, 1);
+    errno = saved;
+}
+
+static int bad_usage(const char *what, const char *arg) {
+    fprintf(stderr, "ddprun: %s%s\n%s", what, arg, usage);
+    return 2;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A port no one listens on now, from the kernel. */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static bool random_secret(char *out, size_t len) {
+    unsigned char bytes[16];
+    if (getrandom(bytes, sizeof bytes, 0) != (ssize_t)sizeof bytes || len < 2 * sizeof bytes + 1)
+        return false;
+    for (size_t i = 0; i < sizeof bytes; i++)
+        sprintf(out + 2 * i, "%02x", bytes[i]);
+    return true;
+}
+
+static void set_number(const char *name, long v) {
+    char text[32];
+    snprintf(text, sizeof text, "%ld", v);
+    setenv(name, text, 1);
+}
+
+/* The child's side: its variables, stderr into the pipe, then the program. */
+static void exec_worker(int rank, int err_fd, char **argv) {
+    setpgid(0, 0);
+    set_number("DDP_RANK", rank);
+    set_number("DDP_LOCAL_RANK", rank);
+    dup2(err_fd, STDERR_FILENO);
+    close(err_fd);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    execvp(argv[0], argv);
+    fprintf(stderr, "ddprun: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+static bool start_workers(int n, char **argv) {
+    for (int r = 0; r < n; r++) {
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC) != 0)
+            return false;
+        pid_t pid = fork();
+        if (pid < 0)
+            return false;
+        if (pid == 0) {
+            close(fds[0]);
+            int keep = dup(fds[1]); /* without O_CLOEXEC, to become stderr */
+            exec_worker(r, keep, argv);
+        }
+        close(fds[1]);
+        setpgid(pid, pid); /* as the child does, whichever runs first */
+        workers[r] = (Worker){.pid = pid, .err_fd = fds[0], .running = true};
+        nworkers++;
+    }
+    return true;
+}
+
+/* ----------------------------------------------------------------- stderr */
+
+static void emit(int rank, const char *text, size_t len) {
+    fprintf(stderr, "[rank %d] %.*s\n", rank, (int)len, text);
+}
+
+/* Whole lines of what the worker wrote go out prefixed; a line too long for the
+ * buffer goes out in pieces. */
+static void drain(int rank) {
+    Worker *w = &workers[rank];
+    char buf[LINE];
+    ssize_t n = read(w->err_fd, buf, sizeof buf);
+    if (n <= 0) {
+        if (n < 0 && errno == EINTR)
+            return;
+        if (w->len)
+            emit(rank, w->line, w->len);
+        w->len = 0;
+        close(w->err_fd);
+        w->err_fd = -1;
+        return;
+    }
+    for (ssize_t i = 0; i < n; i++) {
+        if (buf[i] == '\n' || w->len == sizeof w->line) {
+            emit(rank, w->line, w->len);
+            w->len = 0;
+            if (buf[i] == '\n')
+                continue;
+        }
+        w->line[w->len++] = buf[i];
+    }
+}
+
+/* ------------------------------------------------------------------ statuses */
+
+/* Each worker leads its own process group, so a signal reaches whatever it started
+ * too (a shell's children that still hold its stderr). */
+static void signal_all(int sig) {
+    for (int r = 0; r < nworkers; r++)
+        if (workers[r].running || workers[r].err_fd >= 0)
+            kill(-workers[r].pid, sig);
+}
+
+/* Reaps what has ended; the first failure's status goes to *first. */
+static void reap(int *first, double *deadline, double grace) {
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int r = 0; r < nworkers; r++) {
+            if (workers[r].pid != pid)
+                continue;
+            workers[r].running = false;
+            int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            if (code != 0 && *first == 0) {
+                *first = code;
+                fprintf(stderr, "ddprun: worker %d %s %d; stopping the others\n", r,
+                        WIFEXITED(status) ? "exited with status" : "was killed by signal",
+                        WIFEXITED(status) ? code : WTERMSIG(status));
+                signal_all(SIGTERM);
+                *deadline = now() + grace;
+            }
+        }
+    }
+}
+
+static bool any_running(void) {
+    for (int r = 0; r < nworkers; r++)
+        if (workers[r].running || workers[r].err_fd >= 0)
+            return true;
+    return false;
+}
+
+static void forward_signals(void) {
+    unsigned char s;
+    while (read(signal_pipe[0], &s, 1) == 1)
+        signal_all(s);
+}
+
+static int supervise(double grace) {
+    int first = 0;
+    double deadline = 0;
+    struct pollfd fds[MAX_WORKERS + 1];
+    while (any_running()) {
+        int n = 0, owner[MAX_WORKERS + 1];
+        fds[n] = (struct pollfd){.fd = signal_pipe[0], .events = POLLIN};
+        owner[n++] = -1;
+        for (int r = 0; r < nworkers; r++)
+            if (workers[r].err_fd >= 0) {
+                fds[n] = (struct pollfd){.fd = workers[r].err_fd, .events = POLLIN};
+                owner[n++] = r;
+            }
+        poll(fds, (nfds_t)n, 100);
+        for (int i = 0; i < n; i++)
+            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+                if (owner[i] < 0)
+                    forward_signals();
+                else
+                    drain(owner[i]);
+            }
+        reap(&first, &deadline, grace);
+        if (first && now() > deadline)
+            signal_all(SIGKILL); /* after the grace period */
+    }
+    return first;
+}
+
+int main(int argc, char **argv) {
+    long n = 0, port = 0, grace = GRACE_SECONDS;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        char *end;
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("%s", usage);
+            return 0;
+        }
+        long *target = strcmp(argv[i], "-n") == 0 ? &n : strcmp(argv[i], "--port") == 0 ? &port
+                     : strcmp(argv[i], "--grace") == 0 ? &grace : NULL;
+        if (!target)
+            return bad_usage("unknown option ", argv[i]);
+        if (i + 1 >= argc)
+            return bad_usage(argv[i], " needs a value");
+        *target = strtol(argv[++i], &end, 10);
+        if (*end || !*argv[i])
+            return bad_usage("not a number: ", argv[i]);
+    }
+    if (n < 1 || n > MAX_WORKERS)
+        return bad_usage("-n wants a number of workers from 1 to 1024", "");
+    if (port < 0 || port > 65535 || grace < 0)
+        return bad_usage("--port wants a port from 1 to 65535 and --grace a number of seconds", "");
+    if (i >= argc)
+        return bad_usage("no program to run", "");
+    if (port == 0 && (port = free_port()) < 0) {
+        fprintf(stderr, "ddprun: cannot find a free port: %s; give one with --port\n", strerror(errno));
+        return 1;
+    }
+    char secret[64], coordinator[64];
+    if (!getenv("DDP_SECRET")) {
+        if (!random_secret(secret, sizeof secret)) {
+            fprintf(stderr, "ddprun: cannot draw a random secret: %s\n", strerror(errno));
+            return 1;
+        }
+        setenv("DDP_SECRET", secret, 1);
+    }
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%ld", port);
+    setenv("DDP_COORDINATOR", coordinator, 1);
+    set_number("DDP_WORLD_SIZE", n);
+    set_number("DDP_LOCAL_WORLD_SIZE", n);
+    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        return 1;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    if (!start_workers((int)n, argv + i)) {
+        fprintf(stderr, "ddprun: cannot start the workers: %s\n", strerror(errno));
+        signal_all(SIGKILL);
+        supervise(0);
+        return 1;
+    }
+    return supervise((double)grace);
+}

@@ -1,0 +1,78 @@
+#!/bin/sh
+# ddprun.sh DDPRUN PROGRAMS: the one-machine launcher. Every worker gets its rank, the
+# world, the coordinator and a secret; stderr lines come prefixed with the rank; the
+# first failure ends the others (even what they started) and gives ddprun's status;
+# signals are passed on; bad usage is status 2. A built program under ddprun sees a
+# job of several workers.
+set -u
+ddprun=$1 programs=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+"$ddprun" -n 3 sh -c 'echo "$DDP_RANK/$DDP_WORLD_SIZE $DDP_LOCAL_RANK/$DDP_LOCAL_WORLD_SIZE $DDP_COORDINATOR ${#DDP_SECRET}" >&2' \
+    2> "$dir/err"
+status=$?
+sort "$dir/err" > "$dir/sorted"
+port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$dir/sorted" | sort -u)
+printf '[rank 0] 0/3 0/3 127.0.0.1:%s 32\n[rank 1] 1/3 1/3 127.0.0.1:%s 32\n[rank 2] 2/3 2/3 127.0.0.1:%s 32\n' \
+    "$port" "$port" "$port" > "$dir/want"
+if [ $status -eq 0 ] && [ "$(echo "$port" | wc -l)" -eq 1 ] && cmp -s "$dir/sorted" "$dir/want"; then
+    echo "ok: three workers with their variables, stderr prefixed"
+else
+    fail "the workers' variables (status $status):"
+    cat "$dir/err"
+fi
+
+start=$(date +%s)
+"$ddprun" -n 3 sh -c 'if [ "$DDP_RANK" = 1 ]; then exit 5; fi; sleep 60' 2> "$dir/err"
+status=$? took=$(( $(date +%s) - start ))
+if [ $status -eq 5 ] && [ $took -lt 10 ] && grep -q "worker 1 exited with status 5; stopping the others" "$dir/err"; then
+    echo "ok: a failure ends the others in ${took} s, status 5"
+else
+    fail "after a failure: status $status in $took s"
+    cat "$dir/err"
+fi
+
+"$ddprun" -n 2 sh -c 'if [ "$DDP_RANK" = 0 ]; then kill -KILL $$; fi; sleep 60' 2> "$dir/err"
+status=$?
+[ $status -eq 137 ] && echo "ok: a worker killed by SIGKILL gives 137" || fail "SIGKILL: status $status"
+
+"$ddprun" -n 2 sh -c 'trap "echo stopping >&2; exit 9" TERM; while :; do sleep 0.1; done' 2> "$dir/err" &
+launcher=$!
+sleep 1
+kill -TERM $launcher
+wait $launcher
+status=$?
+if [ $status -eq 9 ] && [ "$(grep -c "\] stopping$" "$dir/err")" -eq 2 ]; then
+    echo "ok: SIGTERM reaches every worker"
+else
+    fail "SIGTERM: status $status"
+    cat "$dir/err"
+fi
+
+"$ddprun" -n 2 "$dir/no-such-program" 2> "$dir/err"
+status=$?
+[ $status -eq 127 ] && grep -q "cannot run" "$dir/err" && echo "ok: a missing program is 127" ||
+    fail "a missing program: status $status"
+for args in "" "-n 0 true" "-n x true" "-n 2" "--bogus -n 2 true"; do
+    # shellcheck disable=SC2086
+    "$ddprun" $args > /dev/null 2>&1
+    status=$?
+    [ $status -eq 2 ] && echo "ok: ddprun $args -> 2" || fail "ddprun $args: status $status"
+done
+
+printf 'x0,x1,x2,x3,label\n' > "$dir/tiny.csv"
+for i in 1 2 3 4 5 6 7 8; do echo "$i,0,1,2,$((i % 3))" >> "$dir/tiny.csv"; done
+cp "$dir/tiny.csv" "$dir/tiny_check.csv"
+"$ddprun" -n 2 "$programs/tiny" --data-root "$dir" > /dev/null 2> "$dir/err"
+status=$?
+# the first to fail stops the other, which may not have said anything yet
+if [ $status -eq 1 ] && grep -q '^\[rank [01]\] .*this job has 2 workers (from env)' "$dir/err"; then
+    echo "ok: a built program sees the job of 2 workers"
+else
+    fail "a built program under ddprun: status $status"
+    cat "$dir/err"
+fi
+[ "$failures" -eq 0 ]
