@@ -194,6 +194,29 @@ typedef struct ddp_cluster {
 bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_cluster *c, char *err,
                          size_t errlen);
 
+/* ----------------------------------------------------------------- ring.c */
+
+/* The CPU transport: the workers in a ring of TCP connections. */
+typedef struct ddp_ring ddp_ring;
+
+typedef struct ddp_ring_peers {
+    int rank, world;
+    const char *const *hosts;   /* by rank */
+    const int *ports;           /* by rank: where each listens */
+    uint64_t program_hash;      /* every worker must run the same program */
+    int connect_timeout_s;      /* for the ring to form */
+    int timeout_s;              /* a neighbour silent this long is lost */
+} ddp_ring_peers;
+
+ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen);
+void ddp_ring_close(ddp_ring *r);
+/* Sums count values (f32 or f64) over the workers, in place; afterwards every
+ * worker holds the same bits. */
+bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, bool f64, char *err, size_t errlen);
+bool ddp_ring_broadcast(ddp_ring *r, void *data, size_t bytes, int root, char *err, size_t errlen);
+bool ddp_ring_barrier(ddp_ring *r, char *err, size_t errlen);
+uint64_t ddp_ring_bytes_sent(const ddp_ring *r);
+
 /* --------------------------------------------------------------- loader.c */
 
 /* The order of an epoch's samples (S8): a permutation of [0, n) drawn from (seed,
