@@ -118,10 +118,13 @@ static bool from_slurm(const ddp_settings *s, ddp_cluster *c, char *err, size_t 
         c->port_base = s->port_base >= 0 ? s->port_base
                                          : derived_port(job, step, s->port_range[0], s->port_range[1], busiest);
         c->source = "slurm";
+        c->hosts = hosts;
+        c->tasks = tasks;
+        return true;
     }
     free(tasks);
     ddp_hostlist_free(&hosts);
-    return ok;
+    return false;
 }
 
 /* --------------------------------------------------- variables and flags */
@@ -177,6 +180,39 @@ static bool consistent(const ddp_cluster *c, char *err, size_t len) {
     return true;
 }
 
+void ddp_cluster_free(ddp_cluster *c) {
+    ddp_hostlist_free(&c->hosts);
+    free(c->tasks);
+    c->tasks = NULL;
+}
+
+bool ddp_cluster_peers(const ddp_cluster *c, const char **hosts, int *ports, char *err, size_t errlen) {
+    if (!c->tasks) { /* without Slurm: every worker on the coordinator's machine */
+        if (c->local_world != c->world)
+            return ddp_fail(err, errlen, "%lld workers on several machines (from %s) need the rendezvous, which "
+                                         "this version lacks: run them on one machine, or under srun",
+                            (long long)c->world, c->source);
+        for (int64_t r = 0; r < c->world; r++) {
+            hosts[r] = c->coordinator;
+            ports[r] = (int)(c->port_base + r);
+        }
+        return true;
+    }
+    int64_t first = 0; /* the first rank of node n, in Slurm's block order */
+    for (int64_t n = 0; n < c->nodes; n++) {
+        if (n == c->node && first + c->local_rank != c->rank)
+            return ddp_fail(err, errlen, "task %lld is local task %lld of node %s, which is not Slurm's block order "
+                                         "(srun --distribution=block): this version needs it",
+                            (long long)c->rank, (long long)c->local_rank, c->hosts.names[n]);
+        for (int64_t k = 0; k < c->tasks[n]; k++) {
+            hosts[first + k] = c->hosts.names[n];
+            ports[first + k] = (int)(c->port_base + k);
+        }
+        first += c->tasks[n];
+    }
+    return true;
+}
+
 bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_cluster *c, char *err,
                          size_t errlen) {
     memset(c, 0, sizeof *c);
@@ -208,5 +244,8 @@ bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_
     }
     if (f && f->port_base > 0)
         c->port_base = f->port_base;
-    return ok && consistent(c, err, errlen);
+    if (ok && consistent(c, err, errlen))
+        return true;
+    ddp_cluster_free(c);
+    return false;
 }

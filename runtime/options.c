@@ -39,6 +39,8 @@ static const char usage[] =
     "                        this worker's place in the job (default: DDP_* variables,\n"
     "                        then Slurm's job step, then one worker alone)\n"
     "  --port-base N         the coordinator's port (local worker i listens on N + i)\n"
+    "  --rendezvous-timeout S  seconds to wait for every worker to start (default 300)\n"
+    "  --peer-timeout S      seconds a silent worker is given before it counts as lost (60)\n"
     "  --baseline-cpu        run the baseline x86-64 kernels even where AVX2 is present\n"
     "  --help                this text\n"
     "\n"
@@ -109,7 +111,7 @@ static int default_threads(char *from, size_t len) {
 
 typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_METRICS, F_SAVE, F_LOAD,
                F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD, F_LOCAL_RANK, F_LOCAL_WORLD,
-               F_COORDINATOR, F_PORT_BASE, F_HELP } Flag;
+               F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -124,6 +126,7 @@ static const struct {
     {"--baseline-cpu", F_BASELINE, false}, {"--rank", F_RANK, true},         {"--world-size", F_WORLD, true},
     {"--local-rank", F_LOCAL_RANK, true}, {"--local-world-size", F_LOCAL_WORLD, true},
     {"--coordinator", F_COORDINATOR, true}, {"--port-base", F_PORT_BASE, true},
+    {"--rendezvous-timeout", F_RENDEZVOUS_TIMEOUT, true}, {"--peer-timeout", F_PEER_TIMEOUT, true},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
 
@@ -185,6 +188,10 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
         return int_flag(cfg, name, v, 1, INT32_MAX, "a number of workers", &cfg->cluster_flags.local_world);
     case F_PORT_BASE:
         return int_flag(cfg, name, v, 1, 65535, "a port from 1 to 65535", &cfg->cluster_flags.port_base);
+    case F_RENDEZVOUS_TIMEOUT:
+        return int_flag(cfg, name, v, 1, 86400, "a number of seconds", &cfg->rendezvous_timeout);
+    case F_PEER_TIMEOUT:
+        return int_flag(cfg, name, v, 1, 86400, "a number of seconds", &cfg->peer_timeout);
     case F_COORDINATOR: cfg->cluster_flags.coordinator = v; return -1;
     case F_LR:
         if (!parse_rate(v, &cfg->learning_rate))
@@ -221,6 +228,8 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
     cfg->seed = (uint64_t)s->seed;
     cfg->learning_rate = NAN;
     cfg->log_every = 100;
+    cfg->rendezvous_timeout = 300;
+    cfg->peer_timeout = 60;
     cfg->cluster_flags = (ddp_cluster_flags){-1, 0, -1, -1, NULL, 0};
     cfg->progress_bar = isatty(STDOUT_FILENO);
     for (int i = 1; i < argc; i++) {
@@ -281,11 +290,5 @@ bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err,
     if (s->checkpoint_dir)
         return refuse(err, errlen, "checkpoint(...) is not supported by this version of the runtime: remove "
                                    "it from the train block, and keep the final parameters with --save FILE");
-    if (cfg->cluster.world > 1) {
-        snprintf(err, errlen, "this job has %lld workers (from %s), and this version of the runtime trains with "
-                              "one: start a single task (srun -n 1)", (long long)cfg->cluster.world,
-                 cfg->cluster.source);
-        return false;
-    }
     return true;
 }

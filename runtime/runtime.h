@@ -187,12 +187,18 @@ typedef struct ddp_cluster {
     char coordinator[256];      /* rank 0's host */
     int64_t port_base;          /* the coordinator's port; local rank i listens on port_base + i */
     char warning[512];          /* "", or what the user should know (a job without a step) */
+    ddp_hostlist hosts;         /* Slurm: the step's nodes */
+    int64_t *tasks;             /* Slurm: the tasks of each node */
 } ddp_cluster;
 
 /* From flags, DDP_* variables, a Slurm job step or one worker alone, as the program's
  * cluster setting allows; false with a message naming the variable at fault. */
 bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_cluster *c, char *err,
                          size_t errlen);
+void ddp_cluster_free(ddp_cluster *c);
+/* Every rank's host and ring port (port_base + its local rank), hosts[] pointing into
+ * c: all on one machine, or a Slurm step's nodes in Slurm's block order. */
+bool ddp_cluster_peers(const ddp_cluster *c, const char **hosts, int *ports, char *err, size_t errlen);
 
 /* ----------------------------------------------------------------- ring.c */
 
@@ -272,6 +278,7 @@ typedef struct ddp_config {
     bool progress_bar;          /* stdout is a terminal */
     ddp_cluster_flags cluster_flags;
     ddp_cluster cluster;        /* resolved at start */
+    int64_t rendezvous_timeout, peer_timeout; /* seconds */
     char threads_from[128];     /* how the thread count was found, for the banner */
 } ddp_config;
 
@@ -279,8 +286,7 @@ typedef struct ddp_config {
  * status to end with (0 after --help, 2 on bad usage, the message printed). */
 int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv);
 /* Refuses what the program asks that this runtime cannot do yet (checkpoints, GPUs,
- * reduced precision, several workers in cfg->cluster): false with a message saying
- * what to change. */
+ * reduced precision): false with a message saying what to change. */
 bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err, size_t errlen);
 
 /* ---------------------------------------------------------- safetensors.c */
@@ -333,8 +339,10 @@ void ddp_report_interrupt(ddp_report *r);
 /* ----------------------------------------------------------------- train.c */
 
 /* Trains for cfg's epochs (validating as the program says) or, with cfg->evaluate,
- * only evaluates; saves to cfg->save_path at the end. Returns the exit status. */
-int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report);
+ * only evaluates; saves to cfg->save_path at the end. With a ring, as one worker of
+ * cfg->cluster's job. Returns the exit status. */
+int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report,
+            ddp_ring *ring);
 
 /* ----------------------------------------------------------------- start.c */
 

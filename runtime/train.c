@@ -6,7 +6,13 @@
  * Figures come from the kernels' (sum, count) accumulators, zeroed at each epoch's
  * start, so an epoch's loss is the mean over every sample it trained on. Validation
  * runs the evaluation phase (batch normalisation on running statistics, no dropout)
- * on every validation sample, the last batch kept whatever its size. */
+ * on every validation sample, the last batch kept whatever its size.
+ *
+ * With several workers (S1) each trains on its shard of every global batch; the
+ * gradients, and the accumulators behind every figure, are summed over the ring
+ * before anyone looks at them, so every worker takes the same decisions (S11, S12);
+ * batch normalisation's running statistics are averaged before validation and saving;
+ * only worker 0 prints and writes files. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +36,8 @@ typedef struct Run {
     ddp_epoch_plan plan, validation_plan;
     Pass train_pass, validation_pass;
     int64_t rank, workers;
+    ddp_ring *ring;             /* NULL for one worker */
+    double global[2 * 64];      /* the accumulators summed over the workers */
     int64_t step;               /* optimizer steps taken */
     int64_t samples;            /* trained on, over all workers */
     ddp_figures last_validation;
@@ -80,18 +88,42 @@ static void cut_pass(Run *r, Pass *pass, const ddp_epoch_plan *plan) {
 
 /* ----------------------------------------------------------------- figures */
 
-static ddp_figures read_figures(ddp_runtime *rt) {
-    const ddp_settings *s = &rt->program->settings;
+/* Figures from (sum, count) pairs: the job's, summed over the workers. */
+static ddp_figures read_figures(const ddp_program *p, const double *acc) {
+    const ddp_settings *s = &p->settings;
     ddp_figures f = {0};
-    double count;
-    double sum = ddp_accumulator(rt, 0, &count);
-    f.loss = count > 0 ? sum / count : NAN;
-    f.samples = (int64_t)count;
+    f.loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    f.samples = (int64_t)acc[1];
     for (int64_t i = 0; i < s->nmetrics && i < DDP_MAX_METRICS; i++) {
-        sum = ddp_accumulator(rt, (int)s->metrics[i].pair, &count);
-        f.metric[i] = count > 0 ? sum / count : NAN;
+        const double *pair = acc + 2 * s->metrics[i].pair;
+        f.metric[i] = pair[1] > 0 ? pair[0] / pair[1] : NAN;
     }
     return f;
+}
+
+/* The job's accumulators into r->global. */
+static bool sum_accumulators(Run *r, char *err, size_t errlen) {
+    int64_t n = 2 * r->rt->program->accum_pairs;
+    memcpy(r->global, ddp_accumulators(r->rt), sizeof(double) * (size_t)n);
+    return !r->ring || ddp_ring_allreduce(r->ring, r->global, n, true, err, errlen);
+}
+
+/* Batch normalisation's running statistics, the same on every worker: their mean. */
+static bool average_statistics(Run *r, char *err, size_t errlen) {
+    const ddp_program *p = r->rt->program;
+    if (!r->ring || p->stats_count == 0)
+        return true;
+    void *stats = r->rt->region[DDP_REGION_STATS];
+    bool f64 = p->dtype == DDP_F64;
+    if (!ddp_ring_allreduce(r->ring, stats, p->stats_count, f64, err, errlen))
+        return false;
+    for (int64_t i = 0; i < p->stats_count; i++) {
+        if (f64)
+            ((double *)stats)[i] /= (double)r->workers;
+        else
+            ((float *)stats)[i] /= (float)r->workers;
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------ batches */
@@ -104,12 +136,14 @@ static int64_t next_batch(ddp_runtime *rt, ddp_loader *loader, int64_t global_si
     return rows;
 }
 
-/* Every validation sample through the evaluation phase. The training figures of the
- * epoch so far are kept aside meanwhile. */
-static ddp_figures validate(Run *r) {
+/* Every validation sample through the evaluation phase, each worker its shard. The
+ * training figures of the epoch so far are kept aside meanwhile. */
+static bool validate(Run *r, char *err, size_t errlen) {
     ddp_runtime *rt = r->rt;
     int64_t pairs = rt->program->accum_pairs;
     double saved[2 * 64];
+    if (!average_statistics(r, err, errlen))
+        return false;
     memcpy(saved, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * pairs));
     ddp_zero_accumulators(rt);
     Pass *pass = &r->validation_pass;
@@ -118,11 +152,11 @@ static ddp_figures validate(Run *r) {
         next_batch(rt, r->validation_loader, pass->global_sizes[b]);
         ddp_run_phase(rt, DDP_PHASE_EVAL);
     }
-    ddp_figures f = read_figures(rt);
+    bool ok = sum_accumulators(r, err, errlen);
+    r->last_validation = read_figures(rt->program, r->global);
+    r->validated = ok;
     memcpy(ddp_accumulators(rt), saved, sizeof(double) * (size_t)(2 * pairs));
-    r->last_validation = f;
-    r->validated = true;
-    return f;
+    return ok;
 }
 
 /* ----------------------------------------------------------------- a step */
@@ -142,7 +176,7 @@ static const char *param_at(const ddp_program *p, int64_t i) {
 static bool finite_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
     ddp_runtime *rt = r->rt;
     const ddp_program *p = rt->program;
-    double loss = ddp_accumulators(rt)[0];
+    double loss = r->global[0];
     int64_t bad = -1;
     int n;
     if (isfinite(loss) && (bad = ddp_first_nonfinite(rt, DDP_REGION_GRADS, p->param_count)) < 0)
@@ -173,7 +207,11 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
     ddp_prepare_step(rt, r->step, r->plan.steps);
     ddp_run_phase(rt, DDP_PHASE_FORWARD);
     ddp_run_phase(rt, DDP_PHASE_BACKWARD);
-    if (!finite_step(r, epoch, b, why, len))
+    const ddp_program *p = rt->program;
+    if (r->ring && !ddp_ring_allreduce(r->ring, rt->region[DDP_REGION_GRADS], p->param_count, p->dtype == DDP_F64,
+                                       why, len))
+        return false;
+    if (!sum_accumulators(r, why, len) || !finite_step(r, epoch, b, why, len))
         return false;
     ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);
     r->step++;
@@ -197,7 +235,6 @@ static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
     double start = now_seconds(), training = 0;
     int64_t trained = 0;
     const ddp_figures *epoch_validation = NULL;
-    ddp_figures v;
     Pass *pass = &r->train_pass;
     ddp_epoch_order(r->cfg->seed, epoch, rt->program->settings.shuffle, r->train->samples, pass->order);
     ddp_loader_begin(r->train_loader, pass->order, pass->starts, pass->sizes, pass->batches);
@@ -208,21 +245,24 @@ static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
             return false;
         training += now_seconds() - t;
         trained += pass->global_sizes[b];
-        ddp_figures running = read_figures(rt);
+        ddp_figures running = read_figures(rt->program, r->global);
         ddp_report_step(r->report, epoch + 1, b + 1, pass->batches, &running,
                         training > 0 ? (double)trained / training : 0);
         if (validation_due(r, epoch, false)) {
-            v = validate(r);
+            if (!validate(r, why, len))
+                return false;
             epoch_validation = &r->last_validation;
-            ddp_report_validation(r->report, r->step, &v);
+            ddp_report_validation(r->report, r->step, &r->last_validation);
         }
     }
     bool last = epoch + 1 == r->cfg->epochs;
+    ddp_figures figures = read_figures(rt->program, r->global);
     if (validation_due(r, epoch, true) || (last && r->validation && !epoch_validation)) {
-        validate(r);
+        if (!validate(r, why, len))
+            return false;
         epoch_validation = &r->last_validation;
     }
-    ddp_epoch_result e = {epoch + 1, r->step, read_figures(rt), epoch_validation,
+    ddp_epoch_result e = {epoch + 1, r->step, figures, epoch_validation,
                           rt->scalars[DDP_S_LEARNING_RATE].f, training > 0 ? (double)trained / training : 0,
                           now_seconds() - start};
     ddp_report_epoch(r->report, &e);
@@ -269,9 +309,18 @@ static bool prepare_training(Run *r, char *err, size_t len) {
 
 static int evaluate_only(Run *r) {
     double start = now_seconds();
-    ddp_figures v = validate(r);
-    ddp_report_evaluation(r->report, r->validation, &v, now_seconds() - start);
+    char err[1024];
+    if (!validate(r, err, sizeof err))
+        return failure(r, err);
+    ddp_report_evaluation(r->report, r->validation, &r->last_validation, now_seconds() - start);
     return 0;
+}
+
+/* Worker 0 writes the parameters, the running statistics first made the job's. */
+static bool save(Run *r, char *err, size_t len) {
+    if (!average_statistics(r, err, len))
+        return false;
+    return r->rank != 0 || ddp_save_params(r->rt, r->cfg->save_path, err, len);
 }
 
 static int train_all(Run *r) {
@@ -280,23 +329,24 @@ static int train_all(Run *r) {
     for (int64_t epoch = 0; epoch < r->cfg->epochs; epoch++) {
         if (run_epoch(r, epoch, why, sizeof why))
             continue;
-        if (r->cfg->save_path && ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+        if (r->cfg->save_path && !r->ring && ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
             snprintf(why + strlen(why), sizeof why - strlen(why), ". The parameters from before it are in %s",
                      r->cfg->save_path);
         return failure(r, why);
     }
-    if (r->cfg->epochs == 0 && r->validation)
-        validate(r);
-    if (r->cfg->save_path && !ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+    if (r->cfg->epochs == 0 && r->validation && !validate(r, err, sizeof err))
+        return failure(r, err);
+    if (r->cfg->save_path && !save(r, err, sizeof err))
         return failure(r, err);
     ddp_report_summary(r->report, r->cfg->epochs, r->step, r->samples, now_seconds() - start,
                        r->validated ? &r->last_validation : NULL, r->cfg->save_path);
     return 0;
 }
 
-int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report) {
-    Run r = {.rt = rt, .cfg = cfg, .report = report, .train = train, .validation = validation, .rank = 0,
-             .workers = 1};
+int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report,
+            ddp_ring *ring) {
+    Run r = {.rt = rt, .cfg = cfg, .report = report, .train = train, .validation = validation,
+             .rank = cfg->cluster.rank, .workers = cfg->cluster.world, .ring = ring};
     char err[1024];
     int status;
     if (rt->program->accum_pairs > 64 || rt->program->settings.nmetrics > DDP_MAX_METRICS)

@@ -2,8 +2,7 @@
 # ddprun.sh DDPRUN PROGRAMS: the one-machine launcher. Every worker gets its rank, the
 # world, the coordinator and a secret; stderr lines come prefixed with the rank; the
 # first failure ends the others (even what they started) and gives ddprun's status;
-# signals are passed on; bad usage is status 2. A built program under ddprun sees a
-# job of several workers.
+# signals are passed on; bad usage is status 2. A built program trains under ddprun.
 set -u
 ddprun=$1 programs=$2
 dir=$(mktemp -d)
@@ -64,15 +63,15 @@ for args in "" "-n 0 true" "-n x true" "-n 2" "--bogus -n 2 true"; do
 done
 
 printf 'x0,x1,x2,x3,label\n' > "$dir/tiny.csv"
-for i in 1 2 3 4 5 6 7 8; do echo "$i,0,1,2,$((i % 3))" >> "$dir/tiny.csv"; done
+for i in $(seq 1 32); do echo "$i,0,1,2,$((i % 3))" >> "$dir/tiny.csv"; done
 cp "$dir/tiny.csv" "$dir/tiny_check.csv"
-"$ddprun" -n 2 "$programs/tiny" --data-root "$dir" > /dev/null 2> "$dir/err"
+"$ddprun" -n 2 "$programs/tiny" --data-root "$dir" --threads 1 > "$dir/out" 2> "$dir/err"
 status=$?
-# the first to fail stops the other, which may not have said anything yet
-if [ $status -eq 1 ] && grep -q '^\[rank [01]\] .*this job has 2 workers (from env)' "$dir/err"; then
-    echo "ok: a built program sees the job of 2 workers"
+if [ $status -eq 0 ] && grep -q "cluster     env: 2 workers on 1 node" "$dir/out" && [ "$(grep -c '^done:' "$dir/out")" -eq 1 ]
+then
+    echo "ok: a built program trains with 2 workers, worker 0 reporting"
 else
     fail "a built program under ddprun: status $status"
-    cat "$dir/err"
+    cat "$dir/out" "$dir/err"
 fi
 [ "$failures" -eq 0 ]

@@ -44,8 +44,10 @@ static void slurm_task(const char *rank, const char *local, const char *node) {
     setenv("SLURM_STEP_TASKS_PER_NODE", "3,1", 1);
 }
 
+/* c is freed first, so one struct serves many resolutions */
 static bool resolves(int64_t cluster, const ddp_cluster_flags *f, ddp_cluster *c) {
     ddp_settings s = settings(cluster, -1);
+    ddp_cluster_free(c);
     char err[512];
     bool ok = ddp_cluster_resolve(&s, f, c, err, sizeof err);
     if (!ok)
@@ -58,13 +60,14 @@ static void refused(int64_t cluster, const char *reason) {
     ddp_cluster c;
     char err[512] = "";
     bool ok = ddp_cluster_resolve(&s, NULL, &c, err, sizeof err);
+    ddp_cluster_free(&c);
     if (ok || !strstr(err, reason))
         fprintf(stderr, "%s (wanted a refusal with `%s`)\n", ok ? "accepted" : err, reason);
     CHECK(!ok && strstr(err, reason));
 }
 
 static void test_slurm(void) {
-    ddp_cluster c0, c3;
+    ddp_cluster c0 = {0}, c3 = {0};
     slurm_task("0", "0", "0");
     CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c0));
     CHECK(strcmp(c0.source, "slurm") == 0 && c0.rank == 0 && c0.world == 4 && c0.local_world == 3 &&
@@ -77,9 +80,22 @@ static void test_slurm(void) {
     setenv("SLURM_STEP_ID", "4", 1); /* the next step of the job lands elsewhere */
     CHECK(resolves(DDP_CLUSTER_SLURM, NULL, &c3) && c3.port_base != c0.port_base);
 
-    ddp_settings pinned = settings(DDP_CLUSTER_AUTO, 12345);
+    /* every rank's host and port, in Slurm's block order */
+    const char *hosts[4];
+    int ports[4];
     char err[256];
+    CHECK(ddp_cluster_peers(&c3, hosts, ports, err, sizeof err));
+    CHECK(strcmp(hosts[0], "n9") == 0 && strcmp(hosts[2], "n9") == 0 && strcmp(hosts[3], "n10") == 0 &&
+          ports[0] == c3.port_base && ports[2] == c3.port_base + 2 && ports[3] == c3.port_base);
+    ddp_cluster_free(&c3);
+
+    ddp_settings pinned = settings(DDP_CLUSTER_AUTO, 12345);
     CHECK(ddp_cluster_resolve(&pinned, NULL, &c3, err, sizeof err) && c3.port_base == 12345);
+    ddp_cluster_free(&c3);
+    slurm_task("2", "0", "1"); /* rank 2 as node n10's first task: not Slurm's block order */
+    CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c3) && !ddp_cluster_peers(&c3, hosts, ports, err, sizeof err) &&
+          strstr(err, "not Slurm's block order"));
+    ddp_cluster_free(&c3);
 
     slurm_task("4", "0", "1");
     refused(DDP_CLUSTER_AUTO, "SLURM_PROCID is 4, but the step has 4 tasks");
@@ -100,10 +116,12 @@ static void test_slurm(void) {
     CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c0) && strcmp(c0.source, "local") == 0 && c0.world == 1 &&
           strstr(c0.warning, "Slurm job 77, but not a task of a job step"));
     refused(DDP_CLUSTER_SLURM, "not a task of a Slurm job step");
+    ddp_cluster_free(&c0);
+    ddp_cluster_free(&c3);
 }
 
 static void test_variables_and_flags(void) {
-    ddp_cluster c;
+    ddp_cluster c = {0};
     slurm_task("0", "0", "0"); /* DDP_* come before Slurm */
     setenv("DDP_WORLD_SIZE", "2", 1);
     setenv("DDP_RANK", "1", 1);
@@ -133,6 +151,7 @@ static void test_variables_and_flags(void) {
     refused(DDP_CLUSTER_ENV, "cluster = env, but DDP_WORLD_SIZE is not set");
     CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c) && strcmp(c.source, "local") == 0 && c.world == 1 &&
           c.warning[0] == 0);
+    ddp_cluster_free(&c);
 }
 
 int main(int argc, char **argv) {
@@ -147,6 +166,7 @@ int main(int argc, char **argv) {
         printf("%s rank %lld world %lld local %lld/%lld node %lld/%lld host %s coordinator %s:%lld\n", c.source,
                (long long)c.rank, (long long)c.world, (long long)c.local_rank, (long long)c.local_world,
                (long long)c.node, (long long)c.nodes, c.host, c.coordinator, (long long)c.port_base);
+        ddp_cluster_free(&c);
         return 0;
     }
     test_slurm();
