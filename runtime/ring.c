@@ -258,6 +258,19 @@ static int listen_on(int port, char *err, size_t errlen) {
     return fd;
 }
 
+/* Retrying a connection to a local port no one listens on can meet itself: the
+ * kernel may pick that very port as the source (TCP's simultaneous open). */
+static bool connected_to_itself(int fd) {
+    struct sockaddr_in mine, theirs;
+    socklen_t a = sizeof mine, b = sizeof theirs;
+    if (getsockname(fd, (struct sockaddr *)&mine, &a) != 0 || getpeername(fd, (struct sockaddr *)&theirs, &b) != 0)
+        return false;
+    if (mine.sin_port != theirs.sin_port || mine.sin_addr.s_addr != theirs.sin_addr.s_addr)
+        return false;
+    errno = ECONNREFUSED;
+    return true;
+}
+
 /* Connects to host:port, retrying until the deadline while the peer is not up yet. */
 static int connect_to(const char *host, int port, double deadline, char *err, size_t errlen) {
     char service[16];
@@ -271,7 +284,7 @@ static int connect_to(const char *host, int port, double deadline, char *err, si
     int fd = -1, e = 0;
     while (fd < 0) {
         fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+        if (fd >= 0 && (connect(fd, res->ai_addr, res->ai_addrlen) != 0 || connected_to_itself(fd))) {
             e = errno;
             close(fd);
             fd = -1;
