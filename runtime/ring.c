@@ -34,6 +34,8 @@ struct ddp_ring {
     uint64_t sequence;          /* collectives so far */
     uint64_t program_hash;
     int timeout_ms;             /* with no progress at all */
+    int lost;                   /* the rank that died or froze, or -1 */
+    char (*hosts)[128];         /* by rank, for messages */
     void *scratch;
     size_t scratch_bytes;
     uint64_t bytes_sent;
@@ -77,8 +79,15 @@ typedef struct Flow {
 /* Moves out.len bytes to the next worker while receiving in.len from the one
  * before, whichever is ready, until both are done; false with a message naming the
  * neighbour when it stops answering, closes or fails. */
+/* A neighbour is gone: remembered for the exit status, and named with its host. */
+static bool lose(ddp_ring *r, int rank, const char *what, const char *how, char *err, size_t errlen) {
+    r->lost = rank;
+    return ddp_fail(err, errlen, "%s: lost rank %d on %s: %s", what, rank, r->hosts[rank], how);
+}
+
 static bool exchange(ddp_ring *r, Flow out, Flow in, const char *what, char *err, size_t errlen) {
     double last = now_ms();
+    char how[160];
     int prev = (r->rank + r->world - 1) % r->world, next = (r->rank + 1) % r->world;
     while (out.done < out.len || in.done < in.len) {
         struct pollfd fds[2] = {{.fd = out.done < out.len ? out.fd : -1, .events = POLLOUT},
@@ -87,17 +96,17 @@ static bool exchange(ddp_ring *r, Flow out, Flow in, const char *what, char *err
         if (ready < 0 && errno != EINTR)
             return ddp_fail(err, errlen, "%s: poll: %s", what, strerror(errno));
         if (ready <= 0) {
-            if (now_ms() - last > r->timeout_ms)
-                return ddp_fail(err, errlen, "%s: rank %d has not %s for %d s", what,
-                                in.done < in.len ? prev : next, in.done < in.len ? "sent" : "received",
-                                r->timeout_ms / 1000);
-            continue;
+            if (now_ms() - last <= r->timeout_ms)
+                continue;
+            snprintf(how, sizeof how, "it has not %s anything for %d s (--peer-timeout)",
+                     in.done < in.len ? "sent" : "received", r->timeout_ms / 1000);
+            return lose(r, in.done < in.len ? prev : next, what, how, err, errlen);
         }
         if (fds[0].revents) {
             size_t n = out.len - out.done < SLICE ? out.len - out.done : SLICE;
             ssize_t k = send(out.fd, out.data + out.done, n, MSG_NOSIGNAL);
             if (k < 0 && errno != EAGAIN && errno != EINTR)
-                return ddp_fail(err, errlen, "%s: sending to rank %d: %s", what, next, strerror(errno));
+                return lose(r, next, what, strerror(errno), err, errlen);
             if (k > 0) {
                 out.done += (size_t)k;
                 r->bytes_sent += (uint64_t)k;
@@ -108,9 +117,9 @@ static bool exchange(ddp_ring *r, Flow out, Flow in, const char *what, char *err
             size_t n = in.len - in.done < SLICE ? in.len - in.done : SLICE;
             ssize_t k = recv(in.fd, in.data + in.done, n, 0);
             if (k == 0)
-                return ddp_fail(err, errlen, "%s: rank %d closed the connection", what, prev);
+                return lose(r, prev, what, "it closed the connection", err, errlen);
             if (k < 0 && errno != EAGAIN && errno != EINTR)
-                return ddp_fail(err, errlen, "%s: receiving from rank %d: %s", what, prev, strerror(errno));
+                return lose(r, prev, what, strerror(errno), err, errlen);
             if (k > 0) {
                 in.done += (size_t)k;
                 last = now_ms();
@@ -237,6 +246,10 @@ uint64_t ddp_ring_bytes_sent(const ddp_ring *r) {
     return r->bytes_sent;
 }
 
+int ddp_ring_lost(const ddp_ring *r) {
+    return r ? r->lost : -1;
+}
+
 /* ----------------------------------------------------------- connecting */
 
 static int listen_on(int port, char *err, size_t errlen) {
@@ -345,7 +358,15 @@ ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen
         return NULL;
     }
     *r = (ddp_ring){.rank = peers->rank, .world = peers->world, .next_fd = -1, .prev_fd = -1,
-                    .program_hash = peers->program_hash, .timeout_ms = peers->timeout_s * 1000};
+                    .program_hash = peers->program_hash, .timeout_ms = peers->timeout_s * 1000, .lost = -1};
+    r->hosts = calloc((size_t)r->world, sizeof *r->hosts);
+    if (!r->hosts) {
+        ddp_fail(err, errlen, "out of memory");
+        free(r);
+        return NULL;
+    }
+    for (int i = 0; i < r->world; i++)
+        snprintf(r->hosts[i], sizeof r->hosts[i], "%s", peers->hosts[i]);
     if (r->world == 1)
         return r;
     double deadline = now_ms() + peers->connect_timeout_s * 1000.0;
@@ -395,5 +416,6 @@ void ddp_ring_close(ddp_ring *r) {
     if (r->prev_fd >= 0)
         close(r->prev_fd);
     free(r->scratch);
+    free(r->hosts);
     free(r);
 }

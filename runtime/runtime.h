@@ -222,6 +222,8 @@ bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, bool f64, char *
 bool ddp_ring_broadcast(ddp_ring *r, void *data, size_t bytes, int root, char *err, size_t errlen);
 bool ddp_ring_barrier(ddp_ring *r, char *err, size_t errlen);
 uint64_t ddp_ring_bytes_sent(const ddp_ring *r);
+/* The rank whose death or silence ended a collective, or -1. */
+int ddp_ring_lost(const ddp_ring *r);
 
 /* --------------------------------------------------------------- loader.c */
 

@@ -115,6 +115,7 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     if (cfg.cluster.world > 1 && (!(ring = join_ring(&cfg, p, err, sizeof err)) ||
                                   !same_parameters(rt, ring, err, sizeof err))) {
         fail(cfg.prog, err);
+        status = ddp_ring_lost(ring) >= 0 ? 3 : 1;
         goto done;
     }
     if (!(report = ddp_report_open(&cfg, p, cfg.cluster.rank != 0, err, sizeof err))) {

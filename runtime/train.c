@@ -50,10 +50,11 @@ static double now_seconds(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* Status 1, or 3 when a worker of the job was lost (S12). */
 static int failure(Run *r, const char *message) {
     ddp_report_interrupt(r->report);
     fprintf(stderr, "%s: %s\n", r->cfg->prog, message);
-    return 1;
+    return ddp_ring_lost(r->ring) >= 0 ? 3 : 1;
 }
 
 /* ------------------------------------------------------------------ passes */
@@ -208,9 +209,13 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
     ddp_run_phase(rt, DDP_PHASE_FORWARD);
     ddp_run_phase(rt, DDP_PHASE_BACKWARD);
     const ddp_program *p = rt->program;
+    char lost[768];
     if (r->ring && !ddp_ring_allreduce(r->ring, rt->region[DDP_REGION_GRADS], p->param_count, p->dtype == DDP_F64,
-                                       why, len))
+                                       lost, sizeof lost)) {
+        snprintf(why, len, "step %lld (epoch %lld, step %lld of %lld), summing the gradients: %s",
+                 (long long)r->step + 1, (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps, lost);
         return false;
+    }
     if (!sum_accumulators(r, why, len) || !finite_step(r, epoch, b, why, len))
         return false;
     ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);

@@ -181,7 +181,7 @@ static void test_failures(void) {
     free(log);
 
     log = run(3, DIES, status);
-    CHECK(strstr(log, "rank 2 closed the connection") && status[0] == 4 && status[1] == 4);
+    CHECK(strstr(log, "lost rank 2 on 127.0.0.1: it closed the connection") && status[0] == 4 && status[1] == 4);
     printf("a worker dies: %s", strstr(log, "rank") ? strstr(log, "rank") : "(nothing said)\n");
     free(log);
 
