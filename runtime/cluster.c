@@ -6,9 +6,11 @@
  *
  * Slurm counts only inside a job step: a batch script that forgot srun sees its job's
  * variables but no step, and runs as one worker with a warning instead of waiting for
- * tasks that never start. Ports: the coordinator listens on port_base and every
- * worker on port_base + its local rank; port_base is pinned by the program or
- * --port-base, else derived from the job and step ids so jobs sharing a node differ. */
+ * tasks that never start. Ports (S2): the coordinator (rank 0) listens on port_base
+ * and every other worker's end of the ring on port_base + its local rank; port_base
+ * is pinned by the program or --port-base, else derived from the job and step ids so
+ * jobs sharing a node differ. Where each worker really is comes from the rendezvous,
+ * so tasks may be placed on nodes in any order. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +120,8 @@ static bool from_slurm(const ddp_settings *s, ddp_cluster *c, char *err, size_t 
         c->port_base = s->port_base >= 0 ? s->port_base
                                          : derived_port(job, step, s->port_range[0], s->port_range[1], busiest);
         c->source = "slurm";
+        c->job = job;
+        c->step = step;
         c->hosts = hosts;
         c->tasks = tasks;
         return true;
@@ -186,31 +190,8 @@ void ddp_cluster_free(ddp_cluster *c) {
     c->tasks = NULL;
 }
 
-bool ddp_cluster_peers(const ddp_cluster *c, const char **hosts, int *ports, char *err, size_t errlen) {
-    if (!c->tasks) { /* without Slurm: every worker on the coordinator's machine */
-        if (c->local_world != c->world)
-            return ddp_fail(err, errlen, "%lld workers on several machines (from %s) need the rendezvous, which "
-                                         "this version lacks: run them on one machine, or under srun",
-                            (long long)c->world, c->source);
-        for (int64_t r = 0; r < c->world; r++) {
-            hosts[r] = c->coordinator;
-            ports[r] = (int)(c->port_base + r);
-        }
-        return true;
-    }
-    int64_t first = 0; /* the first rank of node n, in Slurm's block order */
-    for (int64_t n = 0; n < c->nodes; n++) {
-        if (n == c->node && first + c->local_rank != c->rank)
-            return ddp_fail(err, errlen, "task %lld is local task %lld of node %s, which is not Slurm's block order "
-                                         "(srun --distribution=block): this version needs it",
-                            (long long)c->rank, (long long)c->local_rank, c->hosts.names[n]);
-        for (int64_t k = 0; k < c->tasks[n]; k++) {
-            hosts[first + k] = c->hosts.names[n];
-            ports[first + k] = (int)(c->port_base + k);
-        }
-        first += c->tasks[n];
-    }
-    return true;
+int ddp_cluster_ring_port(const ddp_cluster *c) {
+    return (int)(c->port_base + c->local_rank);
 }
 
 bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_cluster *c, char *err,

@@ -4,6 +4,7 @@
  * computes the same one without talking (S8); the order is cut into global batches,
  * the last one dropped or kept (S9), and each worker reads only its shard of each
  * global batch (S6). The loader thread assembles batch b + 1 while step b runs. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,7 @@ static bool may_fill(const ddp_loader *l) {
 }
 
 static void *loader_main(void *arg) {
+    pthread_setname_np(pthread_self(), "ddp-loader");
     ddp_loader *l = arg;
     pthread_mutex_lock(&l->mu);
     for (;;) {

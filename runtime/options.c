@@ -41,10 +41,14 @@ static const char usage[] =
     "  --port-base N         the coordinator's port (local worker i listens on N + i)\n"
     "  --rendezvous-timeout S  seconds to wait for every worker to start (default 300)\n"
     "  --peer-timeout S      seconds a silent worker is given before it counts as lost (60)\n"
+    "  --interface NAME      the network interface whose address the other workers use\n"
+    "                        (default: the one that reaches the coordinator)\n"
+    "  --trace FILE          write a Chrome trace of every worker's steps to FILE\n"
     "  --baseline-cpu        run the baseline x86-64 kernels even where AVX2 is present\n"
     "  --help                this text\n"
     "\n"
-    "Exit status: 0 done, 1 a run-time error (data, files, numbers), 2 bad usage.\n";
+    "Exit status: 0 done, 1 a run-time error (data, files, numbers), 2 bad usage,\n"
+    "3 another worker of the job was lost (it died, froze or failed).\n";
 
 __attribute__((format(printf, 2, 3))) static int bad_usage(const ddp_config *cfg, const char *fmt, ...) {
     va_list ap;
@@ -111,7 +115,7 @@ static int default_threads(char *from, size_t len) {
 
 typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_METRICS, F_SAVE, F_LOAD,
                F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD, F_LOCAL_RANK, F_LOCAL_WORLD,
-               F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_HELP } Flag;
+               F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_INTERFACE, F_TRACE, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -127,6 +131,7 @@ static const struct {
     {"--local-rank", F_LOCAL_RANK, true}, {"--local-world-size", F_LOCAL_WORLD, true},
     {"--coordinator", F_COORDINATOR, true}, {"--port-base", F_PORT_BASE, true},
     {"--rendezvous-timeout", F_RENDEZVOUS_TIMEOUT, true}, {"--peer-timeout", F_PEER_TIMEOUT, true},
+    {"--interface", F_INTERFACE, true}, {"--trace", F_TRACE, true},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
 
@@ -193,6 +198,8 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
     case F_PEER_TIMEOUT:
         return int_flag(cfg, name, v, 1, 86400, "a number of seconds", &cfg->peer_timeout);
     case F_COORDINATOR: cfg->cluster_flags.coordinator = v; return -1;
+    case F_INTERFACE: cfg->interface = v; return -1;
+    case F_TRACE: cfg->trace_path = v; return -1;
     case F_LR:
         if (!parse_rate(v, &cfg->learning_rate))
             return bad_usage(cfg, "%s wants a positive number, not `%s`", name, v);

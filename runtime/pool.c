@@ -2,6 +2,7 @@
  * (a kernel's indices, a matrix product's row blocks) is cut into one contiguous part
  * per thread; the calling thread takes the first part and waits for the rest. Ranges
  * too small to be worth waking threads for run on the caller alone. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -80,6 +81,7 @@ static bool parts_done(ddp_pool *p, unsigned unused) {
 }
 
 static void *worker_main(void *arg) {
+    pthread_setname_np(pthread_self(), "ddp-compute");
     Worker *w = arg;
     ddp_pool *p = w->pool;
     unsigned seen = 0;

@@ -167,9 +167,9 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     if (c->world == 1)
         printf("  cluster     %s: one worker on %s\n", c->source, c->host);
     else
-        printf("  cluster     %s: %lld workers on %lld node%s, this one rank %lld on %s, coordinator %s:%lld\n",
-               c->source, (long long)c->world, (long long)c->nodes, c->nodes == 1 ? "" : "s", (long long)c->rank,
-               c->host, c->coordinator, (long long)c->port_base);
+        printf("  cluster     %s: %lld workers on %lld node%s, this one rank %lld on %s, coordinator %s:%lld, "
+               "proven by %s\n", c->source, (long long)c->world, (long long)c->nodes, c->nodes == 1 ? "" : "s",
+               (long long)c->rank, c->host, c->coordinator, (long long)c->port_base, cfg->proven_by);
     if (train && !cfg->evaluate) {
         describe_data(p, train, line, sizeof line);
         printf("  data        %s\n", line);

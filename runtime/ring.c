@@ -8,7 +8,11 @@
  * deadlock two workers both blocked sending. Every step starts with a header carrying
  * the collective's sequence number, the step and the byte count; a neighbour that sent
  * anything else is reported, never guessed at. Proxy settings play no part: these are
- * plain sockets to the addresses the job gives (S15). */
+ * plain sockets to the addresses the rendezvous gave (S15), and each connection
+ * proves at once that it holds the key the coordinator drew for this job.
+ *
+ * The ring has no clock of its own once a link watches the job: a neighbour slow to
+ * send (a long step) is not a fault; the heartbeat decides who is lost. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "runtime.h"
@@ -39,26 +42,14 @@ struct ddp_ring {
     void *scratch;
     size_t scratch_bytes;
     uint64_t bytes_sent;
+    ddp_link *link;             /* whose news of a lost worker ends a collective; NULL */
 };
-
-/* The first message on a connection, both ways. */
-typedef struct Hello {
-    uint32_t magic, version;
-    uint32_t rank, world;
-    uint64_t program_hash;
-} Hello;
 
 /* The header of every step of every collective. */
 typedef struct StepHeader {
     uint32_t magic, step;
     uint64_t sequence, bytes;
 } StepHeader;
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 static bool set_nonblocking(int fd) {
     int flags = fcntl(fd, F_GETFL);
@@ -79,24 +70,41 @@ typedef struct Flow {
 /* Moves out.len bytes to the next worker while receiving in.len from the one
  * before, whichever is ready, until both are done; false with a message naming the
  * neighbour when it stops answering, closes or fails. */
-/* A neighbour is gone: remembered for the exit status, and named with its host. */
+/* A neighbour is gone: remembered for the exit status, and named with its host. The
+ * first worker lost may be another (a neighbour stops because its own neighbour
+ * died), so the coordinator's word is awaited a moment and preferred. */
 static bool lose(ddp_ring *r, int rank, const char *what, const char *how, char *err, size_t errlen) {
+    char notice[1024];
+    int wake = ddp_link_wake_fd(r->link);
+    if (wake >= 0) {
+        struct pollfd p = {.fd = wake, .events = POLLIN};
+        poll(&p, 1, 2000);
+    }
+    if (ddp_link_lost(r->link, &r->lost, notice, sizeof notice))
+        return ddp_fail(err, errlen, "%s: %s", what, notice);
     r->lost = rank;
-    return ddp_fail(err, errlen, "%s: lost rank %d on %s: %s", what, rank, r->hosts[rank], how);
+    return ddp_fail(err, errlen, "%s: lost rank %d on %s: %s", what, rank, rank >= 0 ? r->hosts[rank] : "?", how);
 }
 
+/* Moves out.len bytes to the next worker while receiving in.len from the one
+ * before, whichever is ready, until both are done; false with a message naming the
+ * neighbour when it stops answering, closes or fails, or the worker the link says
+ * was lost. */
 static bool exchange(ddp_ring *r, Flow out, Flow in, const char *what, char *err, size_t errlen) {
-    double last = now_ms();
+    double last = ddp_now_ms();
     char how[160];
     int prev = (r->rank + r->world - 1) % r->world, next = (r->rank + 1) % r->world;
     while (out.done < out.len || in.done < in.len) {
-        struct pollfd fds[2] = {{.fd = out.done < out.len ? out.fd : -1, .events = POLLOUT},
-                                {.fd = in.done < in.len ? in.fd : -1, .events = POLLIN}};
-        int ready = poll(fds, 2, 1000);
+        struct pollfd fds[3] = {{.fd = out.done < out.len ? out.fd : -1, .events = POLLOUT},
+                                {.fd = in.done < in.len ? in.fd : -1, .events = POLLIN},
+                                {.fd = ddp_link_wake_fd(r->link), .events = POLLIN}};
+        int ready = poll(fds, 3, 1000);
         if (ready < 0 && errno != EINTR)
             return ddp_fail(err, errlen, "%s: poll: %s", what, strerror(errno));
+        if (fds[2].revents)
+            return lose(r, -1, what, "", err, errlen);
         if (ready <= 0) {
-            if (now_ms() - last <= r->timeout_ms)
+            if (r->timeout_ms <= 0 || ddp_now_ms() - last <= r->timeout_ms)
                 continue;
             snprintf(how, sizeof how, "it has not %s anything for %d s (--peer-timeout)",
                      in.done < in.len ? "sent" : "received", r->timeout_ms / 1000);
@@ -110,7 +118,7 @@ static bool exchange(ddp_ring *r, Flow out, Flow in, const char *what, char *err
             if (k > 0) {
                 out.done += (size_t)k;
                 r->bytes_sent += (uint64_t)k;
-                last = now_ms();
+                last = ddp_now_ms();
             }
         }
         if (fds[1].revents) {
@@ -122,7 +130,7 @@ static bool exchange(ddp_ring *r, Flow out, Flow in, const char *what, char *err
                 return lose(r, prev, what, strerror(errno), err, errlen);
             if (k > 0) {
                 in.done += (size_t)k;
-                last = now_ms();
+                last = ddp_now_ms();
             }
         }
     }
@@ -252,101 +260,96 @@ int ddp_ring_lost(const ddp_ring *r) {
 
 /* ----------------------------------------------------------- connecting */
 
-static int listen_on(int port, char *err, size_t errlen) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = INADDR_ANY};
+/* Edge e of the ring carries data from rank e to rank e + 1. Rank 0, whose port is
+ * the coordinator's, never accepts: it connects both its edges, and every other
+ * edge is connected by its sender. So rank world - 1 accepts two edges, ranks 1 to
+ * world - 2 one each, and the order below (connect before accepting; rank 0 last)
+ * never waits in a circle. */
+static int edge_connector(int edge, int world) {
+    return edge == world - 1 ? 0 : edge;
+}
+
+static int edge_acceptor(int edge, int world) {
+    return edge == world - 1 ? world - 1 : edge + 1;
+}
+
+/* The first message on an edge, after both ends proved they hold the ring's key. */
+typedef struct Hello {
+    uint32_t magic, version;
+    uint32_t edge, connector, world, spare;
+    uint64_t program_hash;
+} Hello;
+
+static int connect_edge(ddp_ring *r, const ddp_ring_peers *peers, int edge, char *err, size_t errlen) {
+    int to = edge_acceptor(edge, r->world);
+    char why[512];
+    ddp_auth auth;
+    ddp_auth_with_key(&auth, peers->key, "ring");
+    int fd = ddp_connect(peers->addresses[to], peers->ports[to], peers->deadline, why, sizeof why);
     if (fd < 0) {
-        ddp_fail(err, errlen, "socket: %s", strerror(errno));
+        ddp_fail(err, errlen, "forming the ring: rank %d on %s: %s", to, r->hosts[to], why);
         return -1;
     }
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 8) != 0) {
-        int e = errno;
+    Hello mine = {HELLO_MAGIC, 2, (uint32_t)edge, (uint32_t)r->rank, (uint32_t)r->world, 0, r->program_hash};
+    if (!ddp_auth_connect(&auth, fd, peers->deadline, why, sizeof why) ||
+        !ddp_send_all(fd, &mine, sizeof mine, peers->deadline)) {
         close(fd);
-        ddp_fail(err, errlen, "port %d: %s%s", port, strerror(e),
-                 e == EADDRINUSE ? " (another program, or another job on this node, uses it: pick another port "
-                                   "base)" : "");
+        ddp_fail(err, errlen, "forming the ring: rank %d on %s (%s:%d): %s", to, r->hosts[to],
+                 peers->addresses[to], peers->ports[to], why);
         return -1;
     }
     return fd;
 }
 
-/* Retrying a connection to a local port no one listens on can meet itself: the
- * kernel may pick that very port as the source (TCP's simultaneous open). */
-static bool connected_to_itself(int fd) {
-    struct sockaddr_in mine, theirs;
-    socklen_t a = sizeof mine, b = sizeof theirs;
-    if (getsockname(fd, (struct sockaddr *)&mine, &a) != 0 || getpeername(fd, (struct sockaddr *)&theirs, &b) != 0)
-        return false;
-    if (mine.sin_port != theirs.sin_port || mine.sin_addr.s_addr != theirs.sin_addr.s_addr)
-        return false;
-    errno = ECONNREFUSED;
-    return true;
-}
-
-/* Connects to host:port, retrying until the deadline while the peer is not up yet. */
-static int connect_to(const char *host, int port, double deadline, char *err, size_t errlen) {
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int status = getaddrinfo(host, service, &hints, &res);
-    if (status != 0) {
-        ddp_fail(err, errlen, "cannot resolve the host `%s`: %s", host, gai_strerror(status));
-        return -1;
-    }
-    int fd = -1, e = 0;
-    while (fd < 0) {
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && (connect(fd, res->ai_addr, res->ai_addrlen) != 0 || connected_to_itself(fd))) {
-            e = errno;
-            close(fd);
-            fd = -1;
+/* Accepts connections until every edge this rank accepts has come; a stray or one
+ * that fails the handshake is refused and logged, and the wait goes on. */
+static bool accept_edges(ddp_ring *r, const ddp_ring_peers *peers, char *err, size_t errlen) {
+    int edges[2], want = 0;
+    for (int e = 0; e < r->world; e++)
+        if (edge_acceptor(e, r->world) == r->rank && edge_connector(e, r->world) != r->rank)
+            edges[want++] = e;
+    ddp_auth auth;
+    ddp_auth_with_key(&auth, peers->key, "ring");
+    while (want > 0) {
+        struct pollfd p = {.fd = peers->listener, .events = POLLIN};
+        if (poll(&p, 1, 200) <= 0) {
+            if (ddp_now_ms() <= peers->deadline)
+                continue;
+            return ddp_fail(err, errlen, "forming the ring: rank %d did not connect in time",
+                            edge_connector(edges[0], r->world));
         }
-        if (fd < 0 && now_ms() > deadline)
-            break;
+        struct sockaddr_in a;
+        socklen_t alen = sizeof a;
+        int fd = accept4(peers->listener, (struct sockaddr *)&a, &alen, SOCK_CLOEXEC);
         if (fd < 0)
-            usleep(50 * 1000);
-    }
-    freeaddrinfo(res);
-    if (fd < 0)
-        ddp_fail(err, errlen, "cannot connect to %s:%d: %s", host, port, strerror(e));
-    return fd;
-}
-
-/* Waits for the previous worker on the listening socket. */
-static int accept_from(int listener, double deadline, char *err, size_t errlen) {
-    struct pollfd p = {.fd = listener, .events = POLLIN};
-    while (poll(&p, 1, 200) <= 0)
-        if (now_ms() > deadline) {
-            ddp_fail(err, errlen, "no connection from the previous worker");
-            return -1;
+            continue;
+        char why[512] = "", from[64];
+        inet_ntop(AF_INET, &a.sin_addr, from, sizeof from);
+        Hello theirs = {0};
+        bool ok = ddp_auth_accept(&auth, fd, ddp_now_ms() + 10000, why, sizeof why) &&
+                  ddp_recv_all(fd, &theirs, sizeof theirs, ddp_now_ms() + 10000) == 1;
+        int slot = -1;
+        for (int i = 0; ok && i < want; i++)
+            if (theirs.magic == HELLO_MAGIC && theirs.version == 2 && theirs.edge == (uint32_t)edges[i] &&
+                theirs.connector == (uint32_t)edge_connector(edges[i], r->world) && theirs.world == (uint32_t)r->world)
+                slot = i;
+        if (ok && slot >= 0 && theirs.program_hash != r->program_hash) {
+            close(fd);
+            return ddp_fail(err, errlen, "rank %u runs another program (hash %016llx, this is %016llx): start the "
+                            "same program on every worker", theirs.connector, (unsigned long long)theirs.program_hash,
+                            (unsigned long long)r->program_hash);
         }
-    int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0)
-        ddp_fail(err, errlen, "accept: %s", strerror(errno));
-    return fd;
-}
-
-static bool send_all(int fd, const void *p, size_t n) {
-    for (const char *c = p; n;) {
-        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-        if (k <= 0 && errno != EINTR)
-            return false;
-        if (k > 0)
-            c += k, n -= (size_t)k;
-    }
-    return true;
-}
-
-static bool recv_all(int fd, void *p, size_t n, int timeout_ms) {
-    for (char *c = p; n;) {
-        struct pollfd q = {.fd = fd, .events = POLLIN};
-        if (poll(&q, 1, timeout_ms) <= 0)
-            return false;
-        ssize_t k = recv(fd, c, n, 0);
-        if (k <= 0)
-            return false;
-        c += k, n -= (size_t)k;
+        if (slot < 0) {
+            ddp_error("refused a connection from %s to the ring's port: %s", from,
+                      why[0] ? why : "it is not a worker of this job");
+            close(fd);
+            continue;
+        }
+        if (edges[slot] == r->rank)
+            r->next_fd = fd;
+        else
+            r->prev_fd = fd;
+        edges[slot] = edges[--want];
     }
     return true;
 }
@@ -358,7 +361,8 @@ ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen
         return NULL;
     }
     *r = (ddp_ring){.rank = peers->rank, .world = peers->world, .next_fd = -1, .prev_fd = -1,
-                    .program_hash = peers->program_hash, .timeout_ms = peers->timeout_s * 1000, .lost = -1};
+                    .program_hash = peers->program_hash, .timeout_ms = peers->timeout_s * 1000, .lost = -1,
+                    .link = peers->link};
     r->hosts = calloc((size_t)r->world, sizeof *r->hosts);
     if (!r->hosts) {
         ddp_fail(err, errlen, "out of memory");
@@ -369,36 +373,16 @@ ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen
         snprintf(r->hosts[i], sizeof r->hosts[i], "%s", peers->hosts[i]);
     if (r->world == 1)
         return r;
-    double deadline = now_ms() + peers->connect_timeout_s * 1000.0;
-    int next = (r->rank + 1) % r->world, prev = (r->rank + r->world - 1) % r->world;
-    int listener = listen_on(peers->ports[r->rank], err, errlen);
-    Hello mine = {HELLO_MAGIC, 1, (uint32_t)r->rank, (uint32_t)r->world, r->program_hash}, theirs;
-    bool ok = listener >= 0;
-    if (ok)
-        ok = (r->next_fd = connect_to(peers->hosts[next], peers->ports[next], deadline, err, errlen)) >= 0;
-    if (ok && !(ok = send_all(r->next_fd, &mine, sizeof mine)))
-        ddp_fail(err, errlen, "sending the greeting to rank %d: %s", next, strerror(errno));
-    while (ok) { /* a stray connection is refused and the wait goes on */
-        memset(&theirs, 0, sizeof theirs);
-        ok = (r->prev_fd = accept_from(listener, deadline, err, errlen)) >= 0;
-        if (ok && recv_all(r->prev_fd, &theirs, sizeof theirs, 10000) && theirs.magic == HELLO_MAGIC &&
-            theirs.version == 1 && theirs.rank == (uint32_t)prev && theirs.world == (uint32_t)r->world &&
-            theirs.program_hash == r->program_hash)
-            break;
-        if (ok && theirs.magic == HELLO_MAGIC && theirs.program_hash != r->program_hash) {
-            ddp_fail(err, errlen, "rank %u runs another program (hash %016llx, this is %016llx): start the same "
-                                  "program on every worker", theirs.rank, (unsigned long long)theirs.program_hash,
-                     (unsigned long long)r->program_hash);
-            ok = false;
-        }
-        if (ok) {
-            fprintf(stderr, "ddp: rank %d: refused a connection that is not rank %d of this job\n", r->rank, prev);
-            close(r->prev_fd);
-            r->prev_fd = -1;
-        }
+    int w = r->world, prev_edge = (r->rank + w - 1) % w;
+    bool ok = true;
+    if (r->rank == 0) { /* the edge from world - 1 first: that rank accepts from the start */
+        ok = (r->prev_fd = connect_edge(r, peers, prev_edge, err, errlen)) >= 0 &&
+             (r->next_fd = connect_edge(r, peers, 0, err, errlen)) >= 0;
+    } else {
+        if (edge_connector(r->rank, w) == r->rank)
+            ok = (r->next_fd = connect_edge(r, peers, r->rank, err, errlen)) >= 0;
+        ok = ok && accept_edges(r, peers, err, errlen);
     }
-    if (listener >= 0)
-        close(listener);
     if (ok)
         ok = set_nonblocking(r->next_fd) && set_nonblocking(r->prev_fd);
     if (!ok) {
@@ -418,4 +402,12 @@ void ddp_ring_close(ddp_ring *r) {
     free(r->scratch);
     free(r->hosts);
     free(r);
+}
+
+int ddp_ring_rank(const ddp_ring *r) {
+    return r->rank;
+}
+
+int ddp_ring_world(const ddp_ring *r) {
+    return r->world;
 }

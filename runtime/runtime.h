@@ -29,6 +29,18 @@ double ddp_normal(const uint32_t w[4]);
 
 /* Writes a message into err and returns false: `return ddp_fail(err, len, ...)`. */
 bool ddp_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Who this process is, for what it writes to stderr: "PROG: " alone, or with several
+ * workers "PROG: rank R on HOST: ", so the user sees whose message it is. */
+void ddp_set_identity(const char *prog, int64_t rank, const char *host, bool several);
+/* One line to stderr, with that prefix. */
+void ddp_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A string that grows as it is printed into; failed once memory ran out. */
+typedef struct ddp_text {
+    char *s;                    /* malloc'd, 0-terminated */
+    size_t len, cap;
+    bool failed;
+} ddp_text;
+void ddp_text_printf(ddp_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ----------------------------------------------------------------- pool.c */
 
@@ -186,6 +198,7 @@ typedef struct ddp_cluster {
     char host[256];             /* this worker's host, as the job names it */
     char coordinator[256];      /* rank 0's host */
     int64_t port_base;          /* the coordinator's port; local rank i listens on port_base + i */
+    int64_t job, step;          /* Slurm's job and step ids; 0 elsewhere */
     char warning[512];          /* "", or what the user should know (a job without a step) */
     ddp_hostlist hosts;         /* Slurm: the step's nodes */
     int64_t *tasks;             /* Slurm: the tasks of each node */
@@ -196,9 +209,141 @@ typedef struct ddp_cluster {
 bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_cluster *c, char *err,
                          size_t errlen);
 void ddp_cluster_free(ddp_cluster *c);
-/* Every rank's host and ring port (port_base + its local rank), hosts[] pointing into
- * c: all on one machine, or a Slurm step's nodes in Slurm's block order. */
-bool ddp_cluster_peers(const ddp_cluster *c, const char **hosts, int *ports, char *err, size_t errlen);
+/* The port this worker's end of the ring listens on: port_base + its local rank
+ * (rank 0 listens only as the coordinator, on port_base). */
+int ddp_cluster_ring_port(const ddp_cluster *c);
+
+/* ----------------------------------------------------------------- wire.c */
+
+/* Frames between workers (outside the ring's data): a checked header, a payload. */
+enum { DDP_WIRE_MAGIC = 0x77504444 /* "DDPw" */, DDP_WIRE_VERSION = 1 };
+#define DDP_WIRE_MAX ((size_t)256 << 20)
+
+enum ddp_msg { DDP_MSG_CHALLENGE = 1, DDP_MSG_PROOF, DDP_MSG_HELLO, DDP_MSG_JOIN, DDP_MSG_TABLE, DDP_MSG_REFUSED,
+               DDP_MSG_SET, DDP_MSG_GET, DDP_MSG_VALUE, DDP_MSG_BEAT, DDP_MSG_LOST, DDP_MSG_ABORT, DDP_MSG_BYE };
+
+typedef struct ddp_frame_header {
+    uint32_t magic;
+    uint16_t version, type;
+    uint32_t length, spare;
+} ddp_frame_header;
+
+typedef struct ddp_frame {
+    int type;
+    char *data;                 /* len bytes and a 0 after them; malloc'd */
+    size_t len;
+} ddp_frame;
+
+/* A monotonic clock in milliseconds: every deadline below is on it. */
+double ddp_now_ms(void);
+bool ddp_send_all(int fd, const void *data, size_t len, double deadline);
+/* 1 read, 0 the peer closed first, -1 timed out or failed */
+int ddp_recv_all(int fd, void *data, size_t len, double deadline);
+bool ddp_frame_send(int fd, int type, const void *payload, size_t len, double deadline);
+/* A whole frame of at most max payload bytes; false with what was wrong. */
+bool ddp_frame_recv(int fd, ddp_frame *f, size_t max, double deadline, char *err, size_t errlen);
+void ddp_frame_free(ddp_frame *f);
+/* What is wrong with a header (magic, version, length), or NULL. */
+const char *ddp_header_problem(const ddp_frame_header *h, size_t max);
+
+/* Frames read as bytes arrive on a non-blocking socket. */
+typedef struct ddp_reader {
+    char *buf;
+    size_t have, cap;
+} ddp_reader;
+/* 1 a frame in *f, 0 not yet, -1 the peer closed, -2 a bad frame (*problem says). */
+int ddp_reader_feed(ddp_reader *r, int fd, size_t max, ddp_frame *f, const char **problem);
+void ddp_reader_free(ddp_reader *r);
+
+/* Text payloads: lines "key value". */
+bool ddp_text_field(const char *text, const char *key, char *out, size_t len);
+bool ddp_text_number(const char *text, const char *key, int64_t *out);
+
+/* A listening socket on every address at port; -1 with a message ("in use" said). */
+int ddp_listen(int port, char *err, size_t errlen);
+/* Connects to host:port, retrying while no one listens yet, until the deadline. */
+int ddp_connect(const char *host, int port, double deadline, char *err, size_t errlen);
+/* The IPv4 address of a network interface (--interface). */
+bool ddp_interface_address(const char *name, char *out, size_t len, char *err, size_t errlen);
+
+/* ----------------------------------------------------------------- auth.c */
+
+typedef struct ddp_auth {
+    bool munge;                 /* munge credentials, else a MAC under key */
+    unsigned char key[32];
+    char scope[128];            /* what both ends must share: the Slurm job step, or "secret" */
+} ddp_auth;
+
+bool ddp_random_bytes(void *out, size_t len);
+/* munge inside a Slurm step where it works, else DDP_SECRET; false when neither. */
+bool ddp_auth_init(ddp_auth *a, const ddp_cluster *c, char *err, size_t errlen);
+/* A MAC under a given key (the ring's). */
+void ddp_auth_with_key(ddp_auth *a, const unsigned char key[32], const char *scope);
+/* The handshake from either end; false with why the other end is not trusted. */
+bool ddp_auth_accept(const ddp_auth *a, int fd, double deadline, char *err, size_t errlen);
+bool ddp_auth_connect(const ddp_auth *a, int fd, double deadline, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- store.c */
+
+typedef struct ddp_store ddp_store;
+typedef struct ddp_store_config {
+    int listener;               /* listening on the coordinator's port; the store closes it */
+    int world;
+    ddp_auth auth;
+    int peer_timeout_ms, beat_ms;
+    double join_deadline;       /* every worker must have joined by then */
+    int rendezvous_timeout_s;   /* for the message when one did not */
+} ddp_store_config;
+
+ddp_store *ddp_store_start(const ddp_store_config *cfg, char *err, size_t errlen);
+/* Serves until every worker has said goodbye or the deadline passes, then stops. */
+void ddp_store_stop(ddp_store *s, double deadline);
+
+/* ----------------------------------------------------------------- link.c */
+
+typedef struct ddp_link ddp_link;
+typedef struct ddp_link_config {
+    const ddp_cluster *cluster;
+    const ddp_auth *auth;
+    int rendezvous_timeout_s, peer_timeout_s;
+} ddp_link_config;
+
+/* Where every worker's ring listens, from the rendezvous. */
+typedef struct ddp_peer {
+    char address[64];           /* to connect to */
+    char host[256];             /* the job's name for it */
+    int port;
+} ddp_peer;
+
+typedef struct ddp_table {
+    int world;
+    ddp_peer *peers;            /* by rank */
+    unsigned char key[32];      /* the ring's */
+} ddp_table;
+
+/* Connects to the coordinator (worker 0 starts it first) and starts the heartbeat. */
+ddp_link *ddp_link_open(const ddp_link_config *cfg, char *err, size_t errlen);
+/* Sends what this worker will run (lines "key value"; "setting NAME VALUE" lines
+ * must agree on every worker) and waits for the table or the job's refusal; *lost
+ * tells whether a lost worker stopped it. */
+bool ddp_link_join(ddp_link *l, const char *join, ddp_table *table, int timeout_s, bool *lost, char *err,
+                   size_t errlen);
+void ddp_table_free(ddp_table *t);
+bool ddp_link_set(ddp_link *l, const char *key, const void *value, size_t len, char *err, size_t errlen);
+/* Waits for the key; the value is the caller's to free. */
+bool ddp_link_get(ddp_link *l, const char *key, ddp_frame *value, int timeout_s, char *err, size_t errlen);
+/* True once a worker of the job is lost: its rank and a line naming it and why. */
+bool ddp_link_lost(ddp_link *l, int *rank, char *text, size_t len);
+/* Readable once a worker is lost; -1 for NULL. */
+int ddp_link_wake_fd(const ddp_link *l);
+/* The training step this worker is at, for the message should it be ended. */
+void ddp_link_at_step(ddp_link *l, int64_t step);
+/* This clock minus the coordinator's, in ms (for traces). */
+double ddp_link_clock_offset(ddp_link *l);
+/* Says goodbye and closes; worker 0 first waits for everyone's goodbye. NULL: none. */
+void ddp_link_close(ddp_link *l);
+/* Tells the job this worker fails with message, then closes. */
+void ddp_link_abort(ddp_link *l, const char *message);
 
 /* ----------------------------------------------------------------- ring.c */
 
@@ -207,11 +352,15 @@ typedef struct ddp_ring ddp_ring;
 
 typedef struct ddp_ring_peers {
     int rank, world;
-    const char *const *hosts;   /* by rank */
-    const int *ports;           /* by rank: where each listens */
+    const char *const *addresses; /* by rank: where to connect */
+    const int *ports;           /* by rank: where each listens (rank 0: nowhere) */
+    const char *const *hosts;   /* by rank, for messages */
     uint64_t program_hash;      /* every worker must run the same program */
-    int connect_timeout_s;      /* for the ring to form */
-    int timeout_s;              /* a neighbour silent this long is lost */
+    const unsigned char *key;   /* 32 bytes every connection must prove it holds */
+    int listener;               /* this worker's listening socket (not rank 0's) */
+    double deadline;            /* for the ring to form (ddp_now_ms) */
+    int timeout_s;              /* a neighbour silent this long is lost; 0: never */
+    ddp_link *link;             /* NULL, or the link whose news of a loss ends a collective */
 } ddp_ring_peers;
 
 ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen);
@@ -224,6 +373,49 @@ bool ddp_ring_barrier(ddp_ring *r, char *err, size_t errlen);
 uint64_t ddp_ring_bytes_sent(const ddp_ring *r);
 /* The rank whose death or silence ended a collective, or -1. */
 int ddp_ring_lost(const ddp_ring *r);
+int ddp_ring_rank(const ddp_ring *r);
+int ddp_ring_world(const ddp_ring *r);
+
+/* ---------------------------------------------------------------- trace.c */
+
+typedef struct ddp_trace ddp_trace;
+enum ddp_trace_lane { DDP_LANE_COMPUTE, DDP_LANE_COMM };
+
+typedef struct ddp_trace_event {
+    const char *name;           /* a constant: "forward", "all-reduce", ... */
+    int lane;
+    int64_t step;               /* the optimizer step, from 0 */
+    int64_t index, bytes;       /* a bucket and its size; -1, 0 for others */
+    double begin, end;          /* ddp_trace_clock() */
+    const int64_t *sample_ids;  /* a batch's samples, copied */
+    int64_t nsamples;
+} ddp_trace_event;
+
+double ddp_trace_clock(void);   /* microseconds, monotonic */
+ddp_trace *ddp_trace_new(void);
+void ddp_trace_free(ddp_trace *t);
+/* Records a span; NULL t records nothing. Safe from any thread. */
+void ddp_trace_span(ddp_trace *t, const ddp_trace_event *e);
+/* This worker's spans as JSON objects separated by commas, moved onto the
+ * coordinator's clock (offset_ms: this clock minus the coordinator's); malloc'd. */
+char *ddp_trace_json(ddp_trace *t, int rank, const char *host, double offset_ms, uint64_t ring_bytes, size_t *len);
+/* The Chrome trace file from every worker's part, written whole or not at all. */
+bool ddp_trace_write(const char *path, char *const *parts, const size_t *lens, int n, char *err, size_t errlen);
+
+/* ----------------------------------------------------------------- comm.c */
+
+/* The communication thread: buckets all-reduced as backward marks them ready. */
+typedef struct ddp_comm ddp_comm;
+ddp_comm *ddp_comm_start(ddp_ring *ring, void *grads, bool f64, const ddp_bucket *buckets, int64_t nbuckets,
+                         ddp_trace *trace);
+void ddp_comm_stop(ddp_comm *c);
+/* Before a step's backward. */
+void ddp_comm_begin_step(ddp_comm *c, int64_t step);
+/* The executor's hooks (ctx: the ddp_comm). */
+void ddp_comm_bucket_ready(void *ctx, int64_t bucket);
+void ddp_comm_wait_hook(void *ctx);
+/* Waits for every bucket of the step; false with the failure. */
+bool ddp_comm_wait(ddp_comm *c, char *err, size_t errlen);
 
 /* --------------------------------------------------------------- loader.c */
 
@@ -281,6 +473,9 @@ typedef struct ddp_config {
     ddp_cluster_flags cluster_flags;
     ddp_cluster cluster;        /* resolved at start */
     int64_t rendezvous_timeout, peer_timeout; /* seconds */
+    const char *interface;      /* --interface: the network interface whose address peers use */
+    const char *trace_path;     /* --trace */
+    const char *proven_by;      /* how workers prove they belong to the job, for the banner */
     char threads_from[128];     /* how the thread count was found, for the banner */
 } ddp_config;
 
@@ -341,10 +536,19 @@ void ddp_report_interrupt(ddp_report *r);
 /* ----------------------------------------------------------------- train.c */
 
 /* Trains for cfg's epochs (validating as the program says) or, with cfg->evaluate,
- * only evaluates; saves to cfg->save_path at the end. With a ring, as one worker of
- * cfg->cluster's job. Returns the exit status. */
+ * only evaluates; saves to cfg->save_path at the end; writes the trace. With a ring,
+ * as one worker of cfg->cluster's job. Returns the exit status (3: a worker of the
+ * job was lost). */
+/* The job around one worker: NULL members for one worker alone. */
+typedef struct ddp_job {
+    ddp_link *link;
+    ddp_ring *ring;
+    ddp_trace *trace;
+    char why[1024];             /* the message this worker failed with, for the others */
+} ddp_job;
+
 int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report,
-            ddp_ring *ring);
+            ddp_job *job);
 
 /* ----------------------------------------------------------------- start.c */
 

@@ -7,7 +7,6 @@
  * checks every tensor by name, dtype and shape before anything is copied. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,61 +15,31 @@
 
 #include "runtime.h"
 
-/* A growing string for the header. */
-typedef struct Text {
-    char *s;
-    size_t len, cap;
-    bool failed;
-} Text;
-
-__attribute__((format(printf, 2, 3))) static void text_printf(Text *t, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || t->failed)
-        return;
-    if (t->len + (size_t)n + 1 > t->cap) {
-        size_t cap = (t->cap + (size_t)n + 1) * 2;
-        char *s = realloc(t->s, cap);
-        if (!s) {
-            t->failed = true;
-            return;
-        }
-        t->s = s;
-        t->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    t->len += (size_t)n;
-}
-
 /* ------------------------------------------------------------------ save */
 
 static const char *dtype_name(const ddp_program *p) {
     return p->dtype == DDP_F64 ? "F64" : "F32";
 }
 
-static Text header_for(const ddp_program *p) {
-    Text t = {0};
+static ddp_text header_for(const ddp_program *p) {
+    ddp_text t = {0};
     int64_t es = p->dtype == DDP_F64 ? 8 : 4, offset = 0;
-    text_printf(&t, "{\"__metadata__\":{\"format\":\"ddp\",\"model\":\"%s\",\"program_hash\":\"%016llx\",\"layouts\":\"",
+    ddp_text_printf(&t, "{\"__metadata__\":{\"format\":\"ddp\",\"model\":\"%s\",\"program_hash\":\"%016llx\",\"layouts\":\"",
                 p->name, (unsigned long long)p->hash);
     for (int64_t i = 0; i < p->nparams; i++)
-        text_printf(&t, "%s%s:%s", i ? "," : "", p->params[i].name, p->params[i].layout);
-    text_printf(&t, "\"}");
+        ddp_text_printf(&t, "%s%s:%s", i ? "," : "", p->params[i].name, p->params[i].layout);
+    ddp_text_printf(&t, "\"}");
     for (int64_t i = 0; i < p->nparams; i++) {
         const ddp_param *q = &p->params[i];
-        text_printf(&t, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", q->name, dtype_name(p));
+        ddp_text_printf(&t, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", q->name, dtype_name(p));
         for (int64_t d = 0; d < q->rank; d++)
-            text_printf(&t, "%s%lld", d ? "," : "", (long long)q->shape[d]);
-        text_printf(&t, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + q->count * es));
+            ddp_text_printf(&t, "%s%lld", d ? "," : "", (long long)q->shape[d]);
+        ddp_text_printf(&t, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + q->count * es));
         offset += q->count * es;
     }
-    text_printf(&t, "}");
+    ddp_text_printf(&t, "}");
     while (!t.failed && t.len % 8) /* the data starts 8-byte aligned */
-        text_printf(&t, " ");
+        ddp_text_printf(&t, " ");
     return t;
 }
 
@@ -80,7 +49,7 @@ static const void *param_data(ddp_runtime *rt, const ddp_param *q) {
 
 bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen) {
     const ddp_program *p = rt->program;
-    Text header = header_for(p);
+    ddp_text header = header_for(p);
     if (header.failed) {
         free(header.s);
         return ddp_fail(err, errlen, "%s: out of memory writing the header", path);

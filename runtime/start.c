@@ -1,30 +1,38 @@
-/* start.c: a built program's start: the command line read over the program's
- * settings, a refusal of what this runtime cannot honour, the datasets read and
- * checked before anything else starts, the executor prepared with parameters from the
- * seed or a saved file, then the training loop.
+/* start.c: a built program's start, in an order the user cannot get wrong (S4): the
+ * command line read over the program's settings; this worker's place in the job; a
+ * refusal of what this runtime cannot honour; with several workers the link to the
+ * coordinator (so a worker that fails from here on tells the others at once); the
+ * datasets read and checked; the executor prepared with parameters from the seed or
+ * a saved file; the rendezvous (same program, same settings, same data sizes on every
+ * worker), the ring, and a check that every worker holds the same parameters (S5);
+ * then the training loop.
  *
- * Exit status: 0 done, 1 a run-time error (data, files, numbers), 2 bad usage. */
+ * Exit status: 0 done, 1 a run-time error (data, files, numbers, a job that cannot
+ * form), 2 bad usage, 3 another worker of the job was lost. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime.h"
 
-static int fail(const char *prog, const char *message) {
-    fprintf(stderr, "%s: %s\n", prog, message);
+static int fail(ddp_job *job, const char *message) {
+    ddp_error("%s", message);
+    snprintf(job->why, sizeof job->why, "%.1000s", message);
     return 1;
 }
 
 /* A dataset read and checked against the program, or false with the message printed. */
-static bool open_dataset(const ddp_config *cfg, const ddp_program *p, const ddp_dataset *spec, ddp_data *d) {
+static bool open_dataset(const ddp_config *cfg, const ddp_program *p, const ddp_dataset *spec, ddp_data *d,
+                         ddp_job *job) {
     char err[2048];
     if (ddp_data_open(spec, cfg->data_root, d, err, sizeof err) && ddp_data_fits(d, p, err, sizeof err))
         return true;
     ddp_data_free(d);
-    fail(cfg->prog, err);
+    fail(job, err);
     return false;
 }
-
 /* --synthetic: random samples for the model's input and output, enough for the run's
  * epochs (at least 65536, or steps_per_epoch global batches). */
 static const ddp_dataset *synthetic_like(const ddp_program *p, const ddp_config *cfg, ddp_dataset *d) {
@@ -39,22 +47,71 @@ static const ddp_dataset *synthetic_like(const ddp_program *p, const ddp_config 
     return d;
 }
 
-/* The ring of every worker of the job; NULL with a message in err. */
-static ddp_ring *join_ring(const ddp_config *cfg, const ddp_program *p, char *err, size_t errlen) {
-    int64_t world = cfg->cluster.world;
-    const char **hosts = calloc((size_t)world, sizeof *hosts);
+/* ------------------------------------------------------------------ the job */
+
+/* What must be the same on every worker, as "setting NAME VALUE" lines the
+ * coordinator compares (flags that change the collectives or the numbers). */
+static int join_text(char *out, size_t len, const ddp_config *cfg, const ddp_program *p, const ddp_data *train,
+                     const ddp_data *validation, int port, const char *address) {
+    char rate[64] = "the program's";
+    if (!isnan(cfg->learning_rate))
+        snprintf(rate, sizeof rate, "%.17g", cfg->learning_rate);
+    return snprintf(out, len,
+                    "rank %lld\nport %d\naddress %s\nsetting program %016llx\nsetting epochs %lld\n"
+                    "setting steps_per_epoch %lld\nsetting seed %llu\nsetting learning_rate %s\n"
+                    "setting evaluate %s\nsetting synthetic %s\nsetting load %s\nsetting trace %s\n"
+                    "setting peer_timeout %lld\nsetting train_samples %lld\nsetting validation_samples %lld",
+                    (long long)cfg->cluster.rank, port, address, (unsigned long long)p->hash, (long long)cfg->epochs,
+                    (long long)cfg->steps_per_epoch, (unsigned long long)cfg->seed, rate,
+                    cfg->evaluate ? "yes" : "no", cfg->synthetic ? "yes" : "no", cfg->load_path ? "yes" : "no",
+                    cfg->trace_path ? "yes" : "no", (long long)cfg->peer_timeout, (long long)train->samples,
+                    (long long)validation->samples);
+}
+
+/* Joins the rendezvous and forms the ring of every worker of the job; false with
+ * *lost set when another worker's loss stopped it. */
+static bool form_ring(ddp_job *job, ddp_config *cfg, const ddp_program *p, const ddp_data *train,
+                      const ddp_data *validation, bool *lost, char *err, size_t errlen) {
+    const ddp_cluster *c = &cfg->cluster;
+    char address[64] = "", text[4096], why[1024];
+    int port = c->rank == 0 ? 0 : ddp_cluster_ring_port(c), listener = -1;
+    if (cfg->interface && !ddp_interface_address(cfg->interface, address, sizeof address, err, errlen))
+        return false;
+    if (c->rank != 0 && (listener = ddp_listen(port, why, sizeof why)) < 0)
+        return ddp_fail(err, errlen, "the ring cannot listen: %s", why);
+    join_text(text, sizeof text, cfg, p, train, validation, port, address);
+    ddp_table table;
+    bool ok = ddp_link_join(job->link, text, &table, (int)cfg->rendezvous_timeout, lost, err, errlen);
+    int world = (int)c->world;
+    const char **addresses = calloc((size_t)world, sizeof *addresses), **hosts = calloc((size_t)world, sizeof *hosts);
     int *ports = calloc((size_t)world, sizeof *ports);
-    ddp_ring *ring = NULL;
-    if (!hosts || !ports)
-        ddp_fail(err, errlen, "out of memory");
-    else if (ddp_cluster_peers(&cfg->cluster, hosts, ports, err, errlen)) {
-        ddp_ring_peers peers = {(int)cfg->cluster.rank, (int)world, hosts, ports, p->hash,
-                                (int)cfg->rendezvous_timeout, (int)cfg->peer_timeout};
-        ring = ddp_ring_connect(&peers, err, errlen);
+    if (ok && (!addresses || !hosts || !ports))
+        ok = ddp_fail(err, errlen, "out of memory");
+    int64_t nodes = 0; /* without Slurm, the machines are known only now */
+    for (int r = 0; ok && r < world; r++) {
+        addresses[r] = table.peers[r].address;
+        hosts[r] = table.peers[r].host;
+        ports[r] = table.peers[r].port;
+        int first = 0;
+        while (strcmp(table.peers[first].host, hosts[r]) != 0)
+            first++;
+        nodes += first == r;
     }
+    if (ok && !c->tasks)
+        cfg->cluster.nodes = nodes;
+    if (ok) {
+        ddp_ring_peers peers = {(int)c->rank, world, addresses, ports, hosts, p->hash, table.key, listener,
+                                ddp_now_ms() + (double)cfg->rendezvous_timeout * 1000, 0, job->link};
+        ok = (job->ring = ddp_ring_connect(&peers, err, errlen)) != NULL;
+        *lost = !ok && ddp_link_lost(job->link, NULL, NULL, 0);
+    }
+    if (listener >= 0)
+        close(listener);
+    free(addresses);
     free(hosts);
     free(ports);
-    return ring;
+    ddp_table_free(&table);
+    return ok;
 }
 
 /* S5: every worker starts from worker 0's parameters, bit for bit. */
@@ -74,60 +131,87 @@ static bool same_parameters(ddp_runtime *rt, ddp_ring *ring, char *err, size_t e
     return true;
 }
 
+/* One worker's end: its goodbye, or the failure the others are told. */
+static void leave_job(ddp_job *job, int status) {
+    if (status == 0 || status == 3)
+        ddp_link_close(job->link);
+    else
+        ddp_link_abort(job->link, job->why[0] ? job->why : "it stopped with an error");
+    ddp_ring_close(job->ring);
+    ddp_trace_free(job->trace);
+}
+
 int ddp_main(const ddp_program *p, int argc, char **argv) {
     ddp_config cfg;
     int status = ddp_parse_args(&cfg, p, argc, argv);
     if (status >= 0)
         return status;
     char err[2048], note[1024];
+    ddp_job job = {0};
+    ddp_set_identity(cfg.prog, 0, "", false);
     if (!ddp_cluster_resolve(&p->settings, &cfg.cluster_flags, &cfg.cluster, err, sizeof err))
-        return fail(cfg.prog, err);
+        return fail(&job, err);
+    const ddp_cluster *c = &cfg.cluster;
+    ddp_set_identity(cfg.prog, c->rank, c->host, c->world > 1);
     ddp_data train = {0}, validation = {0};
     ddp_runtime *rt = NULL;
     ddp_report *report = NULL;
-    ddp_ring *ring = NULL;
     status = 1;
     if (!ddp_check_supported(&cfg, p, err, sizeof err)) {
-        fail(cfg.prog, err);
+        fail(&job, err);
         goto done;
     }
-    if (cfg.cluster.warning[0])
-        fprintf(stderr, "%s: warning: %s\n", cfg.prog, cfg.cluster.warning);
+    if (c->warning[0])
+        ddp_error("warning: %s", c->warning);
+    if (c->world > 1) { /* first, so a worker that fails below can tell the others at once */
+        ddp_auth auth;
+        ddp_link_config lc = {c, &auth, (int)cfg.rendezvous_timeout, (int)cfg.peer_timeout};
+        if (!ddp_auth_init(&auth, c, err, sizeof err) || !(job.link = ddp_link_open(&lc, err, sizeof err))) {
+            fail(&job, err);
+            goto done;
+        }
+        cfg.proven_by = auth.munge ? "munge" : "a shared secret";
+    }
+    if (cfg.trace_path && !(job.trace = ddp_trace_new())) {
+        fail(&job, "out of memory");
+        goto done;
+    }
     bool has_validation = p->settings.validation.kind >= 0 && !cfg.synthetic;
     ddp_dataset noise;
     const ddp_dataset *train_spec = cfg.synthetic ? synthetic_like(p, &cfg, &noise) : &p->settings.train;
-    if ((!cfg.evaluate && !open_dataset(&cfg, p, train_spec, &train)) ||
-        (has_validation && !open_dataset(&cfg, p, &p->settings.validation, &validation)))
+    if ((!cfg.evaluate && !open_dataset(&cfg, p, train_spec, &train, &job)) ||
+        (has_validation && !open_dataset(&cfg, p, &p->settings.validation, &validation, &job)))
         goto done;
     if (!(rt = ddp_open(p, &cfg.exec, err, sizeof err))) {
-        fail(cfg.prog, err);
+        fail(&job, err);
         goto done;
     }
     rt->epochs = cfg.epochs;
     rt->rate_override = cfg.learning_rate;
-    rt->replicas = rt->workers = (int)cfg.cluster.world;
+    rt->replicas = rt->workers = (int)c->world;
     rt->scalars[DDP_S_SEED].i = (int64_t)cfg.seed;
     ddp_init_params(rt, cfg.seed);
     if (cfg.load_path && !ddp_load_params(rt, cfg.load_path, note, sizeof note, err, sizeof err)) {
-        fail(cfg.prog, err);
+        fail(&job, err);
         goto done;
     }
-    if (cfg.cluster.world > 1 && (!(ring = join_ring(&cfg, p, err, sizeof err)) ||
-                                  !same_parameters(rt, ring, err, sizeof err))) {
-        fail(cfg.prog, err);
-        status = ddp_ring_lost(ring) >= 0 ? 3 : 1;
+    bool lost = false;
+    if (c->world > 1 && (!form_ring(&job, &cfg, p, &train, &validation, &lost, err, sizeof err) ||
+                         !same_parameters(rt, job.ring, err, sizeof err))) {
+        fail(&job, err);
+        status = lost || ddp_ring_lost(job.ring) >= 0 ? 3 : 1;
         goto done;
     }
-    if (!(report = ddp_report_open(&cfg, p, cfg.cluster.rank != 0, err, sizeof err))) {
-        fail(cfg.prog, err);
+    if (!(report = ddp_report_open(&cfg, p, c->rank != 0, err, sizeof err))) {
+        fail(&job, err);
         goto done;
     }
-    if (cfg.load_path && note[0] && cfg.cluster.rank == 0)
+    if (cfg.load_path && note[0] && c->rank == 0)
         printf("note: %s\n", note);
-    status = ddp_run(rt, &cfg, cfg.evaluate ? NULL : &train, has_validation ? &validation : NULL, report, ring);
+    status = ddp_run(rt, &cfg, cfg.evaluate ? NULL : &train, has_validation ? &validation : NULL, report, &job);
 done:
+    leave_job(&job, status);
     ddp_report_close(report);
-    ddp_ring_close(ring);
     ddp_close(rt);
     ddp_data_free(&train);
     ddp_data_free(&validation);

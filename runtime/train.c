@@ -36,7 +36,10 @@ typedef struct Run {
     ddp_epoch_plan plan, validation_plan;
     Pass train_pass, validation_pass;
     int64_t rank, workers;
+    ddp_job *job;
     ddp_ring *ring;             /* NULL for one worker */
+    ddp_comm *comm;             /* the buckets' all-reduce during backward; NULL for one worker */
+    ddp_trace *trace;           /* NULL without --trace */
     double global[2 * 64];      /* the accumulators summed over the workers */
     int64_t step;               /* optimizer steps taken */
     int64_t samples;            /* trained on, over all workers */
@@ -53,8 +56,15 @@ static double now_seconds(void) {
 /* Status 1, or 3 when a worker of the job was lost (S12). */
 static int failure(Run *r, const char *message) {
     ddp_report_interrupt(r->report);
-    fprintf(stderr, "%s: %s\n", r->cfg->prog, message);
+    ddp_error("%s", message);
+    snprintf(r->job->why, sizeof r->job->why, "%.1000s", message);
     return ddp_ring_lost(r->ring) >= 0 ? 3 : 1;
+}
+
+/* A span of this worker's compute lane, from begin to now. */
+static void span(Run *r, const char *name, double begin) {
+    ddp_trace_event e = {name, DDP_LANE_COMPUTE, r->step, -1, 0, begin, ddp_trace_clock(), NULL, 0};
+    ddp_trace_span(r->trace, &e);
 }
 
 /* ------------------------------------------------------------------ passes */
@@ -129,11 +139,17 @@ static bool average_statistics(Run *r, char *err, size_t errlen) {
 
 /* ------------------------------------------------------------------ batches */
 
-static int64_t next_batch(ddp_runtime *rt, ddp_loader *loader, int64_t global_size) {
+/* The loader's next batch into the input buffers; the wait for it is traced with the
+ * samples it held. */
+static int64_t next_batch(Run *r, ddp_loader *loader, int64_t global_size, const char *name) {
+    ddp_runtime *rt = r->rt;
     const ddp_program *p = rt->program;
-    int64_t rows = ddp_loader_next(loader, ddp_buffer_ptr(rt, p->input_slot), ddp_buffer_ptr(rt, p->label_slot),
-                                   ddp_buffer_ptr(rt, p->sample_id_slot));
+    double begin = ddp_trace_clock();
+    int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
+    int64_t rows = ddp_loader_next(loader, ddp_buffer_ptr(rt, p->input_slot), ddp_buffer_ptr(rt, p->label_slot), ids);
     ddp_set_batch(rt, rows, global_size);
+    ddp_trace_event e = {name, DDP_LANE_COMPUTE, r->step, -1, 0, begin, ddp_trace_clock(), ids, rows};
+    ddp_trace_span(r->trace, &e);
     return rows;
 }
 
@@ -148,12 +164,14 @@ static bool validate(Run *r, char *err, size_t errlen) {
     memcpy(saved, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * pairs));
     ddp_zero_accumulators(rt);
     Pass *pass = &r->validation_pass;
+    double begin = ddp_trace_clock();
     ddp_loader_begin(r->validation_loader, pass->order, pass->starts, pass->sizes, pass->batches);
     for (int64_t b = 0; b < pass->batches; b++) {
-        next_batch(rt, r->validation_loader, pass->global_sizes[b]);
+        next_batch(r, r->validation_loader, pass->global_sizes[b], "validation data wait");
         ddp_run_phase(rt, DDP_PHASE_EVAL);
     }
     bool ok = sum_accumulators(r, err, errlen);
+    span(r, "validation", begin);
     r->last_validation = read_figures(rt->program, r->global);
     r->validated = ok;
     memcpy(ddp_accumulators(rt), saved, sizeof(double) * (size_t)(2 * pairs));
@@ -200,25 +218,50 @@ static bool finite_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len)
     return false;
 }
 
+/* The gradients summed over the job: the buckets the communication thread took
+ * during backward, or (a program without buckets) the whole vector now. */
+static bool sum_gradients(Run *r, char *err, size_t len) {
+    const ddp_program *p = r->rt->program;
+    if (r->comm)
+        return ddp_comm_wait(r->comm, err, len);
+    return !r->ring || ddp_ring_allreduce(r->ring, r->rt->region[DDP_REGION_GRADS], p->param_count,
+                                          p->dtype == DDP_F64, err, len);
+}
+
 static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
     ddp_runtime *rt = r->rt;
     int64_t global = r->train_pass.global_sizes[b];
-    next_batch(rt, r->train_loader, global);
+    ddp_link_at_step(r->job->link, r->step + 1);
+    next_batch(r, r->train_loader, global, "data wait");
     rt->scalars[DDP_S_EPOCH].i = epoch;
     ddp_prepare_step(rt, r->step, r->plan.steps);
+    double t = ddp_trace_clock();
     ddp_run_phase(rt, DDP_PHASE_FORWARD);
+    span(r, "forward", t);
+    if (r->comm)
+        ddp_comm_begin_step(r->comm, r->step);
+    t = ddp_trace_clock();
     ddp_run_phase(rt, DDP_PHASE_BACKWARD);
-    const ddp_program *p = rt->program;
+    span(r, "backward", t);
     char lost[768];
-    if (r->ring && !ddp_ring_allreduce(r->ring, rt->region[DDP_REGION_GRADS], p->param_count, p->dtype == DDP_F64,
-                                       lost, sizeof lost)) {
+    t = ddp_trace_clock();
+    bool summed = sum_gradients(r, lost, sizeof lost);
+    span(r, "gradient wait", t);
+    if (!summed) {
         snprintf(why, len, "step %lld (epoch %lld, step %lld of %lld), summing the gradients: %s",
                  (long long)r->step + 1, (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps, lost);
         return false;
     }
-    if (!sum_accumulators(r, why, len) || !finite_step(r, epoch, b, why, len))
+    if (!sum_accumulators(r, lost, sizeof lost)) {
+        snprintf(why, len, "step %lld (epoch %lld, step %lld of %lld), summing the loss and metrics: %s",
+                 (long long)r->step + 1, (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps, lost);
         return false;
+    }
+    if (!finite_step(r, epoch, b, why, len))
+        return false;
+    t = ddp_trace_clock();
     ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);
+    span(r, "optimizer", t);
     r->step++;
     r->samples += global;
     return true;
@@ -334,9 +377,12 @@ static int train_all(Run *r) {
     for (int64_t epoch = 0; epoch < r->cfg->epochs; epoch++) {
         if (run_epoch(r, epoch, why, sizeof why))
             continue;
-        if (r->cfg->save_path && !r->ring && ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
-            snprintf(why + strlen(why), sizeof why - strlen(why), ". The parameters from before it are in %s",
-                     r->cfg->save_path);
+        /* the update of the failed step never ran, so worker 0 holds the job's last
+         * parameters, whatever went wrong elsewhere */
+        if (r->cfg->save_path && r->rank == 0 && ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+            snprintf(why + strlen(why), sizeof why - strlen(why), ". The parameters from before it are in %s%s",
+                     r->cfg->save_path, r->ring && r->rt->program->stats_count ? " (with worker 0's own "
+                     "batch-normalisation statistics)" : "");
         return failure(r, why);
     }
     if (r->cfg->epochs == 0 && r->validation && !validate(r, err, sizeof err))
@@ -348,22 +394,79 @@ static int train_all(Run *r) {
     return 0;
 }
 
+/* Every worker's spans into one file, written by worker 0. */
+static bool write_trace(Run *r, char *err, size_t len) {
+    const ddp_cluster *c = &r->cfg->cluster;
+    size_t n;
+    char *mine = ddp_trace_json(r->trace, (int)r->rank, c->host, ddp_link_clock_offset(r->job->link),
+                                r->ring ? ddp_ring_bytes_sent(r->ring) : 0, &n);
+    if (!mine)
+        return ddp_fail(err, len, "--trace: out of memory");
+    char key[32];
+    if (r->rank != 0) {
+        snprintf(key, sizeof key, "trace/%lld", (long long)r->rank);
+        bool ok = ddp_link_set(r->job->link, key, mine, n, err, len);
+        free(mine);
+        return ok;
+    }
+    int world = (int)r->workers;
+    char **parts = calloc((size_t)world, sizeof *parts);
+    size_t *lens = calloc((size_t)world, sizeof *lens);
+    ddp_frame f;
+    bool ok = parts && lens;
+    if (ok) {
+        parts[0] = mine, lens[0] = n;
+    }
+    for (int k = 1; ok && k < world; k++) {
+        snprintf(key, sizeof key, "trace/%d", k);
+        ok = ddp_link_get(r->job->link, key, &f, (int)r->cfg->rendezvous_timeout, err, len);
+        if (ok)
+            parts[k] = f.data, lens[k] = f.len;
+    }
+    ok = ok ? ddp_trace_write(r->cfg->trace_path, parts, lens, world, err, len) : ok;
+    for (int k = 0; parts && k < world; k++)
+        free(parts[k]);
+    if (!parts)
+        free(mine);
+    free(parts);
+    free(lens);
+    return ok;
+}
+
+/* With a ring and buckets, a communication thread sums them during backward. */
+static bool start_comm(Run *r, char *err, size_t len) {
+    ddp_runtime *rt = r->rt;
+    const ddp_program *p = rt->program;
+    if (!r->ring || p->nbuckets == 0)
+        return true;
+    r->comm = ddp_comm_start(r->ring, rt->region[DDP_REGION_GRADS], p->dtype == DDP_F64, p->buckets, p->nbuckets,
+                             r->trace);
+    if (!r->comm)
+        return ddp_fail(err, len, "cannot start the communication thread");
+    rt->hooks = (ddp_hooks){r->comm, ddp_comm_bucket_ready, ddp_comm_wait_hook, NULL};
+    return true;
+}
+
 int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report,
-            ddp_ring *ring) {
+            ddp_job *job) {
     Run r = {.rt = rt, .cfg = cfg, .report = report, .train = train, .validation = validation,
-             .rank = cfg->cluster.rank, .workers = cfg->cluster.world, .ring = ring};
+             .rank = cfg->cluster.rank, .workers = cfg->cluster.world, .job = job, .ring = job->ring,
+             .trace = job->trace};
     char err[1024];
     int status;
     if (rt->program->accum_pairs > 64 || rt->program->settings.nmetrics > DDP_MAX_METRICS)
         status = failure(&r, "the program has more metrics than this runtime can hold");
-    else if (validation && !prepare_validation(&r, err, sizeof err))
-        status = failure(&r, err);
-    else if (!cfg->evaluate && !prepare_training(&r, err, sizeof err))
+    else if ((validation && !prepare_validation(&r, err, sizeof err)) ||
+             (!cfg->evaluate && !prepare_training(&r, err, sizeof err)) || !start_comm(&r, err, sizeof err))
         status = failure(&r, err);
     else {
         ddp_report_banner(report, rt, train, validation, cfg->evaluate ? NULL : &r.plan);
         status = cfg->evaluate ? evaluate_only(&r) : train_all(&r);
+        if (status == 0 && r.trace && !write_trace(&r, err, sizeof err))
+            status = failure(&r, err);
     }
+    ddp_comm_stop(r.comm);
+    rt->hooks = (ddp_hooks){0};
     ddp_loader_free(r.train_loader);
     ddp_loader_free(r.validation_loader);
     pass_free(&r.train_pass);

@@ -8,7 +8,13 @@ sample index, not the worker). LAUNCHER is the command that starts N workers, e.
   epoch, so the metrics file gives every step's global loss);
 - remainder_16 with 3 workers against remainder_48 with one: 98 samples, the last
   global batch of 2 leaves worker 2 empty, which still joins every collective.
-Per tensor ||a - b|| / ||b|| <= 1e-5 and every step's loss within 1e-5 relative."""
+Per tensor ||a - b|| / ||b|| <= 1e-5 and every step's loss within 1e-5 relative.
+
+From the traces (--trace) of both runs: in every step each worker read its own slice
+of the one worker's batch (their slices, in rank order, are that batch exactly, so
+disjoint and together the same samples); every worker sent at least the bytes its
+all-reduces need through the ring; and with buckets, a bucket's all-reduce began
+before backward ended (the communication thread works during backward)."""
 import json
 import math
 import os
@@ -29,11 +35,52 @@ def run(command):
     return p.stdout
 
 
+def spans(path):
+    """The trace's complete spans, by (pid, name)."""
+    out = {}
+    for e in json.load(open(path))["traceEvents"]:
+        if e.get("ph") == "X":
+            out.setdefault((e["pid"], e["name"]), []).append(e)
+    return out
+
+
+def check_trace(workers, many_path, one_path, params):
+    many, one = spans(many_path), spans(one_path)
+    counters = {e["pid"]: e["args"]["bytes"] for e in json.load(open(many_path))["traceEvents"]
+                if e.get("name") == "ring bytes sent"}
+    problems = []
+    batches = {e["args"]["step"]: e["args"]["samples"] for e in one[(0, "data wait")]}
+    for step, want in sorted(batches.items()):
+        got = []
+        for r in range(workers):
+            got += [e["args"]["samples"] for e in many.get((r, "data wait"), []) if e["args"]["step"] == step][0]
+        if got != want:
+            problems.append("step %d: the workers read %s, one worker %s" % (step, got[:8], want[:8]))
+    steps = len(batches)
+    need = steps * 2 * (workers - 1) * (params // workers) * 4  # reduce-scatter and all-gather, f32
+    for r in range(workers):
+        if counters.get(r, 0) < need:
+            problems.append("rank %d sent %s bytes through the ring, less than the %d its all-reduces need" % (
+                r, counters.get(r), need))
+    overlapped = 0
+    for r in range(workers):
+        backward = {e["args"]["step"]: e["ts"] + e["dur"] for e in many.get((r, "backward"), [])}
+        buckets = [e for e in many.get((r, "all-reduce"), [])]
+        overlapped += sum(1 for e in buckets if e["ts"] < backward.get(e["args"]["step"], 0))
+    nbuckets = len({e["args"]["bucket"] for e in many.get((0, "all-reduce"), [])})
+    if nbuckets > 1 and overlapped == 0:
+        problems.append("no bucket's all-reduce began before backward ended")
+    return problems, "%d steps of samples match, >= %.1f MB sent per worker, %d bucket(s), %d all-reduces " \
+        "begun during backward" % (steps, need / 1e6, nbuckets, overlapped)
+
+
 def compare(name, workers, launcher, programs, small, big, tmp):
     a, b = (os.path.join(tmp, "%s_%s.safetensors" % (name, k)) for k in ("many", "one"))
     ma, mb = (os.path.join(tmp, "%s_%s.json" % (name, k)) for k in ("many", "one"))
-    run(launcher + [str(workers), os.path.join(programs, small), "--threads", "1", "--save", a, "--metrics", ma])
-    run([os.path.join(programs, big), "--threads", "1", "--save", b, "--metrics", mb])
+    ta, tb = (os.path.join(tmp, "%s_%s.trace" % (name, k)) for k in ("many", "one"))
+    run(launcher + [str(workers), os.path.join(programs, small), "--threads", "1", "--save", a, "--metrics", ma,
+                    "--trace", ta])
+    run([os.path.join(programs, big), "--threads", "1", "--save", b, "--metrics", mb, "--trace", tb])
     ok = True
     many, _ = read_safetensors(a)
     one, _ = read_safetensors(b)
@@ -49,7 +96,12 @@ def compare(name, workers, launcher, programs, small, big, tmp):
     ok &= step_worst <= TOLERANCE
     print("%s %s: %d workers x %s against 1 x %s over %d epochs: worst tensor %.2e, worst loss %.2e" % (
         "ok  " if ok else "FAIL", " ".join(launcher), workers, small, big, len(lb), worst, step_worst))
-    return ok
+    problems, summary = check_trace(workers, ta, tb, sum(len(v) for v in one.values()))
+    for p in problems:
+        print("FAIL %s: %s" % (name, p))
+    if not problems:
+        print("ok   traces: %s" % summary)
+    return ok and not problems
 
 
 def main():

@@ -6,6 +6,8 @@
 #
 # The node claims 8 CPUs (config_overrides) so that 4-8 tasks fit on a small machine.
 set -u
+unset SLURM_CONF # this one-node cluster's own configuration
+. "$(dirname "$0")/slurm_conf.sh"
 log() { echo "slurm_up: $*"; }
 if [ "$(id -u)" -eq 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi
 
@@ -38,27 +40,19 @@ if ! grep -q "^ClusterName=ddp-tests" "$conf" 2>/dev/null; then
     $sudo tee "$conf" >/dev/null <<EOF
 ClusterName=ddp-tests
 SlurmctldHost=$host(127.0.0.1)
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmUser=root
-SlurmdUser=root
+$(slurm_common_conf)
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
-ReturnToService=2
-MpiDefault=none
-SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
 fi
-pgrep -x slurmctld >/dev/null || $sudo slurmctld
-pgrep -x slurmd >/dev/null || $sudo slurmd
+# by pid file: the two-node cluster's daemons (two_nodes_up.sh) have the same names
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+alive /run/slurmctld.pid || $sudo slurmctld
+alive /run/slurmd.pid || $sudo slurmd
 for i in 1 2 3 4 5 6 7 8 9 10; do
     works && { log "up: $(sinfo -h -o '%P %D %T' 2>/dev/null)"; exit 0; }
     sleep 2

@@ -46,10 +46,8 @@ expect 1 "precision = bf16 needs the GPU runtime" "$dir/tiny_bf16" --data-root "
 expect 1 "communication = nccl needs GPUs" "$dir/tiny_nccl" --data-root "$root"
 expect 1 "not a task of a Slurm job step" env -u SLURM_STEP_ID "$dir/tiny_slurm" --data-root "$root"
 slurm_step="SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=3 SLURM_LOCALID=1 SLURM_NODEID=1"
-expect 1 "cannot resolve the host \`n1\`" env $slurm_step SLURM_STEP_NODELIST='n[1-2]' \
-    SLURM_STEP_TASKS_PER_NODE='2(x2)' $tiny --rendezvous-timeout 2
-expect 1 "which is not Slurm's block order" env $slurm_step SLURM_LOCALID=0 SLURM_STEP_NODELIST='n[1-2]' \
-    SLURM_STEP_TASKS_PER_NODE='2(x2)' $tiny
+expect 1 "cannot resolve the host \`ddp-nowhere1\`" env DDP_SECRET=s $slurm_step \
+    SLURM_STEP_NODELIST='ddp-nowhere[1-2]' SLURM_STEP_TASKS_PER_NODE='2(x2)' $tiny --rendezvous-timeout 2
 expect 1 "SLURM_STEP_TASKS_PER_NODE \`3,2\` adds up to 5 tasks" env $slurm_step SLURM_STEP_NODELIST='n[1-2]' \
     SLURM_STEP_TASKS_PER_NODE='3,2' $tiny
 expect 1 "the host list \`n\[1-2\` is malformed: a \`\[\` is not closed" env $slurm_step SLURM_STEP_NODELIST='n[1-2' \
@@ -57,16 +55,17 @@ expect 1 "the host list \`n\[1-2\` is malformed: a \`\[\` is not closed" env $sl
 expect 1 "SLURM_STEP_NODELIST is not set" env $slurm_step $tiny
 expect 0 "warning: this is Slurm job 7, but not a task of a job step" env SLURM_JOB_ID=7 $tiny
 port=$(( 20000 + $$ % 20000 ))
-expect 1 "cannot connect to localhost:$port: Connection refused" env DDP_WORLD_SIZE=2 DDP_RANK=1 \
-    DDP_COORDINATOR=localhost:$port $tiny --rendezvous-timeout 1
+expect 1 "no coordinator (rank 0) at localhost:$port within 1 s (--rendezvous-timeout): cannot connect to \
+localhost:$port: Connection refused" env DDP_SECRET=s DDP_WORLD_SIZE=2 DDP_RANK=1 DDP_COORDINATOR=localhost:$port \
+    $tiny --rendezvous-timeout 1
+expect 1 "DDP_SECRET is not set: workers started without Slurm prove" env -u DDP_SECRET DDP_WORLD_SIZE=2 DDP_RANK=1 \
+    DDP_COORDINATOR=localhost:$port $tiny
 expect 1 "DDP_COORDINATOR is not set" env DDP_WORLD_SIZE=2 DDP_RANK=1 $tiny
 expect 1 "DDP_RANK is \`x\`, not a whole number" env DDP_WORLD_SIZE=2 DDP_RANK=x $tiny
 expect 1 "rank 2 from env is not below the world size 2" env DDP_WORLD_SIZE=2 DDP_RANK=2 \
     DDP_COORDINATOR=h:1 $tiny
-expect 1 "cannot connect to localhost:$((port + 1))" $tiny --world-size 3 --rank 0 --coordinator localhost:$port \
-    --rendezvous-timeout 1
-expect 1 "workers on several machines (from env) need the rendezvous" env DDP_WORLD_SIZE=4 DDP_RANK=1 \
-    DDP_LOCAL_WORLD_SIZE=2 DDP_LOCAL_RANK=1 DDP_COORDINATOR=h:$port $tiny
+expect 1 "not every worker joined within 1 s (--rendezvous-timeout): missing rank 1, rank 2" env DDP_SECRET=s \
+    $tiny --world-size 3 --rank 0 --coordinator localhost:$port --rendezvous-timeout 1
 expect 2 "\-\-rank needs \-\-world-size" $tiny --rank 1
 expect 1 "the program says cluster = env, but DDP_WORLD_SIZE is not set" "$dir/tiny_env" --data-root "$root"
 expect 1 "cannot write the metrics file" $tiny --metrics "$root/no/such/dir/m.json"

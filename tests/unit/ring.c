@@ -3,7 +3,8 @@
  * several MB) in f32 and f64, broadcast and meet at barriers. Sums of values exact in
  * binary must come out exact; sums that round must come out bit-identical on every
  * worker; bytes must really cross the ring. Then the failures: a worker out of step
- * (another byte count), a worker that dies, a worker running another program. */
+ * (another byte count), a worker that dies, a worker running another program, a
+ * stray connection (refused, and the ring forms), a worker without the job's key. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <math.h>
@@ -44,7 +45,18 @@ static uint64_t fnv(const void *p, size_t n) {
     return h;
 }
 
-typedef enum { NORMAL, OUT_OF_STEP, DIES, OTHER_PROGRAM } Scenario;
+typedef enum { NORMAL, OUT_OF_STEP, DIES, OTHER_PROGRAM, STRAY, WRONG_KEY } Scenario;
+
+/* Rank 0 of STRAY first knocks at rank 2's port with something that is not ddp. */
+static void knock(int port) {
+    char err[256];
+    int fd = ddp_connect("127.0.0.1", port, ddp_now_ms() + 5000, err, sizeof err);
+    if (fd >= 0) {
+        (void)!write(fd, "GET / HTTP/1.0\r\n\r\n", 18);
+        usleep(200 * 1000);
+        close(fd);
+    }
+}
 
 /* The worker's side; writes one hash per collective to `out`; returns its status. */
 static int worker(int rank, int world, int base, Scenario scenario, int out) {
@@ -54,9 +66,22 @@ static int worker(int rank, int world, int base, Scenario scenario, int out) {
         hosts[i] = "127.0.0.1";
         ports[i] = base + i;
     }
-    ddp_ring_peers peers = {rank, world, hosts, ports, scenario == OTHER_PROGRAM && rank == 1 ? 99 : 42, 20, 5};
+    unsigned char key[32];
+    memset(key, scenario == WRONG_KEY && rank == 1 ? 'q' : 'k', sizeof key);
     char err[512];
+    int listener = rank == 0 ? -1 : ddp_listen(ports[rank], err, sizeof err);
+    if (rank != 0 && listener < 0) {
+        fprintf(stderr, "rank %d: %s\n", rank, err);
+        return 2;
+    }
+    if (scenario == STRAY && rank == 0)
+        knock(ports[2]);
+    double deadline = ddp_now_ms() + (scenario == WRONG_KEY ? 3000 : 20000);
+    ddp_ring_peers peers = {rank, world, hosts, ports, hosts, scenario == OTHER_PROGRAM && rank == 1 ? 99 : 42,
+                            key, listener, deadline, 5, NULL};
     ddp_ring *r = ddp_ring_connect(&peers, err, sizeof err);
+    if (listener >= 0)
+        close(listener);
     if (!r) {
         fprintf(stderr, "rank %d: %s\n", rank, err);
         return 3;
@@ -188,6 +213,18 @@ static void test_failures(void) {
     log = run(3, OTHER_PROGRAM, status);
     CHECK(strstr(log, "rank 1 runs another program (hash 0000000000000063") && status[2] == 3);
     printf("another program: %s", strstr(log, "rank") ? strstr(log, "rank") : "(nothing said)\n");
+    free(log);
+
+    log = run(3, STRAY, status); /* refused and logged; the ring forms all the same */
+    CHECK(strstr(log, "refused a connection from 127.0.0.1 to the ring's port: it does not speak ddp's protocol") &&
+          status[0] == 0 && status[1] == 0 && status[2] == 0);
+    printf("a stray connection: %s", strstr(log, "refused") ? strstr(log, "refused") : "(nothing said)\n");
+    free(log);
+
+    log = run(3, WRONG_KEY, status); /* a worker without the job's key is not let in */
+    CHECK(strstr(log, "its proof does not match") && strstr(log, "rank 1: forming the ring: rank 2") &&
+          status[1] == 3 && status[2] == 3);
+    printf("a worker without the key: %s", strstr(log, "rank 1:") ? strstr(log, "rank 1:") : "(nothing said)\n");
     free(log);
 }
 

@@ -1,0 +1,652 @@
+/* store.c: the coordinator, a thread of worker 0 serving every worker of the job
+ * (worker 0's own link included) on the coordinator's port.
+ *
+ * What it does, in the order a job meets it:
+ * - handshakes: each connection proves it belongs to the job (auth.c) in a short
+ *   thread of its own, so a stray that connects and says nothing holds up no one;
+ *   what fails is refused, logged, and never read further;
+ * - the rendezvous: each worker says who it is (HELLO) as soon as it connects, and
+ *   what it will run (JOIN: the program's hash and the settings in effect, its
+ *   data's sizes, where its ring listens) once its data is read; when the whole
+ *   world has joined with one program and one set of settings, every worker gets the
+ *   table of everyone's address and the ring's key; otherwise every worker gets the
+ *   same refusal, naming the rank and the setting that differ;
+ * - a key-value store (SET, GET that waits for its key) for what workers exchange
+ *   later: the traces now, the NCCL id with GPUs;
+ * - the heartbeat: every connection beats both ways; a worker whose connection
+ *   closes without a goodbye, or that is silent past the peer timeout, is lost, and
+ *   every other worker is told at once, naming it (S12).
+ * Everything runs from one poll loop over non-blocking sockets with a queue of bytes
+ * to send per connection, so a frozen worker cannot stall the coordinator. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+enum { MAX_HANDSHAKES = 64, HANDSHAKE_MS = 10000, TEXT = 4096 };
+
+typedef struct Conn {
+    int fd;
+    char peer[64];              /* address:port, for the log */
+    char address[64];           /* the address it connected from */
+    int rank;                   /* -1 until its HELLO */
+    bool joined, left;
+    double last_heard;
+    ddp_reader in;
+    char *out;                  /* bytes queued to send */
+    size_t out_len, out_cap;
+} Conn;
+
+typedef struct Worker {
+    int conn;                   /* index in conns, -1 */
+    char host[256];
+    char *join;                 /* its JOIN text once joined */
+    bool seen;                  /* it said HELLO */
+    bool lost;
+} Worker;
+
+typedef struct Entry {
+    char *key;
+    ddp_frame value;
+} Entry;
+
+typedef struct Pending {
+    int conn;
+    char *key;
+} Pending;
+
+struct ddp_store {
+    ddp_store_config cfg;
+    pthread_t thread;
+    int wake[2];                /* handshakes done (their fds), and the stop request (-1) */
+    pthread_mutex_t lock;       /* handshakes, stopping */
+    int handshakes;
+    bool stopping;              /* asked by ddp_store_stop */
+    bool stop_seen;             /* the loop's copy, read without the lock */
+    double stop_deadline;
+    Conn *conns;
+    int nconns, capconns;
+    Worker *workers;
+    int joined;
+    bool table_sent;
+    char refusal[TEXT];         /* once set, every worker gets it */
+    char failure[TEXT];         /* a worker lost or failed: told to every worker that comes */
+    Entry *entries;
+    int nentries;
+    Pending *pending;
+    int npending;
+    double last_beat;
+    unsigned char ring_key[32];
+};
+
+__attribute__((format(printf, 2, 3))) static void log_line(ddp_store *s, const char *fmt, ...) {
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    ddp_error("coordinator: %s", text);
+    (void)s;
+}
+
+/* --------------------------------------------------------------- sending */
+
+static void queue(ddp_store *s, int c, int type, const void *payload, size_t len) {
+    Conn *k = &s->conns[c];
+    ddp_frame_header h = {DDP_WIRE_MAGIC, DDP_WIRE_VERSION, (uint16_t)type, (uint32_t)len, 0};
+    size_t need = k->out_len + sizeof h + len;
+    if (k->fd < 0 || len > DDP_WIRE_MAX)
+        return;
+    if (need > k->out_cap) {
+        size_t cap = need * 2;
+        char *grown = realloc(k->out, cap);
+        if (!grown)
+            return;
+        k->out = grown;
+        k->out_cap = cap;
+    }
+    memcpy(k->out + k->out_len, &h, sizeof h);
+    memcpy(k->out + k->out_len + sizeof h, payload, len);
+    k->out_len = need;
+}
+
+static void queue_text(ddp_store *s, int c, int type, const char *text) {
+    queue(s, c, type, text, strlen(text));
+}
+
+static void flush_out(Conn *k) {
+    while (k->out_len) {
+        ssize_t n = send(k->fd, k->out, k->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n <= 0)
+            return;
+        memmove(k->out, k->out + n, k->out_len - (size_t)n);
+        k->out_len -= (size_t)n;
+    }
+}
+
+static void drop(ddp_store *s, int c) {
+    Conn *k = &s->conns[c];
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = -1;
+    ddp_reader_free(&k->in);
+    free(k->out);
+    k->out = NULL;
+    k->out_len = k->out_cap = 0;
+    if (k->rank >= 0 && s->workers[k->rank].conn == c)
+        s->workers[k->rank].conn = -1;
+}
+
+/* Every worker still there gets the same text. */
+static void tell_all(ddp_store *s, int type, const char *text, int except_rank) {
+    for (int c = 0; c < s->nconns; c++)
+        if (s->conns[c].fd >= 0 && s->conns[c].rank != except_rank && !s->conns[c].left)
+            queue_text(s, c, type, text);
+}
+
+static void refuse_all(ddp_store *s, const char *text) {
+    if (!s->refusal[0])
+        snprintf(s->refusal, sizeof s->refusal, "%s", text);
+    tell_all(s, DDP_MSG_REFUSED, s->refusal, -1);
+}
+
+/* Rank r is gone: every other worker hears it once. */
+static void lose(ddp_store *s, int rank, const char *reason) {
+    Worker *w = &s->workers[rank];
+    if (w->lost || s->stop_seen)
+        return;
+    w->lost = true;
+    char text[TEXT];
+    snprintf(text, sizeof text, "rank %d\nhost %s\nreason %s", rank, w->host[0] ? w->host : "?", reason);
+    if (!s->failure[0])
+        snprintf(s->failure, sizeof s->failure, "%s", text);
+    tell_all(s, DDP_MSG_LOST, text, rank);
+}
+
+/* ------------------------------------------------------------ handshakes */
+
+typedef struct Handshake {
+    ddp_store *store;
+    int fd;
+    char peer[64];
+} Handshake;
+
+static void *handshake(void *arg) {
+    pthread_setname_np(pthread_self(), "ddp-handshake");
+    Handshake *h = arg;
+    ddp_store *s = h->store;
+    char why[512];
+    int result = h->fd;
+    if (!ddp_auth_accept(&s->cfg.auth, h->fd, ddp_now_ms() + HANDSHAKE_MS, why, sizeof why)) {
+        log_line(s, "refused a connection from %s: %s", h->peer, why);
+        close(h->fd);
+        result = -2;
+    }
+    pthread_mutex_lock(&s->lock);
+    s->handshakes--;
+    (void)!write(s->wake[1], &result, sizeof result);
+    pthread_mutex_unlock(&s->lock);
+    free(h);
+    return NULL;
+}
+
+static void accept_new(ddp_store *s) {
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    int fd = accept4(s->cfg.listener, (struct sockaddr *)&a, &alen, SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    Handshake *h = malloc(sizeof *h);
+    pthread_mutex_lock(&s->lock);
+    bool room = h && s->handshakes < MAX_HANDSHAKES; /* even while stopping: a late worker hears why */
+    if (room)
+        s->handshakes++;
+    pthread_mutex_unlock(&s->lock);
+    pthread_t t;
+    if (room) {
+        *h = (Handshake){s, fd, ""};
+        inet_ntop(AF_INET, &a.sin_addr, h->peer, sizeof h->peer);
+        snprintf(h->peer + strlen(h->peer), sizeof h->peer - strlen(h->peer), ":%d", ntohs(a.sin_port));
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        room = pthread_create(&t, &attr, handshake, h) == 0;
+        pthread_attr_destroy(&attr);
+        if (room)
+            return;
+        pthread_mutex_lock(&s->lock);
+        s->handshakes--;
+        pthread_mutex_unlock(&s->lock);
+    }
+    free(h);
+    close(fd);
+}
+
+static void add_conn(ddp_store *s, int fd) {
+    if (s->nconns == s->capconns) {
+        int cap = s->capconns ? 2 * s->capconns : 16;
+        Conn *grown = realloc(s->conns, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            close(fd);
+            return;
+        }
+        s->conns = grown;
+        s->capconns = cap;
+    }
+    Conn *k = &s->conns[s->nconns++];
+    memset(k, 0, sizeof *k);
+    k->fd = fd;
+    k->rank = -1;
+    k->last_heard = ddp_now_ms();
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    if (getpeername(fd, (struct sockaddr *)&a, &alen) == 0) {
+        inet_ntop(AF_INET, &a.sin_addr, k->address, sizeof k->address);
+        snprintf(k->peer, sizeof k->peer, "%.46s:%d", k->address, ntohs(a.sin_port));
+    }
+    if (s->refusal[0])
+        queue_text(s, s->nconns - 1, DDP_MSG_REFUSED, s->refusal);
+}
+
+/* ------------------------------------------------------------- rendezvous */
+
+/* The first line of `setting` lines where a and b differ, or NULL. */
+static const char *first_difference(const char *a, const char *b, char *name, size_t len) {
+    const char *p = strstr(a, "\nsetting "), *q = strstr(b, "\nsetting ");
+    while (p && q) {
+        const char *pe = strchr(p + 1, '\n'), *qe = strchr(q + 1, '\n');
+        size_t pl = pe ? (size_t)(pe - p) : strlen(p), ql = qe ? (size_t)(qe - q) : strlen(q);
+        if (pl != ql || memcmp(p, q, pl) != 0) {
+            const char *n = p + 9, *end = strchr(n, ' ');
+            size_t nl = end && (size_t)(end - n) < len ? (size_t)(end - n) : 0;
+            memcpy(name, n, nl);
+            name[nl] = 0;
+            return p;
+        }
+        p = pe, q = qe;
+    }
+    if (p || q) {
+        snprintf(name, len, "%s", "the list of settings");
+        return p ? p : q;
+    }
+    return NULL;
+}
+
+static void setting_value(const char *join, const char *name, char *out, size_t len) {
+    char key[160];
+    snprintf(key, sizeof key, "setting %s", name);
+    if (!ddp_text_field(join, key, out, len))
+        snprintf(out, len, "(none)");
+}
+
+/* Every worker has joined: the same program and settings, then the table. */
+static void finish_rendezvous(ddp_store *s) {
+    int world = s->cfg.world;
+    const char *reference = s->workers[0].join;
+    char name[128], theirs[512], ours[512], text[TEXT];
+    for (int r = 1; r < world; r++) {
+        if (!first_difference(s->workers[r].join, reference, name, sizeof name))
+            continue;
+        setting_value(s->workers[r].join, name, theirs, sizeof theirs);
+        setting_value(reference, name, ours, sizeof ours);
+        if (strcmp(name, "program") == 0)
+            snprintf(text, sizeof text, "rank %d on %s runs another program (hash %s) than rank 0 on %s (%s): start "
+                     "the same program on every worker", r, s->workers[r].host, theirs, s->workers[0].host, ours);
+        else
+            snprintf(text, sizeof text, "rank %d on %s runs with %s = %s, and rank 0 on %s with %s = %s: every "
+                     "worker needs the same program, flags and data", r, s->workers[r].host, name, theirs,
+                     s->workers[0].host, name, ours);
+        refuse_all(s, text);
+        return;
+    }
+    char *table = malloc((size_t)world * 400 + 256);
+    if (!table) {
+        refuse_all(s, "the coordinator ran out of memory");
+        return;
+    }
+    size_t n = (size_t)sprintf(table, "world %d\nkey ", world);
+    for (int i = 0; i < 32; i++)
+        n += (size_t)sprintf(table + n, "%02x", s->ring_key[i]);
+    for (int r = 0; r < world; r++) {
+        Worker *w = &s->workers[r];
+        char address[64], port[16] = "0";
+        if (!ddp_text_field(w->join, "address", address, sizeof address) || !address[0])
+            snprintf(address, sizeof address, "%s", s->conns[w->conn].address);
+        ddp_text_field(w->join, "port", port, sizeof port);
+        n += (size_t)sprintf(table + n, "\nworker %d %s %s %.255s", r, address, port, w->host);
+    }
+    for (int r = 0; r < world; r++)
+        queue(s, s->workers[r].conn, DDP_MSG_TABLE, table, n);
+    free(table);
+    s->table_sent = true;
+}
+
+/* HELLO: rank, world, host. */
+static bool hello(ddp_store *s, int c, const char *text) {
+    Conn *k = &s->conns[c];
+    int64_t rank, world;
+    char host[256] = "?", msg[TEXT];
+    ddp_text_field(text, "host", host, sizeof host);
+    if (!ddp_text_number(text, "rank", &rank) || !ddp_text_number(text, "world", &world))
+        return false;
+    if (world != s->cfg.world) {
+        snprintf(msg, sizeof msg, "the worker on %s was started for a job of %lld workers, and the coordinator's "
+                 "job has %d: start every worker with the same world size", host, (long long)world, s->cfg.world);
+        queue_text(s, c, DDP_MSG_REFUSED, msg);
+        return true;
+    }
+    if (rank < 0 || rank >= world)
+        return false;
+    Worker *w = &s->workers[rank];
+    if (w->conn >= 0 || w->lost || w->join) {
+        snprintf(msg, sizeof msg, "two workers claim rank %lld: one on %s and one on %s (%s): every worker "
+                 "needs its own rank", (long long)rank, w->host, host, k->peer);
+        if (!s->table_sent) /* a job already running goes on; the newcomer alone is refused */
+            refuse_all(s, msg);
+        queue_text(s, c, DDP_MSG_REFUSED, msg);
+        return true;
+    }
+    k->rank = (int)rank;
+    w->conn = c;
+    w->seen = true;
+    snprintf(w->host, sizeof w->host, "%s", host);
+    if (s->failure[0])
+        queue_text(s, c, DDP_MSG_LOST, s->failure);
+    return true;
+}
+
+/* ------------------------------------------------------------ the store */
+
+static Entry *find_entry(ddp_store *s, const char *key) {
+    for (int i = 0; i < s->nentries; i++)
+        if (strcmp(s->entries[i].key, key) == 0)
+            return &s->entries[i];
+    return NULL;
+}
+
+/* SET: "key\0value" */
+static bool set_value(ddp_store *s, ddp_frame *f) {
+    size_t klen = strnlen(f->data, f->len);
+    if (klen == f->len || klen == 0)
+        return false;
+    Entry *e = find_entry(s, f->data);
+    if (!e) {
+        Entry *grown = realloc(s->entries, sizeof *grown * (size_t)(s->nentries + 1));
+        if (!grown)
+            return false;
+        s->entries = grown;
+        e = &s->entries[s->nentries++];
+        e->key = strdup(f->data);
+    } else {
+        ddp_frame_free(&e->value);
+    }
+    e->value.len = f->len - klen - 1;
+    e->value.data = malloc(e->value.len + 1);
+    if (!e->key || !e->value.data)
+        return false;
+    memcpy(e->value.data, f->data + klen + 1, e->value.len);
+    for (int i = 0; i < s->npending;) {
+        Pending *p = &s->pending[i];
+        if (strcmp(p->key, e->key) != 0) {
+            i++;
+            continue;
+        }
+        queue(s, p->conn, DDP_MSG_VALUE, e->value.data, e->value.len);
+        free(p->key);
+        *p = s->pending[--s->npending];
+    }
+    return true;
+}
+
+static bool get_value(ddp_store *s, int c, const char *key) {
+    Entry *e = find_entry(s, key);
+    if (e) {
+        queue(s, c, DDP_MSG_VALUE, e->value.data, e->value.len);
+        return true;
+    }
+    Pending *grown = realloc(s->pending, sizeof *grown * (size_t)(s->npending + 1));
+    if (!grown)
+        return false;
+    s->pending = grown;
+    s->pending[s->npending++] = (Pending){c, strdup(key)};
+    return true;
+}
+
+/* ------------------------------------------------------------- the loop */
+
+/* One frame from connection c; false: a protocol error, the connection is dropped. */
+static bool handle(ddp_store *s, int c, ddp_frame *f) {
+    Conn *k = &s->conns[c];
+    k->last_heard = ddp_now_ms();
+    if (f->type == DDP_MSG_HELLO)
+        return k->rank < 0 && hello(s, c, f->data);
+    if (k->rank < 0) /* a worker refused at its HELLO beats and says goodbye; no more */
+        return f->type == DDP_MSG_BEAT || f->type == DDP_MSG_ABORT || f->type == DDP_MSG_BYE;
+    Worker *w = &s->workers[k->rank];
+    switch (f->type) {
+    case DDP_MSG_BEAT: return true;
+    case DDP_MSG_JOIN:
+        if (k->joined)
+            return false;
+        k->joined = true;
+        w->join = strdup(f->data);
+        if (w->join && ++s->joined == s->cfg.world && !s->refusal[0])
+            finish_rendezvous(s);
+        return w->join != NULL;
+    case DDP_MSG_SET: return set_value(s, f);
+    case DDP_MSG_GET: return get_value(s, c, f->data);
+    case DDP_MSG_ABORT: {
+        char reason[TEXT];
+        snprintf(reason, sizeof reason, "it failed: %.3000s", f->data);
+        lose(s, k->rank, reason);
+        k->left = true;
+        return true;
+    }
+    case DDP_MSG_BYE: k->left = true; return true;
+    default: return false;
+    }
+}
+
+static void read_conn(ddp_store *s, int c) {
+    for (;;) {
+        ddp_frame f = {0};
+        const char *problem;
+        int got = ddp_reader_feed(&s->conns[c].in, s->conns[c].fd, DDP_WIRE_MAX, &f, &problem);
+        if (got == 0)
+            return;
+        Conn *k = &s->conns[c];
+        if (got == 1) {
+            bool ok = handle(s, c, &f);
+            ddp_frame_free(&f);
+            if (ok)
+                continue;
+            log_line(s, "dropped %s (rank %d): it broke the protocol", k->peer, k->rank);
+        } else if (got == -2) {
+            log_line(s, "dropped %s (rank %d): %s", k->peer, k->rank, problem);
+        }
+        int rank = k->rank;
+        bool silent_exit = k->left;
+        drop(s, c);
+        if (rank >= 0 && !silent_exit)
+            lose(s, rank, "its connection closed: the process ended or was killed");
+        return;
+    }
+}
+
+static void tick(ddp_store *s) {
+    double now = ddp_now_ms();
+    if (now - s->last_beat >= s->cfg.beat_ms) {
+        char clock[32];
+        snprintf(clock, sizeof clock, "%.3f", now);
+        for (int c = 0; c < s->nconns; c++)
+            if (s->conns[c].fd >= 0 && s->conns[c].rank >= 0)
+                queue_text(s, c, DDP_MSG_BEAT, clock);
+        s->last_beat = now;
+    }
+    for (int c = 0; c < s->nconns; c++) {
+        Conn *k = &s->conns[c];
+        if (k->fd >= 0 && k->rank >= 0 && !k->left && now - k->last_heard > s->cfg.peer_timeout_ms) {
+            char why[160];
+            snprintf(why, sizeof why, "it has not answered for %d s (frozen, or its host unreachable; "
+                     "--peer-timeout)", s->cfg.peer_timeout_ms / 1000);
+            lose(s, k->rank, why);
+            k->last_heard = now; /* told once; the connection stays for its goodbye */
+        }
+    }
+    if (!s->table_sent && !s->refusal[0] && now > s->cfg.join_deadline) {
+        char text[TEXT];
+        int n = snprintf(text, sizeof text, "not every worker joined within %d s (--rendezvous-timeout): missing ",
+                         s->cfg.rendezvous_timeout_s), missing = 0;
+        for (int r = 0; r < s->cfg.world && n < (int)sizeof text - 80; r++)
+            if (!s->workers[r].join)
+                n += snprintf(text + n, sizeof text - (size_t)n, "%srank %d%s", missing++ ? ", " : "", r,
+                              s->workers[r].conn >= 0 ? " (connected, still starting)" : "");
+        if (n >= (int)sizeof text - 80)
+            snprintf(text + n, sizeof text - (size_t)n, ", ...");
+        refuse_all(s, text);
+    }
+}
+
+/* Everyone is gone, or told: a job that never formed waits for every rank to have
+ * come and heard why, so late workers are not left to their rendezvous timeout. */
+static bool everyone_left(const ddp_store *s) {
+    for (int r = 0; !s->table_sent && (s->refusal[0] || s->failure[0]) && r < s->cfg.world; r++)
+        if (!s->workers[r].seen)
+            return false;
+    for (int c = 0; c < s->nconns; c++)
+        if (s->conns[c].fd >= 0 && s->conns[c].rank >= 0 && !s->conns[c].left && !s->workers[s->conns[c].rank].lost)
+            return false;
+    return true;
+}
+
+static void *serve(void *arg) {
+    pthread_setname_np(pthread_self(), "ddp-coordinator");
+    ddp_store *s = arg;
+    struct pollfd *fds = NULL;
+    int cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        bool stopping = s->stopping;
+        double deadline = s->stop_deadline;
+        pthread_mutex_unlock(&s->lock);
+        s->stop_seen = stopping;
+        if (stopping && (everyone_left(s) || ddp_now_ms() > deadline))
+            break;
+        if (cap < s->nconns + 2) {
+            cap = 2 * (s->nconns + 2);
+            struct pollfd *grown = realloc(fds, sizeof *fds * (size_t)cap);
+            if (!grown)
+                break;
+            fds = grown;
+        }
+        fds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+        fds[1] = (struct pollfd){.fd = s->cfg.listener, .events = POLLIN};
+        for (int c = 0; c < s->nconns; c++)
+            fds[c + 2] = (struct pollfd){.fd = s->conns[c].fd,
+                                         .events = (short)(POLLIN | (s->conns[c].out_len ? POLLOUT : 0))};
+        int n = s->nconns + 2;
+        poll(fds, (nfds_t)n, 100);
+        if (fds[0].revents & POLLIN) {
+            int fd;
+            while (read(s->wake[0], &fd, sizeof fd) == (ssize_t)sizeof fd)
+                if (fd >= 0)
+                    add_conn(s, fd);
+        }
+        if (fds[1].revents & POLLIN)
+            accept_new(s);
+        for (int c = 0; c < n - 2; c++) {
+            if (s->conns[c].fd < 0)
+                continue;
+            if (fds[c + 2].revents & (POLLIN | POLLHUP | POLLERR))
+                read_conn(s, c);
+            if (s->conns[c].fd >= 0)
+                flush_out(&s->conns[c]);
+        }
+        tick(s);
+        for (int c = 0; c < s->nconns; c++)
+            if (s->conns[c].fd >= 0)
+                flush_out(&s->conns[c]);
+    }
+    free(fds);
+    return NULL;
+}
+
+/* ---------------------------------------------------------- start, stop */
+
+ddp_store *ddp_store_start(const ddp_store_config *cfg, char *err, size_t errlen) {
+    ddp_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        ddp_fail(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    s->workers = calloc((size_t)cfg->world, sizeof *s->workers);
+    pthread_mutex_init(&s->lock, NULL);
+    bool ok = s->workers && pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) == 0 &&
+              ddp_random_bytes(s->ring_key, sizeof s->ring_key);
+    for (int r = 0; ok && r < cfg->world; r++)
+        s->workers[r].conn = -1;
+    if (ok && pthread_create(&s->thread, NULL, serve, s) == 0)
+        return s;
+    ddp_fail(err, errlen, "cannot start the coordinator: %s", strerror(errno));
+    free(s->workers);
+    free(s);
+    return NULL;
+}
+
+void ddp_store_stop(ddp_store *s, double deadline) {
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    s->stop_deadline = deadline;
+    pthread_mutex_unlock(&s->lock);
+    int stop = -1;
+    (void)!write(s->wake[1], &stop, sizeof stop);
+    pthread_join(s->thread, NULL);
+    /* handshakes still running hold s: wait for them (each ends within its deadline) */
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        int running = s->handshakes;
+        pthread_mutex_unlock(&s->lock);
+        if (!running)
+            break;
+        usleep(10000);
+    }
+    int fd;
+    while (read(s->wake[0], &fd, sizeof fd) == (ssize_t)sizeof fd)
+        if (fd >= 0)
+            close(fd);
+    for (int c = 0; c < s->nconns; c++) {
+        flush_out(&s->conns[c]);
+        drop(s, c);
+    }
+    for (int r = 0; r < s->cfg.world; r++)
+        free(s->workers[r].join);
+    for (int i = 0; i < s->nentries; i++) {
+        free(s->entries[i].key);
+        ddp_frame_free(&s->entries[i].value);
+    }
+    for (int i = 0; i < s->npending; i++)
+        free(s->pending[i].key);
+    close(s->wake[0]);
+    close(s->wake[1]);
+    close(s->cfg.listener);
+    pthread_mutex_destroy(&s->lock);
+    free(s->entries);
+    free(s->pending);
+    free(s->conns);
+    free(s->workers);
+    free(s);
+}

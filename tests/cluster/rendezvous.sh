@@ -1,0 +1,137 @@
+#!/bin/sh
+# rendezvous.sh PROGRAMS: the job's forming, with workers started by hand. Every worker
+# must prove it holds the job's secret; a stray or malformed connection to the
+# coordinator is refused and logged and the job forms all the same; workers that run
+# another program, other flags, or claim one rank twice are refused, every worker
+# told the same; a worker whose data fails tells the others, who stop at once instead
+# of waiting for the rendezvous timeout; proxy variables play no part (S15);
+# --interface picks the address the others use.
+set -u
+programs=$1
+dir=$(mktemp -d)
+pids=""
+trap 'kill -KILL $pids 2>/dev/null; rm -rf "$dir"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+printf 'x0,x1,x2,x3,label\n' > "$dir/tiny.csv"
+for i in $(seq 1 48); do echo "$i,0,1,2,$((i % 3))" >> "$dir/tiny.csv"; done
+cp "$dir/tiny.csv" "$dir/tiny_check.csv"
+mkdir "$dir/empty"
+port=$(( 23000 + $$ % 9000 * 3 ))
+export DDP_SECRET=rendezvous-test
+
+# worker RANK WORLD [VAR=VALUE...] [-- PROGRAM] [FLAGS...]: one worker in the background
+worker() {
+    rank=$1 world=$2 program=$programs/tiny
+    shift 2
+    vars=""
+    while [ $# -gt 0 ] && [ "${1#*=}" != "$1" ] && [ "${1#-}" = "$1" ]; do vars="$vars $1"; shift; done
+    [ "${1:-}" = "--" ] && { program=$2; shift 2; }
+    # shellcheck disable=SC2086
+    env DDP_RANK=$rank DDP_WORLD_SIZE=$world DDP_COORDINATOR=127.0.0.1:$port $vars "$program" --data-root "$dir" \
+        --threads 1 --rendezvous-timeout 4 --peer-timeout 3 "$@" > "$dir/out.$rank" 2> "$dir/err.$rank" &
+    pids="$pids $!"
+}
+
+# finish N: waits for the job's N workers; their statuses in $statuses
+finish() {
+    statuses=""
+    for p in $pids; do
+        wait "$p"
+        statuses="$statuses $?"
+    done
+    pids=""
+    statuses=${statuses# }
+}
+
+# check WHAT STATUSES RANK PATTERN: the statuses, and rank's stderr saying PATTERN
+check() {
+    if [ "$statuses" = "$2" ] && grep -q -- "$4" "$dir/err.$3"; then
+        echo "ok: $1: statuses $statuses; rank $3: $(grep -m 1 -- "$4" "$dir/err.$3" | cut -c1-300)"
+    else
+        fail "$1: statuses $statuses (wanted $2), rank $3 not saying \"$4\":"
+        cat "$dir"/err.*
+    fi
+}
+
+next_job() { port=$((port + 3)); rm -f "$dir"/err.* "$dir"/out.*; }
+
+next_job
+worker 0 2 --epochs 2
+worker 1 2 --epochs 3
+finish
+check "other flags" "1 1" 1 "the job cannot start: rank 1 on $(hostname) runs with epochs = 3, and rank 0 on $(hostname) with epochs = 2"
+
+next_job
+worker 0 2
+worker 1 2 -- "$programs/tiny_env"
+finish
+check "another program" "1 1" 0 "rank 1 on $(hostname) runs another program (hash [0-9a-f]*) than rank 0"
+
+next_job
+worker 0 3
+worker 1 3
+worker 1 3
+sleep 1 # both claims come before the job is whole
+worker 2 3
+finish
+check "one rank claimed twice" "1 1 1 1" 0 "two workers claim rank 1"
+
+next_job
+worker 0 2
+worker 1 2 DDP_SECRET=another
+finish
+check "another secret (the intruder)" "1 1" 1 "the coordinator at 127.0.0.1:$port: it did not accept this worker's proof"
+check "another secret (the coordinator)" "1 1" 0 "refused a connection from 127.0.0.1:[0-9]*: its proof does not match"
+check "another secret (the rendezvous)" "1 1" 0 "not every worker joined within 4 s (--rendezvous-timeout): missing rank 1"
+
+# strays at the coordinator's port before the second worker comes: an HTTP request, a
+# frame from another version, a frame of 2 GB, a connection that says nothing
+next_job
+worker 0 2 --epochs 2
+python3 - "$port" <<'EOF'
+import socket, struct, sys, time
+port = int(sys.argv[1])
+def knock(data):
+    for _ in range(100):
+        try:
+            s = socket.create_connection(("127.0.0.1", port))
+            break
+        except OSError:
+            time.sleep(0.05)
+    s.sendall(data)
+    return s
+strays = [knock(b""), knock(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+          knock(struct.pack("<IHHII", 0x77504444, 99, 2, 16, 0) + b"x" * 16),
+          knock(struct.pack("<IHHII", 0x77504444, 1, 2, 2**31, 0))]
+time.sleep(0.5)
+EOF
+worker 1 2 http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 all_proxy=socks5://127.0.0.1:9 \
+    HTTP_PROXY=http://127.0.0.1:9 no_proxy=none --epochs 2
+finish
+check "strays refused, the job formed (and proxies ignored)" "0 0" 0 "refused a connection from 127.0.0.1:[0-9]*: it does not speak ddp's protocol"
+check "a frame from another version" "0 0" 0 "it speaks another version of ddp's protocol"
+check "a frame too large" "0 0" 0 "it sent a frame larger than allowed"
+grep -q "^done:" "$dir/out.0" || fail "strays: worker 0 did not finish training"
+
+next_job
+worker 0 2
+worker 1 2 --data-root "$dir/empty"
+start=$(date +%s)
+finish
+took=$(( $(date +%s) - start ))
+check "data missing on rank 1 (rank 1)" "3 1" 1 "tiny.csv: no such file"
+check "data missing on rank 1 (rank 0, after $took s)" "3 1" 0 "lost rank 1 on $(hostname): it failed: .*tiny.csv: no such file"
+[ "$took" -le 3 ] || fail "the others waited $took s for a worker that had failed"
+
+next_job
+worker 0 2 --interface lo
+worker 1 2 --interface lo
+finish
+if [ "$statuses" = "0 0" ]; then echo "ok: --interface lo"; else fail "--interface lo: $statuses"; cat "$dir"/err.*; fi
+next_job
+worker 0 2 --interface ddp-no-such-if
+worker 1 2 --interface ddp-no-such-if
+finish
+check "--interface that is not there" "1 1" 0 "--interface ddp-no-such-if: this machine has no such interface with an IPv4 address (it has lo"
+[ "$failures" -eq 0 ]
