@@ -9,10 +9,12 @@
  * on every validation sample, the last batch kept whatever its size.
  *
  * With several workers (S1) each trains on its shard of every global batch; the
- * gradients, and the accumulators behind every figure, are summed over the ring
- * before anyone looks at them, so every worker takes the same decisions (S11, S12);
- * batch normalisation's running statistics are averaged before validation and saving;
- * only worker 0 prints and writes files. */
+ * gradients (bucket by bucket, by the communication thread while backward runs), and
+ * the accumulators behind every figure, are summed over the ring before anyone looks
+ * at them, so every worker takes the same decisions (S11, S12); batch normalisation's
+ * running statistics are averaged before validation and saving; only worker 0 prints
+ * and writes files. With --trace every phase of every step is a span, and worker 0
+ * gathers every worker's spans into the file at the end. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -68,15 +68,23 @@ expect_lost() {
     wait "$(pid_of "$victim")" 2>/dev/null
 }
 
-# strike SIGNAL RANK WHAT: three workers, RANK hit mid-epoch
+# strike SIGNAL RANK WHAT [FLAGS]: three workers, RANK hit mid-epoch
 strike() {
-    start_workers 3
+    signal=$1 victim_rank=$2 what=$3
+    shift 3
+    start_workers 3 "$@"
     wait_training || return
-    kill -"$1" "$(pid_of "$2")"
-    expect_lost "$3" "$2"
+    kill -"$signal" "$(pid_of "$victim_rank")"
+    expect_lost "$what" "$victim_rank"
 }
 
-strike KILL 1 "rank 1 killed"
+strike KILL 1 "rank 1 killed" --save "$dir/last.safetensors"
+if [ -s "$dir/last.safetensors" ] && grep -q "The parameters from before it are in $dir/last.safetensors" "$dir/err.0"
+then
+    echo "ok: worker 0 saved the parameters from before the lost step"
+else
+    fail "worker 0 did not save the parameters from before the lost step"
+fi
 strike STOP 1 "rank 1 frozen"
 strike KILL 0 "the coordinator killed"
 strike STOP 0 "the coordinator frozen"
