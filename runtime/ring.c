@@ -5,11 +5,12 @@
  * chunk is summed along the ring in one order by one worker and then copied to the
  * others, so all workers hold bit-identical sums. Each step sends and receives at once
  * over non-blocking sockets in slices of a few hundred KB, so no chunk size can
- * deadlock two workers both blocked sending. Every step starts with a header carrying
- * the collective's sequence number, the step and the byte count; a neighbour that sent
- * anything else is reported, never guessed at. Proxy settings play no part: these are
- * plain sockets to the addresses the rendezvous gave (S15), and each connection
- * proves at once that it holds the key the coordinator drew for this job.
+ * deadlock two workers both blocked sending, and the terms received are summed slice
+ * by slice while the rest are still coming. Every step's stream starts with a header
+ * carrying the collective's sequence number, the step and the byte count; a neighbour
+ * that sent anything else is reported, never guessed at. Proxy settings play no part:
+ * these are plain sockets to the addresses the rendezvous gave (S15), and each
+ * connection proves at once that it holds the key the coordinator drew for this job.
  *
  * The ring has no clock of its own once a link watches the job: a neighbour slow to
  * send (a long step) is not a fault; the heartbeat decides who is lost. */
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "runtime.h"
@@ -39,8 +41,7 @@ struct ddp_ring {
     int timeout_ms;             /* with no progress at all */
     int lost;                   /* the rank that died or froze, or -1 */
     char (*hosts)[128];         /* by rank, for messages */
-    void *scratch;
-    size_t scratch_bytes;
+    void *scratch;              /* a slice of a neighbour's terms, on their way into the sums */
     uint64_t bytes_sent;
     ddp_link *link;             /* whose news of a lost worker ends a collective; NULL */
 };
@@ -60,16 +61,40 @@ static bool set_nonblocking(int fd) {
 
 /* ------------------------------------------------------------- exchange */
 
-/* One direction of an exchange: a buffer moved in slices. */
+/* One step's traffic in one direction: the header, then the payload, as one stream,
+ * so a small step costs one send and no extra round trip. Received, the header is
+ * checked before a byte of the payload is taken. With sum_into, the payload is not
+ * kept: each slice is added into sum_into as it lands in the ring's scratch (a
+ * slice's size, so it is still in cache), while the rest is on its way. */
 typedef struct Flow {
-    int fd;
-    char *data;
-    size_t len, done;
+    int fd;                     /* -1: nothing to move this way */
+    StepHeader header;          /* sent, or received */
+    char *data;                 /* the payload, or NULL with sum_into */
+    size_t len;                 /* of the payload */
+    size_t done;                /* bytes moved, the header's included */
+    void *sum_into;             /* received payload added here (f32 or f64) */
+    bool f64;
+    size_t summed, carried;     /* payload bytes added; bytes of a split value kept at the scratch's start */
 } Flow;
 
-/* Moves out.len bytes to the next worker while receiving in.len from the one
- * before, whichever is ready, until both are done; false with a message naming the
- * neighbour when it stops answering, closes or fails. */
+static size_t flow_total(const Flow *f) {
+    return f->fd < 0 ? 0 : sizeof f->header + f->len;
+}
+
+static void add_into(void *dst, const void *src, size_t n, bool f64) {
+    if (f64) {
+        double *d = dst;
+        const double *s = src;
+        for (size_t i = 0; i < n; i++)
+            d[i] += s[i];
+    } else {
+        float *d = dst;
+        const float *s = src;
+        for (size_t i = 0; i < n; i++)
+            d[i] += s[i];
+    }
+}
+
 /* A neighbour is gone: remembered for the exit status, and named with its host. The
  * first worker lost may be another (a neighbour stops because its own neighbour
  * died), so the coordinator's word is awaited a moment and preferred. */
@@ -86,101 +111,133 @@ static bool lose(ddp_ring *r, int rank, const char *what, const char *how, char 
     return ddp_fail(err, errlen, "%s: lost rank %d on %s: %s", what, rank, rank >= 0 ? r->hosts[rank] : "?", how);
 }
 
-/* Moves out.len bytes to the next worker while receiving in.len from the one
- * before, whichever is ready, until both are done; false with a message naming the
- * neighbour when it stops answering, closes or fails, or the worker the link says
- * was lost. */
-static bool exchange(ddp_ring *r, Flow out, Flow in, const char *what, char *err, size_t errlen) {
+/* Sends what the socket takes of the rest of `out`, at most a slice: > 0 bytes sent,
+ * 0 none for now, -1 a failure (errno). */
+static ssize_t send_some(ddp_ring *r, Flow *out) {
+    struct iovec iov[2];
+    int n = 0;
+    size_t h = sizeof out->header, payload = out->done > h ? out->done - h : 0, rest = out->len - payload;
+    if (out->done < h)
+        iov[n++] = (struct iovec){(char *)&out->header + out->done, h - out->done};
+    if (rest > 0)
+        iov[n++] = (struct iovec){out->data + payload, rest < SLICE ? rest : SLICE};
+    ssize_t k = sendmsg(out->fd, &(struct msghdr){.msg_iov = iov, .msg_iovlen = (size_t)n}, MSG_NOSIGNAL);
+    if (k < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    out->done += (size_t)k;
+    r->bytes_sent += (uint64_t)k;
+    return k;
+}
+
+/* Receives what has come of `in`, at most a slice (the header alone first): > 0 bytes,
+ * 0 none for now, -1 a failure (errno), -2 the neighbour closed its end. */
+static ssize_t receive_some(ddp_ring *r, Flow *in) {
+    size_t h = sizeof in->header;
+    char *to;
+    size_t room;
+    if (in->done < h) {
+        to = (char *)&in->header + in->done;
+        room = h - in->done;
+    } else if (in->sum_into) {
+        to = (char *)r->scratch + in->carried;
+        room = in->len - (in->done - h);
+        room = room < SLICE ? room : SLICE;
+    } else {
+        to = in->data + (in->done - h);
+        room = in->len - (in->done - h);
+        room = room < SLICE ? room : SLICE;
+    }
+    ssize_t k = recv(in->fd, to, room, 0);
+    if (k == 0)
+        return -2;
+    if (k < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    bool payload = in->done >= h;
+    in->done += (size_t)k;
+    if (payload && in->sum_into) { /* add every whole value that came; keep a split one for later */
+        size_t es = in->f64 ? 8 : 4, have = in->carried + (size_t)k, whole = have / es * es;
+        add_into((char *)in->sum_into + in->summed, r->scratch, whole / es, in->f64);
+        in->summed += whole;
+        in->carried = have - whole;
+        memmove(r->scratch, (char *)r->scratch + whole, in->carried);
+    }
+    return k;
+}
+
+/* The header that came is the one this worker expects, or the neighbour is out of step. */
+static bool check_header(ddp_ring *r, const Flow *in, uint32_t index, const char *what, char *err, size_t errlen) {
+    const StepHeader *h = &in->header;
+    if (h->magic == STEP_MAGIC && h->sequence == r->sequence && h->step == index && h->bytes == in->len)
+        return true;
+    return ddp_fail(err, errlen, "%s: rank %d is out of step: it sent collective %llu step %u of %llu bytes, "
+                                 "and this worker expected collective %llu step %u of %zu bytes",
+                    what, (r->rank + r->world - 1) % r->world, (unsigned long long)h->sequence, h->step,
+                    (unsigned long long)h->bytes, (unsigned long long)r->sequence, index, in->len);
+}
+
+/* Step `index` of the current collective: sends `out` to the next worker while
+ * receiving `in` from the one before, whichever is ready (so no size can deadlock two
+ * workers both sending), until both are done; false with a message naming the
+ * neighbour when it stops answering, closes, fails or is out of step, or the worker
+ * the link says was lost. Each side is tried at once and poll waits only when neither
+ * moved, so a small step costs no more than its two system calls. */
+static bool step(ddp_ring *r, uint32_t index, Flow out, Flow in, const char *what, char *err, size_t errlen) {
+    int prev = (r->rank + r->world - 1) % r->world, next = (r->rank + 1) % r->world;
+    size_t out_total = flow_total(&out), in_total = flow_total(&in);
+    out.header = (StepHeader){STEP_MAGIC, index, r->sequence, out.len};
     double last = ddp_now_ms();
     char how[160];
-    int prev = (r->rank + r->world - 1) % r->world, next = (r->rank + 1) % r->world;
-    while (out.done < out.len || in.done < in.len) {
-        struct pollfd fds[3] = {{.fd = out.done < out.len ? out.fd : -1, .events = POLLOUT},
-                                {.fd = in.done < in.len ? in.fd : -1, .events = POLLIN},
+    while (out.done < out_total || in.done < in_total) {
+        bool moved = false;
+        if (out.done < out_total) {
+            ssize_t k = send_some(r, &out);
+            if (k < 0)
+                return lose(r, next, what, strerror(errno), err, errlen);
+            moved |= k > 0;
+        }
+        if (in.done < in_total) {
+            bool had_header = in.done >= sizeof in.header;
+            ssize_t k = receive_some(r, &in);
+            if (k == -2)
+                return lose(r, prev, what, "it closed the connection", err, errlen);
+            if (k < 0)
+                return lose(r, prev, what, strerror(errno), err, errlen);
+            if (!had_header && in.done >= sizeof in.header && !check_header(r, &in, index, what, err, errlen))
+                return false;
+            moved |= k > 0;
+        }
+        if (moved) {
+            last = ddp_now_ms();
+            continue;
+        }
+        struct pollfd fds[3] = {{.fd = out.done < out_total ? out.fd : -1, .events = POLLOUT},
+                                {.fd = in.done < in_total ? in.fd : -1, .events = POLLIN},
                                 {.fd = ddp_link_wake_fd(r->link), .events = POLLIN}};
         int ready = poll(fds, 3, 1000);
         if (ready < 0 && errno != EINTR)
             return ddp_fail(err, errlen, "%s: poll: %s", what, strerror(errno));
         if (fds[2].revents)
             return lose(r, -1, what, "", err, errlen);
-        if (ready <= 0) {
-            if (r->timeout_ms <= 0 || ddp_now_ms() - last <= r->timeout_ms)
-                continue;
+        if (ready <= 0 && r->timeout_ms > 0 && ddp_now_ms() - last > r->timeout_ms) {
             snprintf(how, sizeof how, "it has not %s anything for %d s (--peer-timeout)",
-                     in.done < in.len ? "sent" : "received", r->timeout_ms / 1000);
-            return lose(r, in.done < in.len ? prev : next, what, how, err, errlen);
-        }
-        if (fds[0].revents) {
-            size_t n = out.len - out.done < SLICE ? out.len - out.done : SLICE;
-            ssize_t k = send(out.fd, out.data + out.done, n, MSG_NOSIGNAL);
-            if (k < 0 && errno != EAGAIN && errno != EINTR)
-                return lose(r, next, what, strerror(errno), err, errlen);
-            if (k > 0) {
-                out.done += (size_t)k;
-                r->bytes_sent += (uint64_t)k;
-                last = ddp_now_ms();
-            }
-        }
-        if (fds[1].revents) {
-            size_t n = in.len - in.done < SLICE ? in.len - in.done : SLICE;
-            ssize_t k = recv(in.fd, in.data + in.done, n, 0);
-            if (k == 0)
-                return lose(r, prev, what, "it closed the connection", err, errlen);
-            if (k < 0 && errno != EAGAIN && errno != EINTR)
-                return lose(r, prev, what, strerror(errno), err, errlen);
-            if (k > 0) {
-                in.done += (size_t)k;
-                last = ddp_now_ms();
-            }
+                     in.done < in_total ? "sent" : "received", r->timeout_ms / 1000);
+            return lose(r, in.done < in_total ? prev : next, what, how, err, errlen);
         }
     }
     return true;
-}
-
-/* One step: the header, checked, then the payloads. */
-static bool step(ddp_ring *r, uint32_t index, const void *out, size_t out_len, void *in, size_t in_len,
-                 const char *what, char *err, size_t errlen) {
-    StepHeader mine = {STEP_MAGIC, index, r->sequence, out_len}, theirs;
-    if (!exchange(r, (Flow){r->next_fd, (char *)&mine, sizeof mine, 0}, (Flow){r->prev_fd, (char *)&theirs,
-                                                                               sizeof theirs, 0},
-                  what, err, errlen))
-        return false;
-    if (theirs.magic != STEP_MAGIC || theirs.sequence != r->sequence || theirs.step != index ||
-        theirs.bytes != in_len)
-        return ddp_fail(err, errlen, "%s: rank %d is out of step: it sent collective %llu step %u of %llu bytes, "
-                                     "and this worker expected collective %llu step %u of %zu bytes",
-                        what, (r->rank + r->world - 1) % r->world, (unsigned long long)theirs.sequence,
-                        theirs.step, (unsigned long long)theirs.bytes, (unsigned long long)r->sequence, index, in_len);
-    return exchange(r, (Flow){r->next_fd, (char *)out, out_len, 0}, (Flow){r->prev_fd, in, in_len, 0}, what, err,
-                    errlen);
 }
 
 /* ----------------------------------------------------------- collectives */
 
-static bool grow_scratch(ddp_ring *r, size_t bytes) {
-    if (bytes <= r->scratch_bytes)
-        return true;
-    void *p = realloc(r->scratch, bytes);
-    if (!p)
-        return false;
-    r->scratch = p;
-    r->scratch_bytes = bytes;
-    return true;
+static Flow sending(ddp_ring *r, const void *data, size_t len) {
+    return (Flow){.fd = r->next_fd, .data = (char *)data, .len = len};
 }
 
-static void add_into(void *dst, const void *src, int64_t n, bool f64) {
-    if (f64) {
-        double *d = dst;
-        const double *s = src;
-        for (int64_t i = 0; i < n; i++)
-            d[i] += s[i];
-    } else {
-        float *d = dst;
-        const float *s = src;
-        for (int64_t i = 0; i < n; i++)
-            d[i] += s[i];
-    }
+static Flow receiving(ddp_ring *r, void *data, size_t len) {
+    return (Flow){.fd = r->prev_fd, .data = data, .len = len};
 }
+
+static const Flow no_flow = {.fd = -1};
 
 bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, bool f64, char *err, size_t errlen) {
     int n = r->world;
@@ -192,24 +249,24 @@ bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, bool f64, char *
         r->sequence++;
         return true;
     }
-    int64_t begin[n > 0 ? n : 1], size[n > 0 ? n : 1], largest = 0;
-    for (int c = 0; c < n; c++) {
-        ddp_shard_range(count, n, c, &begin[c], &size[c]);
-        largest = size[c] > largest ? size[c] : largest;
-    }
-    if (!grow_scratch(r, (size_t)largest * es + 1))
+    if (!r->scratch && !(r->scratch = malloc(SLICE + sizeof(double))))
         return ddp_fail(err, errlen, "%s: out of memory", what);
+    int64_t begin[n], size[n];
+    for (int c = 0; c < n; c++)
+        ddp_shard_range(count, n, c, &begin[c], &size[c]);
     for (int s = 0; s < n - 1; s++) { /* reduce-scatter: chunk (rank - s - 1) gathers one more term */
         int out = (r->rank - s + n) % n, in = (r->rank - s - 1 + n) % n;
-        if (!step(r, (uint32_t)s, base + begin[out] * es, (size_t)size[out] * es, r->scratch, (size_t)size[in] * es,
-                  what, err, errlen))
+        Flow sum = receiving(r, NULL, (size_t)size[in] * es);
+        sum.sum_into = base + begin[in] * es;
+        sum.f64 = f64;
+        if (!step(r, (uint32_t)s, sending(r, base + begin[out] * es, (size_t)size[out] * es), sum, what, err,
+                  errlen))
             return false;
-        add_into(base + begin[in] * es, r->scratch, size[in], f64);
     }
     for (int s = 0; s < n - 1; s++) { /* all-gather: the finished chunks go round */
         int out = (r->rank + 1 - s + n) % n, in = (r->rank - s + n) % n;
-        if (!step(r, (uint32_t)(n - 1 + s), base + begin[out] * es, (size_t)size[out] * es, base + begin[in] * es,
-                  (size_t)size[in] * es, what, err, errlen))
+        if (!step(r, (uint32_t)(n - 1 + s), sending(r, base + begin[out] * es, (size_t)size[out] * es),
+                  receiving(r, base + begin[in] * es, (size_t)size[in] * es), what, err, errlen))
             return false;
     }
     r->sequence++;
@@ -223,23 +280,10 @@ bool ddp_ring_broadcast(ddp_ring *r, void *data, size_t bytes, int root, char *e
      * except the one before the root */
     int position = (r->rank - root + r->world) % r->world;
     for (int s = 0; s < r->world - 1; s++) {
-        bool sends = position == s, receives = position == s + 1;
-        StepHeader mine = {STEP_MAGIC, (uint32_t)s, r->sequence, bytes}, theirs;
-        Flow none = {-1, NULL, 0, 0};
-        if (sends && !exchange(r, (Flow){r->next_fd, (char *)&mine, sizeof mine, 0}, none, what, err, errlen))
+        Flow out = position == s ? sending(r, data, bytes) : no_flow;
+        Flow in = position == s + 1 ? receiving(r, data, bytes) : no_flow;
+        if ((out.fd >= 0 || in.fd >= 0) && !step(r, (uint32_t)s, out, in, what, err, errlen))
             return false;
-        if (sends && !exchange(r, (Flow){r->next_fd, data, bytes, 0}, none, what, err, errlen))
-            return false;
-        if (receives) {
-            if (!exchange(r, none, (Flow){r->prev_fd, (char *)&theirs, sizeof theirs, 0}, what, err, errlen))
-                return false;
-            if (theirs.magic != STEP_MAGIC || theirs.sequence != r->sequence || theirs.bytes != bytes)
-                return ddp_fail(err, errlen, "%s: rank %d is out of step (it sent collective %llu of %llu bytes)",
-                                what, (r->rank + r->world - 1) % r->world, (unsigned long long)theirs.sequence,
-                                (unsigned long long)theirs.bytes);
-            if (!exchange(r, none, (Flow){r->prev_fd, data, bytes, 0}, what, err, errlen))
-                return false;
-        }
     }
     r->sequence++;
     return true;
