@@ -85,7 +85,8 @@ bool ddp_auth_init(ddp_auth *a, const ddp_cluster *c, char *err, size_t errlen) 
                                      "DDP_SECRET to every worker, or start them with ddprun, which draws one");
     }
     ddp_sha256_digest(secret, strlen(secret), a->key);
-    snprintf(a->scope, sizeof a->scope, "secret");
+    /* two jobs started by hand with one secret still refuse each other's workers */
+    snprintf(a->scope, sizeof a->scope, "secret port %lld world %lld", (long long)c->port_base, (long long)c->world);
     return true;
 }
 

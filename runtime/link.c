@@ -236,7 +236,10 @@ static bool connect_coordinator(ddp_link *l, const ddp_link_config *cfg, char *e
         return ddp_fail(err, errlen, "no coordinator (rank 0) at %s within %d s (--rendezvous-timeout): %s. Is "
                                      "rank 0 running, and is this its host and port?", l->coordinator,
                         cfg->rendezvous_timeout_s, why);
-    if (!ddp_auth_connect(cfg->auth, l->fd, ddp_now_ms() + 30000, why, sizeof why))
+    /* the coordinator may be busy with strays' handshakes: wait for it until the
+     * rendezvous deadline, but give a connection made at the last moment its chance */
+    double proof_deadline = deadline > ddp_now_ms() + DDP_HANDSHAKE_MS ? deadline : ddp_now_ms() + DDP_HANDSHAKE_MS;
+    if (!ddp_auth_connect(cfg->auth, l->fd, proof_deadline, why, sizeof why))
         return ddp_fail(err, errlen, "the coordinator at %s: %s", l->coordinator, why);
     char hello[512];
     int n = snprintf(hello, sizeof hello, "rank %lld\nworld %lld\nhost %s", (long long)c->rank, (long long)c->world,

@@ -370,8 +370,9 @@ static bool accept_edges(ddp_ring *r, const ddp_ring_peers *peers, char *err, si
         char why[512] = "", from[64];
         inet_ntop(AF_INET, &a.sin_addr, from, sizeof from);
         Hello theirs = {0};
-        bool ok = ddp_auth_accept(&auth, fd, ddp_now_ms() + 10000, why, sizeof why) &&
-                  ddp_recv_all(fd, &theirs, sizeof theirs, ddp_now_ms() + 10000) == 1;
+        double deadline = ddp_now_ms() + DDP_HANDSHAKE_MS;
+        bool ok = ddp_auth_accept(&auth, fd, deadline, why, sizeof why) &&
+                  ddp_recv_all(fd, &theirs, sizeof theirs, deadline) == 1;
         int slot = -1;
         for (int i = 0; ok && i < want; i++)
             if (theirs.magic == HELLO_MAGIC && theirs.version == 2 && theirs.edge == (uint32_t)edges[i] &&

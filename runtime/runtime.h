@@ -217,6 +217,9 @@ int ddp_cluster_ring_port(const ddp_cluster *c);
 
 /* Frames between workers (outside the ring's data): a checked header, a payload. */
 enum { DDP_WIRE_MAGIC = 0x77504444 /* "DDPw" */, DDP_WIRE_VERSION = 1 };
+/* How long a connection may take to prove it belongs to the job (auth.c): a stray
+ * that connects and says nothing is dropped after this. */
+enum { DDP_HANDSHAKE_MS = 5000 };
 #define DDP_WIRE_MAX ((size_t)256 << 20)
 
 enum ddp_msg { DDP_MSG_CHALLENGE = 1, DDP_MSG_PROOF, DDP_MSG_HELLO, DDP_MSG_JOIN, DDP_MSG_TABLE, DDP_MSG_REFUSED,
@@ -236,9 +239,11 @@ typedef struct ddp_frame {
 
 /* A monotonic clock in milliseconds: every deadline below is on it. */
 double ddp_now_ms(void);
+/* Neither waits past the deadline, on blocking sockets too. */
 bool ddp_send_all(int fd, const void *data, size_t len, double deadline);
-/* 1 read, 0 the peer closed first, -1 timed out or failed */
+/* 1 read, 0 the peer closed first, -1 timed out, -2 failed (errno) */
 int ddp_recv_all(int fd, void *data, size_t len, double deadline);
+ddp_frame_header ddp_frame_header_for(int type, size_t len);
 bool ddp_frame_send(int fd, int type, const void *payload, size_t len, double deadline);
 /* A whole frame of at most max payload bytes; false with what was wrong. */
 bool ddp_frame_recv(int fd, ddp_frame *f, size_t max, double deadline, char *err, size_t errlen);

@@ -34,7 +34,7 @@
 
 #include "runtime.h"
 
-enum { MAX_HANDSHAKES = 64, HANDSHAKE_MS = 10000, TEXT = 4096 };
+enum { MAX_HANDSHAKES = 64, TEXT = 4096 };
 
 typedef struct Conn {
     int fd;
@@ -72,6 +72,9 @@ struct ddp_store {
     int wake[2];                /* handshakes done (their fds), and the stop request (-1) */
     pthread_mutex_t lock;       /* handshakes, stopping */
     int handshakes;
+    int handshake_fds[MAX_HANDSHAKES]; /* theirs, -1 where none: shut down when the coordinator stops */
+    bool full_logged;           /* that connections wait for a handshake to end */
+    int port;                   /* the coordinator's, for the log */
     bool stopping;              /* asked by ddp_store_stop */
     bool stop_seen;             /* the loop's copy, read without the lock */
     double stop_deadline;
@@ -96,15 +99,14 @@ __attribute__((format(printf, 2, 3))) static void log_line(ddp_store *s, const c
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    ddp_error("coordinator: %s", text);
-    (void)s;
+    ddp_error("coordinator at port %d: %s", s->port, text);
 }
 
 /* --------------------------------------------------------------- sending */
 
 static void queue(ddp_store *s, int c, int type, const void *payload, size_t len) {
     Conn *k = &s->conns[c];
-    ddp_frame_header h = {DDP_WIRE_MAGIC, DDP_WIRE_VERSION, (uint16_t)type, (uint32_t)len, 0};
+    ddp_frame_header h = ddp_frame_header_for(type, len);
     size_t need = k->out_len + sizeof h + len;
     if (k->fd < 0 || len > DDP_WIRE_MAX)
         return;
@@ -146,6 +148,14 @@ static void drop(ddp_store *s, int c) {
     k->out_len = k->out_cap = 0;
     if (k->rank >= 0 && s->workers[k->rank].conn == c)
         s->workers[k->rank].conn = -1;
+    for (int i = 0; i < s->npending;) { /* its requests die with it */
+        if (s->pending[i].conn != c) {
+            i++;
+            continue;
+        }
+        free(s->pending[i].key);
+        s->pending[i] = s->pending[--s->npending];
+    }
 }
 
 /* Every worker still there gets the same text. */
@@ -182,19 +192,29 @@ typedef struct Handshake {
     char peer[64];
 } Handshake;
 
+/* Keeps or forgets a running handshake's fd; under the lock. */
+static void track_handshake(ddp_store *s, int fd, bool running) {
+    for (int i = 0; i < MAX_HANDSHAKES; i++)
+        if (s->handshake_fds[i] == (running ? -1 : fd)) {
+            s->handshake_fds[i] = running ? fd : -1;
+            return;
+        }
+}
+
 static void *handshake(void *arg) {
     pthread_setname_np(pthread_self(), "ddp-handshake");
     Handshake *h = arg;
     ddp_store *s = h->store;
     char why[512];
-    int result = h->fd;
-    if (!ddp_auth_accept(&s->cfg.auth, h->fd, ddp_now_ms() + HANDSHAKE_MS, why, sizeof why)) {
+    bool ok = ddp_auth_accept(&s->cfg.auth, h->fd, ddp_now_ms() + DDP_HANDSHAKE_MS, why, sizeof why);
+    if (!ok)
         log_line(s, "refused a connection from %s: %s", h->peer, why);
-        close(h->fd);
-        result = -2;
-    }
+    int result = ok ? h->fd : -2;
     pthread_mutex_lock(&s->lock);
+    track_handshake(s, h->fd, false); /* before the close, so a stop never shuts down a reused fd */
     s->handshakes--;
+    if (!ok)
+        close(h->fd);
     (void)!write(s->wake[1], &result, sizeof result);
     pthread_mutex_unlock(&s->lock);
     free(h);
@@ -210,8 +230,10 @@ static void accept_new(ddp_store *s) {
     Handshake *h = malloc(sizeof *h);
     pthread_mutex_lock(&s->lock);
     bool room = h && s->handshakes < MAX_HANDSHAKES; /* even while stopping: a late worker hears why */
-    if (room)
+    if (room) {
         s->handshakes++;
+        track_handshake(s, fd, true);
+    }
     pthread_mutex_unlock(&s->lock);
     pthread_t t;
     if (room) {
@@ -226,11 +248,27 @@ static void accept_new(ddp_store *s) {
         if (room)
             return;
         pthread_mutex_lock(&s->lock);
+        track_handshake(s, fd, false);
         s->handshakes--;
         pthread_mutex_unlock(&s->lock);
     }
+    log_line(s, "refused a connection: %s", h ? "cannot start a thread for its handshake" : "out of memory");
     free(h);
     close(fd);
+}
+
+/* Whether a new connection can be taken now. While MAX_HANDSHAKES are under way (a
+ * flood of strays, each dropped after DDP_HANDSHAKE_MS) the others wait in the
+ * listener's queue, and a worker among them is taken when a place frees. */
+static bool handshake_room(ddp_store *s) {
+    pthread_mutex_lock(&s->lock);
+    bool room = s->handshakes < MAX_HANDSHAKES;
+    pthread_mutex_unlock(&s->lock);
+    if (!room && !s->full_logged)
+        log_line(s, "%d connections are proving that they belong to the job; the next wait their turn",
+                 MAX_HANDSHAKES);
+    s->full_logged = !room;
+    return room;
 }
 
 static void add_conn(ddp_store *s, int fd) {
@@ -310,6 +348,12 @@ static void finish_rendezvous(ddp_store *s) {
         refuse_all(s, text);
         return;
     }
+    for (int r = 0; r < world; r++)
+        if (s->workers[r].conn < 0) {
+            snprintf(text, sizeof text, "rank %d on %s left before the job formed", r, s->workers[r].host);
+            refuse_all(s, text);
+            return;
+        }
     char *table = malloc((size_t)world * 400 + 256);
     if (!table) {
         refuse_all(s, "the coordinator ran out of memory");
@@ -380,22 +424,28 @@ static bool set_value(ddp_store *s, ddp_frame *f) {
     size_t klen = strnlen(f->data, f->len);
     if (klen == f->len || klen == 0)
         return false;
+    size_t vlen = f->len - klen - 1;
+    char *value = malloc(vlen + 1);
+    if (!value)
+        return false;
+    memcpy(value, f->data + klen + 1, vlen);
+    value[vlen] = 0;
     Entry *e = find_entry(s, f->data);
     if (!e) {
-        Entry *grown = realloc(s->entries, sizeof *grown * (size_t)(s->nentries + 1));
-        if (!grown)
+        char *key = strdup(f->data);
+        Entry *grown = key ? realloc(s->entries, sizeof *grown * (size_t)(s->nentries + 1)) : NULL;
+        if (!grown) {
+            free(key);
+            free(value);
             return false;
+        }
         s->entries = grown;
         e = &s->entries[s->nentries++];
-        e->key = strdup(f->data);
+        e->key = key;
     } else {
         ddp_frame_free(&e->value);
     }
-    e->value.len = f->len - klen - 1;
-    e->value.data = malloc(e->value.len + 1);
-    if (!e->key || !e->value.data)
-        return false;
-    memcpy(e->value.data, f->data + klen + 1, e->value.len);
+    e->value = (ddp_frame){.data = value, .len = vlen};
     for (int i = 0; i < s->npending;) {
         Pending *p = &s->pending[i];
         if (strcmp(p->key, e->key) != 0) {
@@ -415,11 +465,14 @@ static bool get_value(ddp_store *s, int c, const char *key) {
         queue(s, c, DDP_MSG_VALUE, e->value.data, e->value.len);
         return true;
     }
-    Pending *grown = realloc(s->pending, sizeof *grown * (size_t)(s->npending + 1));
-    if (!grown)
+    char *copy = strdup(key);
+    Pending *grown = copy ? realloc(s->pending, sizeof *grown * (size_t)(s->npending + 1)) : NULL;
+    if (!grown) {
+        free(copy);
         return false;
+    }
     s->pending = grown;
-    s->pending[s->npending++] = (Pending){c, strdup(key)};
+    s->pending[s->npending++] = (Pending){c, copy};
     return true;
 }
 
@@ -441,8 +494,8 @@ static bool handle(ddp_store *s, int c, ddp_frame *f) {
             return false;
         k->joined = true;
         w->join = strdup(f->data);
-        if (w->join && ++s->joined == s->cfg.world && !s->refusal[0])
-            finish_rendezvous(s);
+        if (w->join && ++s->joined == s->cfg.world && !s->refusal[0] && !s->failure[0])
+            finish_rendezvous(s); /* a worker lost meanwhile was told to everyone instead */
         return w->join != NULL;
     case DDP_MSG_SET: return set_value(s, f);
     case DDP_MSG_GET: return get_value(s, c, f->data);
@@ -551,7 +604,7 @@ static void *serve(void *arg) {
             fds = grown;
         }
         fds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-        fds[1] = (struct pollfd){.fd = s->cfg.listener, .events = POLLIN};
+        fds[1] = (struct pollfd){.fd = handshake_room(s) ? s->cfg.listener : -1, .events = POLLIN};
         for (int c = 0; c < s->nconns; c++)
             fds[c + 2] = (struct pollfd){.fd = s->conns[c].fd,
                                          .events = (short)(POLLIN | (s->conns[c].out_len ? POLLOUT : 0))};
@@ -591,15 +644,30 @@ ddp_store *ddp_store_start(const ddp_store_config *cfg, char *err, size_t errlen
         return NULL;
     }
     s->cfg = *cfg;
+    s->wake[0] = s->wake[1] = -1;
+    for (int i = 0; i < MAX_HANDSHAKES; i++)
+        s->handshake_fds[i] = -1;
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    if (getsockname(cfg->listener, (struct sockaddr *)&a, &alen) == 0)
+        s->port = ntohs(a.sin_port);
     s->workers = calloc((size_t)cfg->world, sizeof *s->workers);
     pthread_mutex_init(&s->lock, NULL);
-    bool ok = s->workers && pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) == 0 &&
-              ddp_random_bytes(s->ring_key, sizeof s->ring_key);
-    for (int r = 0; ok && r < cfg->world; r++)
+    const char *failed = !s->workers ? "out of memory"
+                         : pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0 ? strerror(errno)
+                         : !ddp_random_bytes(s->ring_key, sizeof s->ring_key) ? "cannot draw the ring's key"
+                                                                                : NULL;
+    for (int r = 0; !failed && r < cfg->world; r++)
         s->workers[r].conn = -1;
-    if (ok && pthread_create(&s->thread, NULL, serve, s) == 0)
+    int e = failed ? 0 : pthread_create(&s->thread, NULL, serve, s);
+    if (!failed && e == 0)
         return s;
-    ddp_fail(err, errlen, "cannot start the coordinator: %s", strerror(errno));
+    ddp_fail(err, errlen, "cannot start the coordinator: %s", failed ? failed : strerror(e));
+    if (s->wake[0] >= 0) {
+        close(s->wake[0]);
+        close(s->wake[1]);
+    }
+    pthread_mutex_destroy(&s->lock);
     free(s->workers);
     free(s);
     return NULL;
@@ -615,10 +683,13 @@ void ddp_store_stop(ddp_store *s, double deadline) {
     int stop = -1;
     (void)!write(s->wake[1], &stop, sizeof stop);
     pthread_join(s->thread, NULL);
-    /* handshakes still running hold s: wait for them (each ends within its deadline) */
+    /* handshakes still running hold s: cut their connections short and wait for them */
     for (;;) {
         pthread_mutex_lock(&s->lock);
         int running = s->handshakes;
+        for (int i = 0; i < MAX_HANDSHAKES; i++)
+            if (s->handshake_fds[i] >= 0)
+                shutdown(s->handshake_fds[i], SHUT_RDWR);
         pthread_mutex_unlock(&s->lock);
         if (!running)
             break;

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -46,42 +47,47 @@ static int wait_fd(int fd, short events, double deadline) {
     }
 }
 
-bool ddp_send_all(int fd, const void *data, size_t len, double deadline) {
-    for (const char *p = data; len;) {
-        ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
+/* Moves len bytes through fd, sending or receiving, never waiting past the deadline
+ * whether the socket blocks or not: 1 done, 0 the peer closed, -1 timed out, -2
+ * failed (errno says why). */
+static int move_all(int fd, char *p, size_t len, bool sending, double deadline) {
+    while (len) {
+        ssize_t k = sending ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, len, MSG_DONTWAIT);
         if (k > 0) {
             p += k;
             len -= (size_t)k;
-        } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
-            if (wait_fd(fd, POLLOUT, deadline) <= 0)
-                return false;
-        } else {
-            return false;
+            continue;
         }
-    }
-    return true;
-}
-
-int ddp_recv_all(int fd, void *data, size_t len, double deadline) {
-    for (char *p = data; len;) {
-        ssize_t k = recv(fd, p, len, 0);
-        if (k > 0) {
-            p += k;
-            len -= (size_t)k;
-        } else if (k == 0) {
+        if (k == 0 && !sending)
             return 0;
-        } else if (errno == EAGAIN || errno == EINTR) {
-            if (wait_fd(fd, POLLIN, deadline) <= 0)
-                return -1;
-        } else {
-            return -1;
-        }
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return -2;
+        int ready = wait_fd(fd, sending ? POLLOUT : POLLIN, deadline);
+        if (ready <= 0)
+            return ready == 0 ? -1 : -2;
     }
     return 1;
 }
 
+bool ddp_send_all(int fd, const void *data, size_t len, double deadline) {
+    return move_all(fd, (char *)data, len, true, deadline) == 1;
+}
+
+int ddp_recv_all(int fd, void *data, size_t len, double deadline) {
+    return move_all(fd, data, len, false, deadline);
+}
+
+/* Why ddp_recv_all returned got (not 1). */
+static const char *recv_problem(int got, const char *closed) {
+    return got == 0 ? closed : got == -1 ? "no answer in time" : strerror(errno);
+}
+
+ddp_frame_header ddp_frame_header_for(int type, size_t len) {
+    return (ddp_frame_header){DDP_WIRE_MAGIC, DDP_WIRE_VERSION, (uint16_t)type, (uint32_t)len, 0};
+}
+
 bool ddp_frame_send(int fd, int type, const void *payload, size_t len, double deadline) {
-    ddp_frame_header h = {DDP_WIRE_MAGIC, DDP_WIRE_VERSION, (uint16_t)type, (uint32_t)len, 0};
+    ddp_frame_header h = ddp_frame_header_for(type, len);
     return len <= DDP_WIRE_MAX && ddp_send_all(fd, &h, sizeof h, deadline) &&
            ddp_send_all(fd, payload, len, deadline);
 }
@@ -101,7 +107,7 @@ bool ddp_frame_recv(int fd, ddp_frame *f, size_t max, double deadline, char *err
     memset(f, 0, sizeof *f);
     int got = ddp_recv_all(fd, &h, sizeof h, deadline);
     if (got <= 0)
-        return ddp_fail(err, errlen, got == 0 ? "the connection closed" : "no answer in time");
+        return ddp_fail(err, errlen, "%s", recv_problem(got, "the connection closed"));
     const char *problem = ddp_header_problem(&h, max);
     if (problem)
         return ddp_fail(err, errlen, "%s", problem);
@@ -114,7 +120,7 @@ bool ddp_frame_recv(int fd, ddp_frame *f, size_t max, double deadline, char *err
     got = ddp_recv_all(fd, f->data, h.length, deadline);
     if (got <= 0) {
         ddp_frame_free(f);
-        return ddp_fail(err, errlen, got == 0 ? "the connection closed in mid-frame" : "a frame cut short");
+        return ddp_fail(err, errlen, "a frame cut short: %s", recv_problem(got, "the connection closed"));
     }
     return true;
 }
@@ -246,35 +252,62 @@ static bool connected_to_itself(int fd) {
     return true;
 }
 
-int ddp_connect(const char *host, int port, double deadline, char *err, size_t errlen) {
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int status = getaddrinfo(host, service, &hints, &res);
-    if (status != 0) {
-        ddp_fail(err, errlen, "cannot resolve the host `%s`: %s", host, gai_strerror(status));
+/* One attempt, given until the deadline to complete: a connected (blocking) socket,
+ * or -1 with errno. Non-blocking meanwhile, so a host that drops packets costs the
+ * deadline, not the kernel's two minutes of retries. */
+static int connect_once(const struct addrinfo *to, double deadline) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0;
+    if (fd < 0)
         return -1;
-    }
-    int fd = -1, e = 0;
-    while (fd < 0) {
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && (connect(fd, res->ai_addr, res->ai_addrlen) != 0 || connected_to_itself(fd))) {
-            e = errno;
-            close(fd);
-            fd = -1;
+    if (connect(fd, to->ai_addr, to->ai_addrlen) != 0) {
+        e = errno;
+        if (e == EINPROGRESS) {
+            socklen_t elen = sizeof e;
+            int ready = wait_fd(fd, POLLOUT, deadline);
+            if (ready <= 0)
+                e = ready == 0 ? ETIMEDOUT : errno;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0)
+                e = errno;
         }
-        if (fd < 0 && ddp_now_ms() > deadline)
-            break;
-        if (fd < 0)
-            usleep(100 * 1000);
     }
-    freeaddrinfo(res);
-    if (fd < 0) {
-        ddp_fail(err, errlen, "cannot connect to %s:%d: %s", host, port, strerror(e));
+    if (!e && connected_to_itself(fd))
+        e = ECONNREFUSED;
+    int flags = fcntl(fd, F_GETFL);
+    if (!e && (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0))
+        e = errno;
+    if (e) {
+        close(fd);
+        errno = e;
         return -1;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+int ddp_connect(const char *host, int port, double deadline, char *err, size_t errlen) {
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int status;
+    while ((status = getaddrinfo(host, service, &hints, &res)) == EAI_AGAIN && ddp_now_ms() < deadline)
+        usleep(100 * 1000); /* the name service is busy: it may answer in a moment */
+    if (status != 0) {
+        ddp_fail(err, errlen, "cannot resolve the host `%s`: %s", host, gai_strerror(status));
+        return -1;
+    }
+    int fd, e;
+    for (;;) { /* every attempt gets a second at least, the first one included */
+        double now = ddp_now_ms();
+        fd = connect_once(res, deadline > now + 1000 ? deadline : now + 1000);
+        e = errno;
+        if (fd >= 0 || ddp_now_ms() > deadline)
+            break;
+        usleep(100 * 1000);
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        ddp_fail(err, errlen, "cannot connect to %s:%d: %s", host, port, strerror(e));
     return fd;
 }
 

@@ -5,7 +5,10 @@
 # another program, other flags, or claim one rank twice are refused, every worker
 # told the same; a worker whose data fails tells the others, who stop at once instead
 # of waiting for the rendezvous timeout; proxy variables play no part (S15);
-# --interface picks the address the others use.
+# --interface picks the address the others use. Strays that hold their connection,
+# or flood the coordinator, delay no one for long; a coordinator's port that accepts
+# and never answers ends in the rendezvous timeout; a worker lost before the job
+# formed is named to the others.
 set -u
 programs=$1
 dir=$(mktemp -d)
@@ -113,6 +116,96 @@ check "strays refused, the job formed (and proxies ignored)" "0 0" 0 "refused a 
 check "a frame from another version" "0 0" 0 "it speaks another version of ddp's protocol"
 check "a frame too large" "0 0" 0 "it sent a frame larger than allowed"
 grep -q "^done:" "$dir/out.0" || fail "strays: worker 0 did not finish training"
+
+# strays that hold their connection: silent ones and one that sends half a frame, all
+# kept open for 30 s. The job forms and ends without them: worker 0 cuts their
+# handshakes short when it stops.
+next_job
+python3 - "$port" 30 <<'EOF' &
+import socket, struct, sys, time
+port, hold = int(sys.argv[1]), float(sys.argv[2])
+def knock():
+    for _ in range(100):
+        try:
+            return socket.create_connection(("127.0.0.1", port))
+        except OSError:
+            time.sleep(0.05)
+strays = [knock() for _ in range(3)]
+strays[2].sendall(struct.pack("<IHHII", 0x77504444, 1, 2, 64, 0) + b"x" * 10)
+time.sleep(hold)
+EOF
+holder=$!
+sleep 0.5
+start=$(date +%s)
+worker 0 2 --epochs 2
+worker 1 2 --epochs 2
+finish
+took=$(( $(date +%s) - start ))
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+check "strays holding their connections open (the job done after $took s)" "0 0" 0 \
+    "refused a connection from 127.0.0.1:[0-9]*: a frame cut short"
+[ "$took" -le 5 ] || fail "the workers took $took s, held up by strays that never finish their handshake"
+
+# a flood: more silent connections than the coordinator proves at once. The worker
+# that comes after them waits its turn, and the job forms.
+next_job
+worker 0 2 --epochs 2 --rendezvous-timeout 15
+python3 - "$port" 20 <<'EOF' &
+import socket, sys, time
+port, hold = int(sys.argv[1]), float(sys.argv[2])
+strays = []
+for _ in range(70):
+    for _ in range(100):
+        try:
+            strays.append(socket.create_connection(("127.0.0.1", port)))
+            break
+        except OSError:
+            time.sleep(0.05)
+time.sleep(hold)
+EOF
+holder=$!
+sleep 1
+worker 1 2 --epochs 2 --rendezvous-timeout 15
+finish
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+check "a flood of silent connections (the job forms)" "0 0" 0 \
+    "64 connections are proving that they belong to the job; the next wait their turn"
+
+# the coordinator's port held by something that accepts and never speaks: the worker
+# gives up at its rendezvous timeout
+next_job
+python3 - "$port" 10 <<'EOF' &
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+held = s.accept()
+time.sleep(float(sys.argv[2]))
+EOF
+holder=$!
+sleep 0.5
+start=$(date +%s)
+worker 1 2
+finish
+took=$(( $(date +%s) - start ))
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+check "a silent coordinator (after $took s)" "1" 1 "the coordinator at 127.0.0.1:$port: no answer in time"
+[ "$took" -le 8 ] || fail "a silent coordinator held the worker $took s (--rendezvous-timeout 4)"
+
+# a worker lost after it joined, before the last one came: the others hear of it
+next_job
+worker 0 3
+worker 1 3
+sleep 1.5
+kill -KILL "$(echo $pids | cut -d' ' -f2)"
+worker 2 3
+finish
+check "rank 1 killed before the job formed (rank 0)" "3 137 3" 0 "lost rank 1 on $(hostname)"
+check "rank 1 killed before the job formed (rank 2)" "3 137 3" 2 "lost rank 1 on $(hostname)"
 
 next_job
 worker 0 2
