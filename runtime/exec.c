@@ -109,10 +109,9 @@ void ddp_set_batch(ddp_runtime *rt, int64_t local, int64_t global) {
 
 /* --------------------------------------------------------- initial values */
 
-static uint64_t name_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+uint64_t ddp_fnv1a(const void *data, size_t len, uint64_t h) {
+    for (const unsigned char *c = data; len--; c++)
+        h = (h ^ *c) * 1099511628211ull;
     return h;
 }
 
@@ -139,7 +138,7 @@ void ddp_init_params(ddp_runtime *rt, uint64_t seed) {
     for (int64_t i = 0; i < prog->nparams; i++) {
         const ddp_param *p = &prog->params[i];
         char *base = rt->region[p->region];
-        uint64_t key = name_hash(p->name);
+        uint64_t key = ddp_fnv1a(p->name, strlen(p->name), DDP_FNV_START);
         for (int64_t e = 0; e < p->count; e++) {
             double v = initial_value(p, seed, key, e);
             if (prog->dtype == DDP_F64)

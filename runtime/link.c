@@ -43,6 +43,8 @@ struct ddp_link {
     bool closing, closed;       /* closing: the goodbye is sent; closed: the connection is gone */
     int wake_fd;
     bool lost;
+    bool lost_seen;             /* a collective or the main thread met the loss: it is on its way out */
+    bool awaiting;              /* the main thread waits for a reply */
     int lost_rank;
     char lost_text[TEXT];
     double lost_at;
@@ -86,6 +88,7 @@ bool ddp_link_lost(ddp_link *l, int *rank, char *text, size_t len) {
         return false;
     pthread_mutex_lock(&l->lock);
     bool lost = l->lost;
+    l->lost_seen |= lost;
     if (lost) {
         if (rank)
             *rank = l->lost_rank;
@@ -124,6 +127,11 @@ static void take(ddp_link *l, ddp_frame *f) {
         return;
     default: /* a reply: the main thread waits for exactly one at a time */
         pthread_mutex_lock(&l->lock);
+        if (f->type == DDP_MSG_VALUE && !l->awaiting) { /* too late: its request timed out */
+            pthread_mutex_unlock(&l->lock);
+            ddp_frame_free(f);
+            return;
+        }
         ddp_frame_free(&l->reply);
         l->reply = *f;
         l->has_reply = true;
@@ -202,7 +210,7 @@ static void *keep(void *arg) {
             l->last_heard = now;
         }
         pthread_mutex_lock(&l->lock);
-        bool overdue = l->lost && !l->closing && now - l->lost_at > GRACE_MS;
+        bool overdue = l->lost && !l->lost_seen && !l->closing && now - l->lost_at > GRACE_MS;
         pthread_mutex_unlock(&l->lock);
         if (overdue)
             give_up(l);
@@ -296,6 +304,7 @@ static bool await_reply(ddp_link *l, int type, ddp_frame *out, double deadline, 
         pthread_cond_timedwait(&l->replied, &l->lock, &t);
     }
     bool ok = false;
+    l->awaiting = false;
     if (l->has_reply && l->reply.type == DDP_MSG_REFUSED)
         ddp_fail(err, errlen, "the job cannot start: %s", l->reply.data);
     else if (l->has_reply && l->reply.type == type) {
@@ -387,6 +396,9 @@ bool ddp_link_set(ddp_link *l, const char *key, const void *value, size_t len, c
 }
 
 bool ddp_link_get(ddp_link *l, const char *key, ddp_frame *value, int timeout_s, char *err, size_t errlen) {
+    pthread_mutex_lock(&l->lock);
+    l->awaiting = true; /* before the request: the reply may come at once */
+    pthread_mutex_unlock(&l->lock);
     if (!send_frame(l, DDP_MSG_GET, key, strlen(key) + 1))
         return ddp_fail(err, errlen, "reading %s: the coordinator at %s closed the connection", key, l->coordinator);
     bool lost;

@@ -52,10 +52,22 @@ typedef struct StepHeader {
     uint64_t sequence, bytes;
 } StepHeader;
 
-static bool set_nonblocking(int fd) {
-    int flags = fcntl(fd, F_GETFL);
-    int one = 1;
+/* A connection of the ring: non-blocking, no Nagle delay, and with unanswered_s the
+ * kernel's own watch on the path to the neighbour. A live neighbour's kernel answers
+ * keepalives and window probes even while the worker computes a long step, so only
+ * a path that is gone trips it. */
+static bool tune_connection(int fd, int unanswered_s) {
+    int flags = fcntl(fd, F_GETFL), one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (unanswered_s > 0) {
+        unsigned user_timeout = (unsigned)unanswered_s * 1000;
+        int idle = unanswered_s, interval = unanswered_s / 3 > 0 ? unanswered_s / 3 : 1, count = 3;
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    }
     return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
@@ -429,7 +441,7 @@ ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen
         ok = ok && accept_edges(r, peers, err, errlen);
     }
     if (ok)
-        ok = set_nonblocking(r->next_fd) && set_nonblocking(r->prev_fd);
+        ok = tune_connection(r->next_fd, peers->unanswered_s) && tune_connection(r->prev_fd, peers->unanswered_s);
     if (!ok) {
         ddp_ring_close(r);
         return NULL;

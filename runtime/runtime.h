@@ -122,6 +122,10 @@ typedef struct ddp_options {
     bool poison;           /* fill planned memory with NaN outside each value's life */
 } ddp_options;
 
+/* FNV-1a over len bytes, continuing from h (DDP_FNV_START for a fresh hash). */
+#define DDP_FNV_START 1469598103934665603ull
+uint64_t ddp_fnv1a(const void *data, size_t len, uint64_t h);
+
 /* Called by the executor at the schedule's markers; NULL for one worker. */
 typedef struct ddp_hooks {
     void *ctx;
@@ -366,6 +370,9 @@ typedef struct ddp_ring_peers {
     double deadline;            /* for the ring to form (ddp_now_ms) */
     int timeout_s;              /* a neighbour silent this long is lost; 0: never */
     ddp_link *link;             /* NULL, or the link whose news of a loss ends a collective */
+    int unanswered_s;           /* the kernel ends a connection whose data or keepalives go unacknowledged
+                                   this long (a link between two workers cut while both still reach the
+                                   coordinator); 0: its defaults */
 } ddp_ring_peers;
 
 ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen);
@@ -540,10 +547,6 @@ void ddp_report_interrupt(ddp_report *r);
 
 /* ----------------------------------------------------------------- train.c */
 
-/* Trains for cfg's epochs (validating as the program says) or, with cfg->evaluate,
- * only evaluates; saves to cfg->save_path at the end; writes the trace. With a ring,
- * as one worker of cfg->cluster's job. Returns the exit status (3: a worker of the
- * job was lost). */
 /* The job around one worker: NULL members for one worker alone. */
 typedef struct ddp_job {
     ddp_link *link;
@@ -552,6 +555,17 @@ typedef struct ddp_job {
     char why[1024];             /* the message this worker failed with, for the others */
 } ddp_job;
 
+/* Whether every worker of the ring holds worker 0's parameters and running
+ * statistics bit for bit (S5 at the start; at the end, the proof that every update
+ * was the same). Every worker learns which ranks differ, so all stop alike; `when`
+ * and `hint` start and end the message. */
+bool ddp_parameters_agree(ddp_runtime *rt, ddp_ring *ring, const char *when, const char *hint, char *err,
+                          size_t errlen);
+
+/* Trains for cfg's epochs (validating as the program says) or, with cfg->evaluate,
+ * only evaluates; saves to cfg->save_path at the end; writes the trace. With a ring,
+ * as one worker of cfg->cluster's job. Returns the exit status (3: a worker of the
+ * job was lost). */
 int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *validation, ddp_report *report,
             ddp_job *job);
 

@@ -101,7 +101,8 @@ static bool form_ring(ddp_job *job, ddp_config *cfg, const ddp_program *p, const
         cfg->cluster.nodes = nodes;
     if (ok) {
         ddp_ring_peers peers = {(int)c->rank, world, addresses, ports, hosts, p->hash, table.key, listener,
-                                ddp_now_ms() + (double)cfg->rendezvous_timeout * 1000, 0, job->link};
+                                ddp_now_ms() + (double)cfg->rendezvous_timeout * 1000, 0, job->link,
+                                (int)cfg->peer_timeout};
         ok = (job->ring = ddp_ring_connect(&peers, err, errlen)) != NULL;
         *lost = !ok && ddp_link_lost(job->link, NULL, NULL, 0);
     }
@@ -112,23 +113,6 @@ static bool form_ring(ddp_job *job, ddp_config *cfg, const ddp_program *p, const
     free(ports);
     ddp_table_free(&table);
     return ok;
-}
-
-/* S5: every worker starts from worker 0's parameters, bit for bit. */
-static bool same_parameters(ddp_runtime *rt, ddp_ring *ring, char *err, size_t errlen) {
-    const ddp_program *p = rt->program;
-    uint64_t h = 1469598103934665603ull, theirs;
-    const unsigned char *bytes = rt->region[DDP_REGION_PARAMS];
-    for (int64_t i = 0; i < p->param_count * rt->elem_size; i++)
-        h = (h ^ bytes[i]) * 1099511628211ull;
-    theirs = h;
-    if (!ddp_ring_broadcast(ring, &theirs, sizeof theirs, 0, err, errlen))
-        return false;
-    if (theirs != h)
-        return ddp_fail(err, errlen, "the initial parameters differ from worker 0's (hash %016llx, worker 0 has "
-                                     "%016llx): every worker needs the same seed and --load file",
-                        (unsigned long long)h, (unsigned long long)theirs);
-    return true;
 }
 
 /* One worker's end: its goodbye, or the failure the others are told. */
@@ -197,7 +181,8 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     }
     bool lost = false;
     if (c->world > 1 && (!form_ring(&job, &cfg, p, &train, &validation, &lost, err, sizeof err) ||
-                         !same_parameters(rt, job.ring, err, sizeof err))) {
+                         !ddp_parameters_agree(rt, job.ring, "at the start", "every worker needs the same seed "
+                                               "and --load file", err, sizeof err))) {
         fail(&job, err);
         status = lost || ddp_ring_lost(job.ring) >= 0 ? 3 : 1;
         goto done;

@@ -171,10 +171,12 @@ static void refuse_all(ddp_store *s, const char *text) {
     tell_all(s, DDP_MSG_REFUSED, s->refusal, -1);
 }
 
-/* Rank r is gone: every other worker hears it once. */
-static void lose(ddp_store *s, int rank, const char *reason) {
+/* Rank r is gone: every other worker hears it once. Once worker 0 stops the
+ * coordinator, connections that close are goodbyes, not losses; a failure a worker
+ * reported (failed) is still told. */
+static void lose(ddp_store *s, int rank, const char *reason, bool failed) {
     Worker *w = &s->workers[rank];
-    if (w->lost || s->stop_seen)
+    if (w->lost || (s->stop_seen && !failed))
         return;
     w->lost = true;
     char text[TEXT];
@@ -502,7 +504,7 @@ static bool handle(ddp_store *s, int c, ddp_frame *f) {
     case DDP_MSG_ABORT: {
         char reason[TEXT];
         snprintf(reason, sizeof reason, "it failed: %.3000s", f->data);
-        lose(s, k->rank, reason);
+        lose(s, k->rank, reason, true);
         k->left = true;
         return true;
     }
@@ -532,7 +534,7 @@ static void read_conn(ddp_store *s, int c) {
         bool silent_exit = k->left;
         drop(s, c);
         if (rank >= 0 && !silent_exit)
-            lose(s, rank, "its connection closed: the process ended or was killed");
+            lose(s, rank, "its connection closed: the process ended or was killed", false);
         return;
     }
 }
@@ -553,7 +555,7 @@ static void tick(ddp_store *s) {
             char why[160];
             snprintf(why, sizeof why, "it has not answered for %d s (frozen, or its host unreachable; "
                      "--peer-timeout)", s->cfg.peer_timeout_ms / 1000);
-            lose(s, k->rank, why);
+            lose(s, k->rank, why, false);
             k->last_heard = now; /* told once; the connection stays for its goodbye */
         }
     }

@@ -47,6 +47,7 @@ typedef struct Run {
     int64_t samples;            /* trained on, over all workers */
     ddp_figures last_validation;
     bool validated;
+    int64_t validated_step;     /* the step after which last_validation was taken */
 } Run;
 
 static double now_seconds(void) {
@@ -55,12 +56,22 @@ static double now_seconds(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Status 1, or 3 when a worker of the job was lost (S12). */
+/* Status 1, or 3 when a worker of the job was lost (S12), whether a collective or
+ * the coordinator brought the news. */
 static int failure(Run *r, const char *message) {
     ddp_report_interrupt(r->report);
     ddp_error("%s", message);
     snprintf(r->job->why, sizeof r->job->why, "%.1000s", message);
-    return ddp_ring_lost(r->ring) >= 0 ? 3 : 1;
+    return ddp_ring_lost(r->ring) >= 0 || ddp_link_lost(r->job->link, NULL, NULL, 0) ? 3 : 1;
+}
+
+/* Where the run is, for messages: "step 12 (epoch 1, step 12 of 312), DOING: WHAT"
+ * during a step, "after step 12 (...)" once its update is done (done_step). */
+static void say_where(const Run *r, int64_t epoch, int64_t b, bool done_step, const char *doing, const char *what,
+                      char *out, size_t len) {
+    snprintf(out, len, "%sstep %lld (epoch %lld, step %lld of %lld)%s%s: %.800s", done_step ? "after " : "",
+             (long long)r->step + !done_step, (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps,
+             doing ? ", " : "", doing ? doing : "", what);
 }
 
 /* A span of this worker's compute lane, from begin to now. */
@@ -99,6 +110,15 @@ static void cut_pass(Run *r, Pass *pass, const ddp_epoch_plan *plan) {
     }
 }
 
+/* The most samples a batch of the pass holds on this worker (at least 1): what its
+ * loader's buffers are sized for. */
+static int64_t largest_shard(const Pass *pass) {
+    int64_t most = 1;
+    for (int64_t b = 0; b < pass->batches; b++)
+        most = pass->sizes[b] > most ? pass->sizes[b] : most;
+    return most;
+}
+
 /* ----------------------------------------------------------------- figures */
 
 /* Figures from (sum, count) pairs: the job's, summed over the workers. */
@@ -114,11 +134,11 @@ static ddp_figures read_figures(const ddp_program *p, const double *acc) {
     return f;
 }
 
-/* The job's accumulators into r->global. */
-static bool sum_accumulators(Run *r, char *err, size_t errlen) {
+/* The job's accumulators, summed over the workers, into sums. */
+static bool sum_accumulators(Run *r, double *sums, char *err, size_t errlen) {
     int64_t n = 2 * r->rt->program->accum_pairs;
-    memcpy(r->global, ddp_accumulators(r->rt), sizeof(double) * (size_t)n);
-    return !r->ring || ddp_ring_allreduce(r->ring, r->global, n, true, err, errlen);
+    memcpy(sums, ddp_accumulators(r->rt), sizeof(double) * (size_t)n);
+    return !r->ring || ddp_ring_allreduce(r->ring, sums, n, true, err, errlen);
 }
 
 /* Batch normalisation's running statistics, the same on every worker: their mean. */
@@ -139,6 +159,39 @@ static bool average_statistics(Run *r, char *err, size_t errlen) {
     return true;
 }
 
+bool ddp_parameters_agree(ddp_runtime *rt, ddp_ring *ring, const char *when, const char *hint, char *err,
+                          size_t errlen) {
+    const ddp_program *p = rt->program;
+    uint64_t mine = ddp_fnv1a(rt->region[DDP_REGION_PARAMS], (size_t)(p->param_count * rt->elem_size),
+                              DDP_FNV_START);
+    if (p->stats_count)
+        mine = ddp_fnv1a(rt->region[DDP_REGION_STATS], (size_t)(p->stats_count * rt->elem_size), mine);
+    uint64_t first = mine;
+    int world = ddp_ring_world(ring), rank = ddp_ring_rank(ring);
+    double *differs = calloc((size_t)world, sizeof *differs);
+    if (!differs)
+        return ddp_fail(err, errlen, "%s: out of memory", when);
+    bool ok = ddp_ring_broadcast(ring, &first, sizeof first, 0, err, errlen);
+    differs[rank] = first != mine;
+    ok = ok && ddp_ring_allreduce(ring, differs, world, true, err, errlen);
+    char list[256] = "";
+    size_t n = 0;
+    for (int r = 0; ok && r < world; r++)
+        if (differs[r] != 0 && n < sizeof list - 16)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", n ? ", " : "", r);
+        else if (differs[r] != 0 && !strstr(list, "..."))
+            n += (size_t)snprintf(list + n, sizeof list - n, ", ...");
+    free(differs);
+    if (!ok || !list[0])
+        return ok;
+    if (first != mine)
+        ddp_fail(err, errlen, "%s, this worker's parameters (hash %016llx) differ from worker 0's (%016llx): %s", when,
+                 (unsigned long long)mine, (unsigned long long)first, hint);
+    else
+        ddp_fail(err, errlen, "%s, the parameters of rank %s differ from worker 0's: %s", when, list, hint);
+    return false;
+}
+
 /* ------------------------------------------------------------------ batches */
 
 /* The loader's next batch into the input buffers; the wait for it is traced with the
@@ -156,11 +209,12 @@ static int64_t next_batch(Run *r, ddp_loader *loader, int64_t global_size, const
 }
 
 /* Every validation sample through the evaluation phase, each worker its shard. The
- * training figures of the epoch so far are kept aside meanwhile. */
+ * training figures of the epoch so far (the accumulators and r->global) are left as
+ * they were. */
 static bool validate(Run *r, char *err, size_t errlen) {
     ddp_runtime *rt = r->rt;
     int64_t pairs = rt->program->accum_pairs;
-    double saved[2 * 64];
+    double saved[2 * 64], sums[2 * 64];
     if (!average_statistics(r, err, errlen))
         return false;
     memcpy(saved, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * pairs));
@@ -172,10 +226,11 @@ static bool validate(Run *r, char *err, size_t errlen) {
         next_batch(r, r->validation_loader, pass->global_sizes[b], "validation data wait");
         ddp_run_phase(rt, DDP_PHASE_EVAL);
     }
-    bool ok = sum_accumulators(r, err, errlen);
+    bool ok = sum_accumulators(r, sums, err, errlen);
     span(r, "validation", begin);
-    r->last_validation = read_figures(rt->program, r->global);
+    r->last_validation = read_figures(rt->program, sums);
     r->validated = ok;
+    r->validated_step = r->step;
     memcpy(ddp_accumulators(rt), saved, sizeof(double) * (size_t)(2 * pairs));
     return ok;
 }
@@ -202,8 +257,8 @@ static bool finite_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len)
     int n;
     if (isfinite(loss) && (bad = ddp_first_nonfinite(rt, DDP_REGION_GRADS, p->param_count)) < 0)
         return true;
-    n = snprintf(why, len, "step %lld (epoch %lld, step %lld of %lld): ", (long long)r->step + 1,
-                 (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps);
+    say_where(r, epoch, b, false, NULL, "", why, len);
+    n = (int)strlen(why);
     if (!isfinite(loss))
         n += snprintf(why + n, len - (size_t)n, "the loss is %s", isnan(loss) ? "NaN" : "infinite");
     else
@@ -250,13 +305,11 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
     bool summed = sum_gradients(r, lost, sizeof lost);
     span(r, "gradient wait", t);
     if (!summed) {
-        snprintf(why, len, "step %lld (epoch %lld, step %lld of %lld), summing the gradients: %s",
-                 (long long)r->step + 1, (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps, lost);
+        say_where(r, epoch, b, false, "summing the gradients", lost, why, len);
         return false;
     }
-    if (!sum_accumulators(r, lost, sizeof lost)) {
-        snprintf(why, len, "step %lld (epoch %lld, step %lld of %lld), summing the loss and metrics: %s",
-                 (long long)r->step + 1, (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps, lost);
+    if (!sum_accumulators(r, r->global, lost, sizeof lost)) {
+        say_where(r, epoch, b, false, "summing the loss and metrics", lost, why, len);
         return false;
     }
     if (!finite_step(r, epoch, b, why, len))
@@ -285,6 +338,7 @@ static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
     double start = now_seconds(), training = 0;
     int64_t trained = 0;
     const ddp_figures *epoch_validation = NULL;
+    char err[1024];
     Pass *pass = &r->train_pass;
     ddp_epoch_order(r->cfg->seed, epoch, rt->program->settings.shuffle, r->train->samples, pass->order);
     ddp_loader_begin(r->train_loader, pass->order, pass->starts, pass->sizes, pass->batches);
@@ -299,17 +353,23 @@ static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
         ddp_report_step(r->report, epoch + 1, b + 1, pass->batches, &running,
                         training > 0 ? (double)trained / training : 0);
         if (validation_due(r, epoch, false)) {
-            if (!validate(r, why, len))
+            if (!validate(r, err, sizeof err)) {
+                say_where(r, epoch, b, true, "validating", err, why, len);
                 return false;
+            }
             epoch_validation = &r->last_validation;
             ddp_report_validation(r->report, r->step, &r->last_validation);
         }
     }
     bool last = epoch + 1 == r->cfg->epochs;
     ddp_figures figures = read_figures(rt->program, r->global);
-    if (validation_due(r, epoch, true) || (last && r->validation && !epoch_validation)) {
-        if (!validate(r, why, len))
+    /* a run ends with figures for its final parameters, whatever the schedule */
+    bool final = last && r->validation && !(r->validated && r->validated_step == r->step);
+    if (validation_due(r, epoch, true) || final) {
+        if (!validate(r, err, sizeof err)) {
+            snprintf(why, len, "the end of epoch %lld, validating: %.900s", (long long)epoch + 1, err);
             return false;
+        }
         epoch_validation = &r->last_validation;
     }
     ddp_epoch_result e = {epoch + 1, r->step, figures, epoch_validation,
@@ -331,7 +391,7 @@ static bool prepare_validation(Run *r, char *err, size_t len) {
     }
     ddp_epoch_order(0, 0, false, r->validation->samples, r->validation_pass.order);
     cut_pass(r, &r->validation_pass, &r->validation_plan);
-    r->validation_loader = ddp_loader_new(r->validation, r->rt->program, global);
+    r->validation_loader = ddp_loader_new(r->validation, r->rt->program, largest_shard(&r->validation_pass));
     if (!r->validation_loader)
         snprintf(err, len, "cannot start the validation data's loader thread");
     return r->validation_loader != NULL;
@@ -351,7 +411,7 @@ static bool prepare_training(Run *r, char *err, size_t len) {
         return false;
     }
     cut_pass(r, &r->train_pass, &r->plan);
-    r->train_loader = ddp_loader_new(r->train, r->rt->program, global);
+    r->train_loader = ddp_loader_new(r->train, r->rt->program, largest_shard(&r->train_pass));
     if (!r->train_loader)
         snprintf(err, len, "cannot start the training data's loader thread");
     return r->train_loader != NULL;
@@ -360,17 +420,36 @@ static bool prepare_training(Run *r, char *err, size_t len) {
 static int evaluate_only(Run *r) {
     double start = now_seconds();
     char err[1024];
-    if (!validate(r, err, sizeof err))
-        return failure(r, err);
+    if (!validate(r, err, sizeof err)) {
+        char why[1200];
+        snprintf(why, sizeof why, "evaluating: %s", err);
+        return failure(r, why);
+    }
     ddp_report_evaluation(r->report, r->validation, &r->last_validation, now_seconds() - start);
     return 0;
 }
 
-/* Worker 0 writes the parameters, the running statistics first made the job's. */
-static bool save(Run *r, char *err, size_t len) {
-    if (!average_statistics(r, err, len))
-        return false;
-    return r->rank != 0 || ddp_save_params(r->rt, r->cfg->save_path, err, len);
+
+/* Says what failed after the last step into why; false. */
+static bool failed_after(const Run *r, const char *doing, const char *err, char *why, size_t len) {
+    snprintf(why, len, "after step %lld, %s: %.900s", (long long)r->step, doing, err);
+    return false;
+}
+
+/* What every worker does at the end, whoever was given --save (all must run the same
+ * collectives): the running statistics made the job's (a validation does that too),
+ * the parameters compared, and worker 0 saves. */
+static bool finish_training(Run *r, char *why, size_t len) {
+    char err[1024];
+    bool validating = r->cfg->epochs == 0 && r->validation;
+    if (validating ? !validate(r, err, sizeof err) : !average_statistics(r, err, sizeof err))
+        return failed_after(r, validating ? "validating" : "averaging the running statistics", err, why, len);
+    if (r->ring && !ddp_parameters_agree(r->rt, r->ring, "after training", "the workers' updates were not the "
+                                         "same, which is a fault of ddp's runtime: please report it", err, sizeof err))
+        return failed_after(r, "comparing the parameters", err, why, len);
+    if (r->cfg->save_path && r->rank == 0 && !ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+        return failed_after(r, "saving", err, why, len);
+    return true;
 }
 
 static int train_all(Run *r) {
@@ -387,13 +466,61 @@ static int train_all(Run *r) {
                      "batch-normalisation statistics)" : "");
         return failure(r, why);
     }
-    if (r->cfg->epochs == 0 && r->validation && !validate(r, err, sizeof err))
-        return failure(r, err);
-    if (r->cfg->save_path && !save(r, err, sizeof err))
-        return failure(r, err);
+    if (!finish_training(r, why, sizeof why))
+        return failure(r, why);
     ddp_report_summary(r->report, r->cfg->epochs, r->step, r->samples, now_seconds() - start,
                        r->validated ? &r->last_validation : NULL, r->cfg->save_path);
     return 0;
+}
+
+/* A trace travels through the coordinator's store in chunks, so no frame nears the
+ * wire's limit and heartbeats pass between them. */
+enum { TRACE_CHUNK = 16 << 20 };
+
+static bool put_trace(Run *r, const char *json, size_t n, char *err, size_t len) {
+    char key[64], count[32];
+    size_t chunks = (n + TRACE_CHUNK - 1) / TRACE_CHUNK;
+    for (size_t i = 0; i < chunks; i++) {
+        size_t at = i * TRACE_CHUNK, size = n - at < TRACE_CHUNK ? n - at : TRACE_CHUNK;
+        snprintf(key, sizeof key, "trace/%lld/%zu", (long long)r->rank, i);
+        if (!ddp_link_set(r->job->link, key, json + at, size, err, len))
+            return false;
+    }
+    snprintf(key, sizeof key, "trace/%lld", (long long)r->rank); /* last: the chunks are there */
+    return ddp_link_set(r->job->link, key, count, (size_t)snprintf(count, sizeof count, "%zu", chunks), err, len);
+}
+
+/* Worker `rank`'s trace (malloc'd), or NULL with err. */
+static char *get_trace(Run *r, int rank, size_t *n, char *err, size_t len) {
+    char key[64];
+    ddp_frame f;
+    int timeout = (int)r->cfg->rendezvous_timeout;
+    snprintf(key, sizeof key, "trace/%d", rank);
+    if (!ddp_link_get(r->job->link, key, &f, timeout, err, len))
+        return NULL;
+    long long chunks = atoll(f.data);
+    ddp_frame_free(&f);
+    char *json = malloc(1);
+    *n = 0;
+    for (long long i = 0; json && i < chunks; i++) {
+        snprintf(key, sizeof key, "trace/%d/%lld", rank, i);
+        if (!ddp_link_get(r->job->link, key, &f, timeout, err, len)) {
+            free(json);
+            return NULL;
+        }
+        char *grown = realloc(json, *n + f.len + 1);
+        if (grown) {
+            memcpy(grown + *n, f.data, f.len);
+            *n += f.len;
+        } else {
+            free(json);
+        }
+        json = grown;
+        ddp_frame_free(&f);
+    }
+    if (!json)
+        ddp_fail(err, len, "--trace: out of memory");
+    return json;
 }
 
 /* Every worker's spans into one file, written by worker 0. */
@@ -404,27 +531,20 @@ static bool write_trace(Run *r, char *err, size_t len) {
                                 r->ring ? ddp_ring_bytes_sent(r->ring) : 0, &n);
     if (!mine)
         return ddp_fail(err, len, "--trace: out of memory");
-    char key[32];
     if (r->rank != 0) {
-        snprintf(key, sizeof key, "trace/%lld", (long long)r->rank);
-        bool ok = ddp_link_set(r->job->link, key, mine, n, err, len);
+        bool ok = put_trace(r, mine, n, err, len);
         free(mine);
         return ok;
     }
     int world = (int)r->workers;
     char **parts = calloc((size_t)world, sizeof *parts);
     size_t *lens = calloc((size_t)world, sizeof *lens);
-    ddp_frame f;
     bool ok = parts && lens;
     if (ok) {
         parts[0] = mine, lens[0] = n;
     }
-    for (int k = 1; ok && k < world; k++) {
-        snprintf(key, sizeof key, "trace/%d", k);
-        ok = ddp_link_get(r->job->link, key, &f, (int)r->cfg->rendezvous_timeout, err, len);
-        if (ok)
-            parts[k] = f.data, lens[k] = f.len;
-    }
+    for (int k = 1; ok && k < world; k++)
+        ok = (parts[k] = get_trace(r, k, &lens[k], err, len)) != NULL;
     ok = ok ? ddp_trace_write(r->cfg->trace_path, parts, lens, world, err, len) : ok;
     for (int k = 0; parts && k < world; k++)
         free(parts[k]);
@@ -464,8 +584,11 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
     else {
         ddp_report_banner(report, rt, train, validation, cfg->evaluate ? NULL : &r.plan);
         status = cfg->evaluate ? evaluate_only(&r) : train_all(&r);
-        if (status == 0 && r.trace && !write_trace(&r, err, sizeof err))
-            status = failure(&r, err);
+        if (status == 0 && r.trace && !write_trace(&r, err, sizeof err)) {
+            char why[1200];
+            snprintf(why, sizeof why, "after the last step, gathering the trace: %s", err);
+            status = failure(&r, why);
+        }
     }
     ddp_comm_stop(r.comm);
     rt->hooks = (ddp_hooks){0};

@@ -38,9 +38,13 @@ fi
 status=$?
 [ $status -eq 137 ] && echo "ok: a worker killed by SIGKILL gives 137" || fail "SIGKILL: status $status"
 
-"$ddprun" -n 2 sh -c 'trap "echo stopping >&2; exit 9" TERM; while :; do sleep 0.1; done' 2> "$dir/err" &
+"$ddprun" -n 2 sh -c 'trap "echo stopping >&2; exit 9" TERM; echo ready >&2; while :; do sleep 0.1; done' \
+    2> "$dir/err" &
 launcher=$!
-sleep 1
+for i in $(seq 1 100); do # until both workers have set their trap, however loaded the machine
+    [ "$(grep -c "\] ready$" "$dir/err")" -eq 2 ] && break
+    sleep 0.1
+done
 kill -TERM $launcher
 wait $launcher
 status=$?

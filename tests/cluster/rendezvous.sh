@@ -8,7 +8,8 @@
 # --interface picks the address the others use. Strays that hold their connection,
 # or flood the coordinator, delay no one for long; a coordinator's port that accepts
 # and never answers ends in the rendezvous timeout; a worker lost before the job
-# formed is named to the others.
+# formed is named to the others; workers whose initial parameters differ are all
+# told which.
 set -u
 programs=$1
 dir=$(mktemp -d)
@@ -206,6 +207,17 @@ worker 2 3
 finish
 check "rank 1 killed before the job formed (rank 0)" "3 137 3" 0 "lost rank 1 on $(hostname)"
 check "rank 1 killed before the job formed (rank 2)" "3 137 3" 2 "lost rank 1 on $(hostname)"
+
+# different --load files: the parameters differ at the start (S5); each side is told
+"$programs/tiny" --data-root "$dir" --threads 1 --epochs 0 --save "$dir/a.safetensors" > /dev/null 2>&1
+"$programs/tiny" --data-root "$dir" --threads 1 --epochs 1 --save "$dir/b.safetensors" > /dev/null 2>&1
+next_job
+worker 0 2 --load "$dir/a.safetensors"
+worker 1 2 --load "$dir/b.safetensors"
+finish
+check "different --load files (rank 0)" "1 1" 0 "at the start, the parameters of rank 1 differ from worker 0's"
+check "different --load files (rank 1)" "1 1" 1 \
+    "at the start, this worker's parameters (hash [0-9a-f]*) differ from worker 0's ([0-9a-f]*): every worker needs"
 
 next_job
 worker 0 2

@@ -78,7 +78,7 @@ static int worker(int rank, int world, int base, Scenario scenario, int out) {
         knock(ports[2]);
     double deadline = ddp_now_ms() + (scenario == WRONG_KEY ? 3000 : 20000);
     ddp_ring_peers peers = {rank, world, hosts, ports, hosts, scenario == OTHER_PROGRAM && rank == 1 ? 99 : 42,
-                            key, listener, deadline, 5, NULL};
+                            key, listener, deadline, 5, NULL, 5};
     ddp_ring *r = ddp_ring_connect(&peers, err, sizeof err);
     if (listener >= 0)
         close(listener);
