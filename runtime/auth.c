@@ -139,7 +139,8 @@ static bool check_proof(const ddp_auth *a, const unsigned char *st, size_t len, 
         const void *parts[] = {st};
         ddp_hmac_sha256(a->key, sizeof a->key, parts, &len, 1, want);
         return (plen == 32 && ddp_equal_secret(want, proof, 32)) ||
-               ddp_fail(err, errlen, "its proof does not match this job's secret (DDP_SECRET differs)");
+               ddp_fail(err, errlen, "its proof does not match %s", strcmp(a->scope, "ring") == 0
+                        ? "the key the coordinator drew for this job's ring" : "this job's secret (DDP_SECRET differs)");
     }
     void *payload = NULL;
     int got = 0;

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "runtime.h"
 
@@ -51,9 +50,7 @@ typedef struct Run {
 } Run;
 
 static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+    return ddp_now_ms() / 1e3;
 }
 
 /* Status 1, or 3 when a worker of the job was lost (S12), whether a collective or
@@ -381,40 +378,34 @@ static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
 
 /* ---------------------------------------------------------------- the run */
 
-static bool prepare_validation(Run *r, char *err, size_t len) {
+/* A dataset's epochs: their plan (global batches, the last dropped or kept), this
+ * worker's shards of them, and a loader with buffers for the largest shard. */
+static bool prepare_pass(Run *r, const ddp_data *d, bool drop_remainder, int64_t steps_per_epoch,
+                         ddp_epoch_plan *plan, Pass *pass, ddp_loader **loader, char *err, size_t len) {
     int64_t global = r->rt->program->settings.batch_per_replica * r->rt->replicas;
-    if (!ddp_plan_epoch(r->validation->samples, global, false, -1, &r->validation_plan, err, len))
+    char why[512];
+    if (!ddp_plan_epoch(d->samples, global, drop_remainder, steps_per_epoch, plan, why, sizeof why))
+        return ddp_fail(err, len, "%s: %s", d->spec->name, why);
+    if (!pass_alloc(pass, d->samples, plan->steps))
+        return ddp_fail(err, len, "out of memory");
+    cut_pass(r, pass, plan);
+    if (!(*loader = ddp_loader_new(d, r->rt->program, largest_shard(pass))))
+        return ddp_fail(err, len, "cannot start the loader thread of %s", d->spec->name);
+    return true;
+}
+
+/* Validation passes over every sample in the file's order, the last batch kept. */
+static bool prepare_validation(Run *r, char *err, size_t len) {
+    if (!prepare_pass(r, r->validation, false, -1, &r->validation_plan, &r->validation_pass, &r->validation_loader,
+                      err, len))
         return false;
-    if (!pass_alloc(&r->validation_pass, r->validation->samples, r->validation_plan.steps)) {
-        snprintf(err, len, "out of memory");
-        return false;
-    }
     ddp_epoch_order(0, 0, false, r->validation->samples, r->validation_pass.order);
-    cut_pass(r, &r->validation_pass, &r->validation_plan);
-    r->validation_loader = ddp_loader_new(r->validation, r->rt->program, largest_shard(&r->validation_pass));
-    if (!r->validation_loader)
-        snprintf(err, len, "cannot start the validation data's loader thread");
-    return r->validation_loader != NULL;
+    return true;
 }
 
 static bool prepare_training(Run *r, char *err, size_t len) {
-    const ddp_settings *s = &r->rt->program->settings;
-    int64_t global = s->batch_per_replica * r->rt->replicas;
-    char why[512];
-    if (!ddp_plan_epoch(r->train->samples, global, s->drop_remainder, r->cfg->steps_per_epoch, &r->plan, why,
-                        sizeof why)) {
-        snprintf(err, len, "%s: %s", r->train->spec->name, why);
-        return false;
-    }
-    if (!pass_alloc(&r->train_pass, r->train->samples, r->plan.steps)) {
-        snprintf(err, len, "out of memory");
-        return false;
-    }
-    cut_pass(r, &r->train_pass, &r->plan);
-    r->train_loader = ddp_loader_new(r->train, r->rt->program, largest_shard(&r->train_pass));
-    if (!r->train_loader)
-        snprintf(err, len, "cannot start the training data's loader thread");
-    return r->train_loader != NULL;
+    return prepare_pass(r, r->train, r->rt->program->settings.drop_remainder, r->cfg->steps_per_epoch, &r->plan,
+                        &r->train_pass, &r->train_loader, err, len);
 }
 
 static int evaluate_only(Run *r) {
