@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@
 
 #include "runtime.h"
 
-enum { SLICE = 256 * 1024, HELLO_MAGIC = 0x44445031 /* "DDP1" */, STEP_MAGIC = 0x44445053 };
+enum { SLICE = 256 * 1024, SPIN_US = 50, HELLO_MAGIC = 0x44445031 /* "DDP1" */, STEP_MAGIC = 0x44445053 };
 
 struct ddp_ring {
     int rank, world;
@@ -44,6 +45,7 @@ struct ddp_ring {
     void *scratch;              /* a slice of a neighbour's terms, on their way into the sums */
     uint64_t bytes_sent;
     ddp_link *link;             /* whose news of a lost worker ends a collective; NULL */
+    double spin_ms;             /* how long a step tries again before it sleeps in poll */
 };
 
 /* The header of every step of every collective. */
@@ -197,7 +199,7 @@ static bool step(ddp_ring *r, uint32_t index, Flow out, Flow in, const char *wha
     int prev = (r->rank + r->world - 1) % r->world, next = (r->rank + 1) % r->world;
     size_t out_total = flow_total(&out), in_total = flow_total(&in);
     out.header = (StepHeader){STEP_MAGIC, index, r->sequence, out.len};
-    double last = ddp_now_ms();
+    double last = ddp_now_ms(), idle_since = 0;
     char how[160];
     while (out.done < out_total || in.done < in_total) {
         bool moved = false;
@@ -220,6 +222,14 @@ static bool step(ddp_ring *r, uint32_t index, Flow out, Flow in, const char *wha
         }
         if (moved) {
             last = ddp_now_ms();
+            idle_since = 0;
+            continue;
+        }
+        double now = ddp_now_ms();
+        if (idle_since == 0)
+            idle_since = now;
+        if (now - idle_since < r->spin_ms) {
+            sched_yield(); /* a neighbour sharing this CPU for now gets it */
             continue;
         }
         struct pollfd fds[3] = {{.fd = out.done < out_total ? out.fd : -1, .events = POLLOUT},
@@ -411,6 +421,19 @@ static bool accept_edges(ddp_ring *r, const ddp_ring_peers *peers, char *err, si
     return true;
 }
 
+/* Waking from poll costs tens of microseconds, more than a small step takes: a step
+ * whose neighbour is about to answer does better to try again for a moment. Only
+ * where every worker of this machine has a CPU of its own, since a spinning worker
+ * would otherwise hold up the very neighbour it waits for. */
+static double spin_budget_ms(const ddp_ring_peers *peers) {
+    int local = 0;
+    for (int i = 0; i < peers->world; i++)
+        local += strcmp(peers->hosts[i], peers->hosts[peers->rank]) == 0;
+    cpu_set_t mine;
+    int cpus = sched_getaffinity(0, sizeof mine, &mine) == 0 ? CPU_COUNT(&mine) : 1;
+    return local <= cpus ? SPIN_US / 1000.0 : 0;
+}
+
 ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen) {
     ddp_ring *r = calloc(1, sizeof *r);
     if (!r) {
@@ -419,7 +442,7 @@ ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen
     }
     *r = (ddp_ring){.rank = peers->rank, .world = peers->world, .next_fd = -1, .prev_fd = -1,
                     .program_hash = peers->program_hash, .timeout_ms = peers->timeout_s * 1000, .lost = -1,
-                    .link = peers->link};
+                    .link = peers->link, .spin_ms = spin_budget_ms(peers)};
     r->hosts = calloc((size_t)r->world, sizeof *r->hosts);
     if (!r->hosts) {
         ddp_fail(err, errlen, "out of memory");
