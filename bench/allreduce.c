@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,19 +116,6 @@ typedef struct Run {
     int ports[MAX_WORKERS];     /* where each rank listens; rank 0: nowhere */
 } Run;
 
-static bool write_all(int fd, const void *data, size_t len) {
-    for (const char *p = data; len;) {
-        ssize_t k = write(fd, p, len);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return false;
-        p += k;
-        len -= (size_t)k;
-    }
-    return true;
-}
-
 /* One repetition: fill, barrier, the timed all-reduce, the check. */
 static bool timed_allreduce(ddp_ring *r, float *data, int64_t count, const float *sums, double *seconds, char *err,
                             size_t errlen) {
@@ -163,7 +149,9 @@ static bool measure_size(ddp_ring *r, float *data, int64_t count, const float *s
     for (int k = 0; k < reps; k++)
         if (!timed_allreduce(r, data, count, sums, &times[k], err, errlen))
             return false;
-    if (!write_all(report, &reps, sizeof reps) || !write_all(report, times, sizeof(double) * (size_t)reps))
+    double deadline = ddp_now_ms() + SILENCE_TIMEOUT_MS;
+    if (!ddp_send_all(report, &reps, sizeof reps, deadline) ||
+        !ddp_send_all(report, times, sizeof(double) * (size_t)reps, deadline))
         return ddp_fail(err, errlen, "reporting to the parent: %s", strerror(errno));
     return true;
 }
@@ -204,7 +192,7 @@ static int worker(const Run *run, int rank, int listener, int report) {
 typedef struct Crew {
     int world, started;
     pid_t pids[MAX_WORKERS];
-    int reports[MAX_WORKERS];   /* the read ends of their pipes */
+    int reports[MAX_WORKERS];   /* our ends of the sockets they report on */
 } Crew;
 
 /* Listening sockets on ports the kernel picks, made here so no other program can take
@@ -243,7 +231,7 @@ static bool start_crew(Run *run, Crew *crew) {
     bool listening = open_listeners(run, listeners), ok = listening;
     for (int rank = 0; ok && rank < run->world; rank++) {
         int ends[2];
-        ok = pipe(ends) == 0;
+        ok = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) == 0;
         if (ok) {
             crew->reports[rank] = ends[0];
             writers[rank] = ends[1];
@@ -276,25 +264,12 @@ static bool start_crew(Run *run, Crew *crew) {
     return ok;
 }
 
-/* len bytes from a worker's pipe; false when it closed it or said nothing for too long. */
+/* len bytes from a worker's report socket; false when it closed it or said nothing for too long. */
 static bool read_report(int fd, void *data, size_t len) {
-    for (char *p = data; len;) {
-        struct pollfd wait = {.fd = fd, .events = POLLIN};
-        int ready = poll(&wait, 1, SILENCE_TIMEOUT_MS);
-        if (ready == 0) {
-            fprintf(stderr, "bench_allreduce: no worker reported for %d s: stopping them\n",
-                    SILENCE_TIMEOUT_MS / 1000);
-            return false;
-        }
-        ssize_t k = ready > 0 ? read(fd, p, len) : -1;
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return false;
-        p += k;
-        len -= (size_t)k;
-    }
-    return true;
+    int got = ddp_recv_all(fd, data, len, ddp_now_ms() + SILENCE_TIMEOUT_MS);
+    if (got == -1)
+        fprintf(stderr, "bench_allreduce: no worker reported for %d s: stopping them\n", SILENCE_TIMEOUT_MS / 1000);
+    return got == 1;
 }
 
 /* The median over repetitions of the slowest worker's time, from every worker's
