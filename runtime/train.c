@@ -173,11 +173,15 @@ bool ddp_parameters_agree(ddp_runtime *rt, ddp_ring *ring, const char *when, con
     ok = ok && ddp_ring_allreduce(ring, differs, world, true, err, errlen);
     char list[256] = "";
     size_t n = 0;
-    for (int r = 0; ok && r < world; r++)
-        if (differs[r] != 0 && n < sizeof list - 16)
-            n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", n ? ", " : "", r);
-        else if (differs[r] != 0 && !strstr(list, "..."))
-            n += (size_t)snprintf(list + n, sizeof list - n, ", ...");
+    for (int r = 0; ok && r < world; r++) {
+        if (differs[r] == 0)
+            continue;
+        if (n > sizeof list - 16) { /* enough to go on */
+            snprintf(list + n, sizeof list - n, ", ...");
+            break;
+        }
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", n ? ", " : "", r);
+    }
     free(differs);
     if (!ok || !list[0])
         return ok;
