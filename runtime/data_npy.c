@@ -303,7 +303,9 @@ static bool keep_arrays(ddp_data *d, npy_array *inputs, npy_array *labels, char 
     if (!d->inputs)
         return data_fail(err, errlen, d->where, "out of memory for %zu values", count);
     d->label_elems = labels->rank == 2 ? labels->shape[1] : 1;
-    d->labels = data_into_doubles(take_values(labels, &count), labels->elem, count);
+    /* apart: the count must be the labels' before it is passed on */
+    void *label_values = take_values(labels, &count);
+    d->labels = data_into_doubles(label_values, labels->elem, count);
     if (!d->labels)
         return data_fail(err, errlen, d->label_where, "out of memory for %zu labels", count);
     return true;

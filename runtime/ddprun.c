@@ -2,7 +2,10 @@
  * this machine as one job, the way srun does on a cluster (like torchrun
  * --standalone). Each worker gets DDP_RANK, DDP_WORLD_SIZE, DDP_LOCAL_RANK,
  * DDP_LOCAL_WORLD_SIZE, DDP_COORDINATOR (127.0.0.1 and a free port) and DDP_SECRET (a
- * fresh random secret the workers prove to each other). Each line a worker writes to
+ * fresh random secret the workers prove to each other). Worker i listens on the
+ * coordinator's port + i, so the N ports are drawn together, all free, outside the
+ * kernel's ephemeral range (where any outgoing connection may take one at any time)
+ * and outside 10000-20000 (where jobs under srun derive theirs). Each line a worker writes to
  * stderr comes out prefixed with its rank; stdout passes through.
  *
  * SIGINT, SIGTERM and SIGHUP are passed on to every worker. When a worker fails (a
@@ -67,17 +70,46 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* A port no one listens on now, from the kernel. */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
+/* Whether a listener could bind port now, as the workers do (SO_REUSEADDR, any
+ * address). */
+static bool port_free(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = INADDR_ANY};
+    if (fd < 0)
+        return false;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The first of n consecutive free ports above 20000 and outside the ephemeral range,
+ * drawn at random so that jobs started together rarely meet; -1 if none is found. */
+static int free_port_run(int n) {
+    int lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768, hi = 60999;
+        fclose(f);
+    }
+    int windows[2][2] = {{20000, lo - 1}, {hi + 1, 65535}};
+    unsigned draw = 0;
+    for (int attempt = 0; attempt < 200; attempt++) {
+        int *w = windows[attempt % 2];
+        int span = w[1] - w[0] + 1 - n;
+        if (span <= 0)
+            continue;
+        if (getrandom(&draw, sizeof draw, 0) != (ssize_t)sizeof draw)
+            draw = draw * 1103515245u + 12345u + (unsigned)getpid();
+        int base = w[0] + (int)(draw % (unsigned)span), i = 0;
+        while (i < n && port_free(base + i))
+            i++;
+        if (i == n)
+            return base;
+    }
+    errno = EADDRINUSE;
+    return -1;
 }
 
 static bool random_secret(char *out, size_t len) {
@@ -266,8 +298,9 @@ int main(int argc, char **argv) {
         return bad_usage("--port wants a port from 1 to 65535 and --grace a number of seconds", "");
     if (i >= argc)
         return bad_usage("no program to run", "");
-    if (port == 0 && (port = free_port()) < 0) {
-        fprintf(stderr, "ddprun: cannot find a free port: %s; give one with --port\n", strerror(errno));
+    if (port == 0 && (port = free_port_run((int)n)) < 0) {
+        fprintf(stderr, "ddprun: cannot find %ld free ports in a row outside the ephemeral range: %s; "
+                "give the first with --port\n", n, strerror(errno));
         return 1;
     }
     char secret[64], coordinator[64];

@@ -3,6 +3,7 @@
 # world, the coordinator and a secret; stderr lines come prefixed with the rank; the
 # first failure ends the others (even what they started) and gives ddprun's status;
 # signals are passed on; bad usage is status 2. A built program trains under ddprun.
+# The ports ddprun picks lie outside the kernel's ephemeral range and Slurm's 10000-20000.
 set -u
 ddprun=$1 programs=$2
 dir=$(mktemp -d)
@@ -17,8 +18,11 @@ sort "$dir/err" > "$dir/sorted"
 port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$dir/sorted" | sort -u)
 printf '[rank 0] 0/3 0/3 127.0.0.1:%s 32\n[rank 1] 1/3 1/3 127.0.0.1:%s 32\n[rank 2] 2/3 2/3 127.0.0.1:%s 32\n' \
     "$port" "$port" "$port" > "$dir/want"
-if [ $status -eq 0 ] && [ "$(echo "$port" | wc -l)" -eq 1 ] && cmp -s "$dir/sorted" "$dir/want"; then
-    echo "ok: three workers with their variables, stderr prefixed"
+range=$(cat /proc/sys/net/ipv4/ip_local_port_range)
+eph_lo=${range%%[!0-9]*} eph_hi=${range##*[!0-9]}
+if [ $status -eq 0 ] && [ "$(echo "$port" | wc -l)" -eq 1 ] && cmp -s "$dir/sorted" "$dir/want" &&
+    [ "$port" -ge 20000 ] && { [ $((port + 2)) -lt "$eph_lo" ] || [ "$port" -gt "$eph_hi" ]; }; then
+    echo "ok: three workers with their variables, stderr prefixed, ports $port-$((port + 2))"
 else
     fail "the workers' variables (status $status):"
     cat "$dir/err"

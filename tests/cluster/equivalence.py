@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from datafiles import read_safetensors  # noqa: E402
+from datafiles import read_safetensors, with_port  # noqa: E402
 
 TOLERANCE = 1e-5
 
@@ -78,7 +78,7 @@ def compare(name, workers, launcher, programs, small, big, tmp):
     a, b = (os.path.join(tmp, "%s_%s.safetensors" % (name, k)) for k in ("many", "one"))
     ma, mb = (os.path.join(tmp, "%s_%s.json" % (name, k)) for k in ("many", "one"))
     ta, tb = (os.path.join(tmp, "%s_%s.trace" % (name, k)) for k in ("many", "one"))
-    run(launcher + [str(workers), os.path.join(programs, small), "--threads", "1", "--save", a, "--metrics", ma,
+    run(with_port(launcher, workers) + [str(workers), os.path.join(programs, small), "--threads", "1", "--save", a, "--metrics", ma,
                     "--trace", ta])
     run([os.path.join(programs, big), "--threads", "1", "--save", b, "--metrics", mb, "--trace", tb])
     ok = True

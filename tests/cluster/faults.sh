@@ -10,15 +10,19 @@
 # coordinator that never comes up is reported at the rendezvous timeout; a port in use
 # as such.
 set -u
-program=$1/fashion_mlp
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
+# a copy of its own, so that looking for its processes by name never finds (or kills)
+# another test's run of the same program
+program=$dir/faults_mlp
+cp "$1/fashion_mlp" "$program" || exit 1
 pids=""
-trap 'kill -KILL $pids 2>/dev/null; kill -CONT $pids 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill -KILL $pids 2>/dev/null; kill -CONT $pids 2>/dev/null; rm -rf "$dir"; sh "$here/free_ports.sh" --release $$' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 timeout=3                   # --peer-timeout in these tests
-port=$(( 21000 + $$ % 9000 * 2 ))
+# new_port: a free port base, reserved for this test, for up to 3 workers
+new_port() { port=$(sh "$here/free_ports.sh" 3 $$) || exit 1; }
 export DDP_SECRET=faults-test-secret
 args="--threads 1 --epochs 5 --peer-timeout $timeout --rendezvous-timeout 60"
 
@@ -27,7 +31,7 @@ start_workers() {
     n=$1
     shift
     pids=""
-    port=$((port + 10))
+    new_port
     for rank in $(seq 0 $((n - 1))); do
         # shellcheck disable=SC2086
         DDP_RANK=$rank DDP_WORLD_SIZE=$n DDP_COORDINATOR=127.0.0.1:$port "$program" $args "$@" \
@@ -121,9 +125,14 @@ else
 fi
 
 # Under srun, which is told to leave the step alone when a task fails.
-if sh "$here/slurm_up.sh" > /dev/null 2>&1; then
+. "$here/slurm_conf.sh"
+slurm_said=$(sh "$here/slurm_up.sh" 2>&1)
+slurm_status=$?
+if [ $slurm_status -eq 0 ]; then
+    export SLURM_CONF=$one_node_conf
     for signal in KILL STOP; do
-        timeout 120 srun -n 3 --kill-on-bad-exit=0 "$program" $args --port-base $((port += 10)) \
+        new_port
+        timeout 120 srun -n 3 --kill-on-bad-exit=0 "$program" $args --port-base $port \
             < /dev/null > "$dir/srun.out" 2>&1 &
         srun_pid=$!
         victim=""
@@ -154,8 +163,11 @@ if sh "$here/slurm_up.sh" > /dev/null 2>&1; then
             cat "$dir/srun.out"
         fi
     done
+elif [ $slurm_status -eq 77 ]; then
+    echo "skipped: the faults under srun: $slurm_said"
 else
-    echo "skipped: the faults under srun (no Slurm here)"
+    fail "the one-node Slurm did not come up:"
+    printf '%s\n' "$slurm_said"
 fi
 sleep 0.5
 if pgrep -f "$program" > /dev/null; then
@@ -165,7 +177,8 @@ fi
 
 # A coordinator that never comes up.
 start=$(date +%s)
-DDP_RANK=1 DDP_WORLD_SIZE=2 DDP_COORDINATOR=127.0.0.1:$((port += 10)) "$program" --rendezvous-timeout 2 \
+new_port
+DDP_RANK=1 DDP_WORLD_SIZE=2 DDP_COORDINATOR=127.0.0.1:$port "$program" --rendezvous-timeout 2 \
     > /dev/null 2> "$dir/err"
 status=$? took=$(( $(date +%s) - start ))
 if [ $status -eq 1 ] && [ $took -le 6 ] && grep -q "no coordinator (rank 0) at 127.0.0.1:$port within 2 s" "$dir/err"
@@ -176,7 +189,7 @@ else
     cat "$dir/err"
 fi
 
-port=$((port + 10))
+new_port
 python3 -c "import socket, time
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -12,16 +12,16 @@
 # told which.
 set -u
 programs=$1
+here=$(dirname "$0")
 dir=$(mktemp -d)
 pids=""
-trap 'kill -KILL $pids 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill -KILL $pids 2>/dev/null; rm -rf "$dir"; sh "$here/free_ports.sh" --release $$' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 printf 'x0,x1,x2,x3,label\n' > "$dir/tiny.csv"
 for i in $(seq 1 48); do echo "$i,0,1,2,$((i % 3))" >> "$dir/tiny.csv"; done
 cp "$dir/tiny.csv" "$dir/tiny_check.csv"
 mkdir "$dir/empty"
-port=$(( 23000 + $$ % 9000 * 3 ))
 export DDP_SECRET=rendezvous-test
 
 # worker RANK WORLD [VAR=VALUE...] [-- PROGRAM] [FLAGS...]: one worker in the background
@@ -58,7 +58,11 @@ check() {
     fi
 }
 
-next_job() { port=$((port + 3)); rm -f "$dir"/err.* "$dir"/out.*; }
+# next_job: a new port base, free and reserved, for a job of up to 3 workers
+next_job() {
+    port=$(sh "$here/free_ports.sh" 3 $$) || exit 1
+    rm -f "$dir"/err.* "$dir"/out.*
+}
 
 next_job
 worker 0 2 --epochs 2

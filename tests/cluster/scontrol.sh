@@ -1,9 +1,11 @@
 #!/bin/sh
 # scontrol.sh UNIT_HOSTLIST: the host-list parser against Slurm's own
-# `scontrol show hostnames`, list by list. Skipped (77) where Slurm is not installed.
+# `scontrol show hostnames`, list by list. Slurm is installed first where it is missing
+# and that is allowed (slurm_conf.sh); skipped (77), saying why, where it cannot be.
 set -u
 parser=$1
-command -v scontrol > /dev/null || { echo "scontrol not found: skipped"; exit 77; }
+. "$(dirname "$0")/slurm_conf.sh"
+quietly slurm_installed || exit $?
 conf=$(mktemp)
 trap 'rm -f "$conf" "$conf.a" "$conf.b"' EXIT
 # scontrol wants a configuration to start, though expanding a list reads nothing of it

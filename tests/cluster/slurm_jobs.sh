@@ -1,12 +1,10 @@
 #!/bin/sh
-# slurm_jobs.sh PROGRAMS: real Slurm jobs (tests/cluster/slurm_up.sh): the Fashion-MNIST
+# slurm_jobs.sh PROGRAMS: real Slurm jobs (run through with_slurm.sh): the Fashion-MNIST
 # MLP built with 16 samples per replica, trained by `srun -n 4` for one epoch, reaches
 # the one-worker accuracy bar (0.82); and a job script run by `sbatch --wait` trains
 # with `srun -n 2` inside it.
 set -u
 programs=$1
-here=$(cd "$(dirname "$0")" && pwd)
-sh "$here/slurm_up.sh" > /dev/null || exit $?
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 failures=0

@@ -1,61 +1,92 @@
 #!/bin/sh
 # slurm_up.sh: a real one-node Slurm on this machine for the tests, started if it is
 # not running (munge, slurmctld, slurmd), installed first if missing and allowed
-# (root, or sudo without a password). Idempotent: a running cluster whose `srun`
-# works is reused. Exits 77 (skip) where Slurm can be neither found nor installed.
+# (root, or sudo without a password). Tests use it through
+# SLURM_CONF=/etc/slurm-ddp-tests/slurm.conf (with_slurm.sh sets it).
 #
-# The node claims 8 CPUs (config_overrides) so that 4-8 tasks fit on a small machine.
+# It keeps to its own files and ports, so it runs beside any other Slurm of the
+# machine (the one of /etc/slurm/slurm.conf included, which it never touches): its
+# controller and node daemon want 6817 and 6818 (or the ports it used last), and
+# take free ones from 6900-6999 when another process holds those. Every step checks
+# its result and says what failed, with the end of the daemon's log. Idempotent: a
+# running cluster whose `srun` works is reused.
+#
+# Exits 0 when up, 77 (skip) where Slurm can be neither found nor installed, 1 when
+# it tried and failed. The node claims 8 CPUs (config_overrides) so that 4-8 tasks
+# fit on a small machine.
 set -u
-unset SLURM_CONF # this one-node cluster's own configuration
-. "$(dirname "$0")/slurm_conf.sh"
+unset SLURM_CONF
+here=$(dirname "$0")
+. "$here/slurm_conf.sh"
 log() { echo "slurm_up: $*"; }
-if [ "$(id -u)" -eq 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi
 
-works() { timeout 30 srun -n 1 -t 1 true >/dev/null 2>&1; }
-if command -v srun >/dev/null && works; then
-    log "reusing the running cluster"
+name=$one_node_name
+conf=$one_node_conf
+conf_dir=${conf%/*}
+logs=/var/log/slurm-$name
+state=/var/spool/slurmctld-$name
+spool=/var/spool/slurmd-$name
+ctld_pid=/run/slurmctld-$name.pid
+slurmd_pid=/run/slurmd-$name.pid
+host=$(hostname)
+export SLURM_CONF=$conf
+
+works() { timeout "${1:-30}" srun -n 1 -t 1 true >/dev/null 2>&1; }
+both_alive() { alive $ctld_pid slurmctld && alive $slurmd_pid slurmd; }
+if both_alive && works; then
+    log "reusing the running cluster $name (SLURM_CONF=$conf)"
     exit 0
 fi
 [ "$sudo" = none ] && { log "not root and no sudo: cannot start Slurm; skipped"; exit 77; }
+slurm_installed || exit $?
+munge_up || exit 1
 
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-    log "installing slurm-wlm and munge"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q slurm-wlm munge >/dev/null 2>&1 ||
-        { $sudo apt-get update -q >/dev/null 2>&1 &&
-          DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q slurm-wlm munge >/dev/null 2>&1; } ||
-        { log "could not install Slurm: skipped"; exit 77; }
-fi
+# Daemons that run but do not serve are started again, on ports checked afresh.
+stop_daemon $slurmd_pid slurmd
+stop_daemon $ctld_pid slurmctld
+ctld_port=$(pick_port "$(conf_value "$conf" SlurmctldPort | grep . || echo 6817)" 6900 6999) ||
+    { log "the controller's port: see above"; exit 1; }
+slurmd_port=$(pick_port "$(conf_value "$conf" SlurmdPort | grep . || echo 6818)" 6900 6999 "$ctld_port") ||
+    { log "the node daemon's port: see above"; exit 1; }
 
-$sudo mkdir -p /run/munge /var/log/munge /var/lib/munge /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
-$sudo chown munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge/munge.key
-if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    $sudo su munge -s /bin/sh -c /usr/sbin/munged
-    sleep 1
-fi
-
-host=$(hostname)
-conf=/etc/slurm/slurm.conf
-if ! grep -q "^ClusterName=ddp-tests" "$conf" 2>/dev/null; then
-    [ -f "$conf" ] && $sudo cp "$conf" "$conf.before-ddp-tests"
-    $sudo tee "$conf" >/dev/null <<EOF
-ClusterName=ddp-tests
+want=$(cat <<EOF
+# Written by tests/cluster/slurm_up.sh: the one-node test cluster.
+ClusterName=$name
 SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
 $(slurm_common_conf)
-StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
+StateSaveLocation=$state
+SlurmdSpoolDir=$spool
+SlurmctldPidFile=$ctld_pid
+SlurmdPidFile=$slurmd_pid
+SlurmctldLogFile=$logs/slurmctld.log
+SlurmdLogFile=$logs/slurmd.log
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
+)
+$sudo mkdir -p "$conf_dir" "$logs" "$state" "$spool" || { log "cannot make its folders"; exit 1; }
+if [ "$(cat "$conf" 2>/dev/null)" != "$want" ]; then
+    printf '%s\n' "$want" | $sudo tee "$conf" >/dev/null || { log "cannot write $conf"; exit 1; }
+    log "wrote $conf (controller port $ctld_port, node port $slurmd_port)"
 fi
-# by pid file: the two-node cluster's daemons (two_nodes_up.sh) have the same names
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-alive /run/slurmctld.pid || $sudo slurmctld
-alive /run/slurmd.pid || $sudo slurmd
-for i in 1 2 3 4 5 6 7 8 9 10; do
-    works && { log "up: $(sinfo -h -o '%P %D %T' 2>/dev/null)"; exit 0; }
+
+start_daemon slurmctld $ctld_pid $logs/slurmctld.log $sudo env SLURM_CONF="$conf" slurmctld -f "$conf" || exit 1
+start_daemon slurmd $slurmd_pid $logs/slurmd.log $sudo env SLURM_CONF="$conf" slurmd -f "$conf" -N "$host" || exit 1
+for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    if works 20; then
+        log "up: $name, SLURM_CONF=$conf, ports $ctld_port and $slurmd_port: $(sinfo -h -o '%P %D %T' 2>/dev/null)"
+        exit 0
+    fi
+    # a node left drained by an earlier run is put back by hand (ReturnToService=2
+    # brings back only a node that was down)
+    [ $i -eq 3 ] && $sudo env SLURM_CONF="$conf" scontrol update nodename="$host" state=resume >/dev/null 2>&1
     sleep 2
 done
-log "Slurm did not come up; see /var/log/slurm/"
+log "the cluster $name did not come up: srun -n 1 true fails:"
+timeout 20 srun -n 1 -t 1 true 2>&1 | tail -n 5
+sinfo -N 2>&1 | tail -n 5
+log_tail $logs/slurmctld.log
+log_tail $logs/slurmd.log
 exit 1

@@ -1,12 +1,10 @@
 #!/bin/sh
-# srun.sh UNIT_CLUSTER PROGRAMS: under a real Slurm (tests/cluster/slurm_up.sh), every
+# srun.sh UNIT_CLUSTER PROGRAMS: under a real Slurm (run through with_slurm.sh), every
 # task of `srun -n 1..4` resolves its own rank, the step's size, the same coordinator
 # and the same port; a built program trains under `srun -n 1` and `srun -n 3`, with
 # one banner and one summary, from worker 0.
 set -u
 resolver=$1 programs=$2
-here=$(dirname "$0")
-sh "$here/slurm_up.sh" || exit $?
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 root=$(mktemp -d)

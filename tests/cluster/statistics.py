@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from datafiles import read_safetensors  # noqa: E402
+from datafiles import read_safetensors, with_port  # noqa: E402
 
 TOLERANCE = 1e-6
 
@@ -27,7 +27,7 @@ def train(programs, ddprun, name, tmp):
     program = os.path.join(programs, name)
     worker = ('if [ "$DDP_RANK" = 0 ]; then exec "$0" --threads 1 --save "$1" --metrics "$2"; '
               'else exec "$0" --threads 1; fi')
-    p = subprocess.run([ddprun, "-n", "3", "sh", "-c", worker, program, save, metrics], stdout=subprocess.PIPE,
+    p = subprocess.run(with_port([ddprun], 3) + ["-n", "3", "sh", "-c", worker, program, save, metrics], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
     if p.returncode:
         sys.exit("FAIL: %s with --save on worker 0 only: status %d\n%s" % (name, p.returncode, p.stdout[-3000:]))

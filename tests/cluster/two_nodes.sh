@@ -1,6 +1,6 @@
 #!/bin/sh
 # two_nodes.sh UNIT_CLUSTER PROGRAMS: a real two-node Slurm (n1 and n2, each in its own
-# network namespace: tests/cluster/two_nodes_up.sh). `srun -N 2 -n 4` puts ranks 0-2
+# network namespace, run through with_two_nodes.sh). `srun -N 2 -n 4` puts ranks 0-2
 # on n1 and rank 3 on n2, each resolving its place; a built program trains there
 # with the rendezvous and the ring crossing the two addresses, and N workers x B
 # train exactly as one worker x N B (tests/cluster/equivalence.py), with 4 workers
@@ -8,8 +8,6 @@
 set -u
 resolver=$1 programs=$2
 here=$(cd "$(dirname "$0")" && pwd)
-sh "$here/two_nodes_up.sh" > /dev/null || exit $?
-export SLURM_CONF=/etc/slurm-ddp2/slurm.conf
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 dir=$(mktemp -d)

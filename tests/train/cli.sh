@@ -6,7 +6,8 @@
 set -u
 dir=$1
 root=$(mktemp -d)
-trap 'rm -rf "$root"' EXIT
+ports="$(dirname "$0")/../cluster/free_ports.sh"
+trap 'rm -rf "$root"; sh "$ports" --release $$' EXIT
 printf 'x0,x1,x2,x3,label\n1,2,3,4,0\n0,1,0,1,1\n2,2,1,0,2\n1,0,0,1,1\n' > "$root/tiny.csv"
 cat "$root/tiny.csv" > "$root/tiny_check.csv"
 tail -n 4 "$root/tiny_check.csv" >> "$root/tiny.csv"
@@ -54,7 +55,7 @@ expect 1 "the host list \`n\[1-2\` is malformed: a \`\[\` is not closed" env $sl
     SLURM_STEP_TASKS_PER_NODE='2(x2)' $tiny
 expect 1 "SLURM_STEP_NODELIST is not set" env $slurm_step $tiny
 expect 0 "warning: this is Slurm job 7, but not a task of a job step" env SLURM_JOB_ID=7 $tiny
-port=$(( 20000 + $$ % 20000 ))
+port=$(sh "$ports" 1 $$) || exit 1
 expect 1 "no coordinator (rank 0) at localhost:$port within 1 s (--rendezvous-timeout): cannot connect to \
 localhost:$port: Connection refused" env DDP_SECRET=s DDP_WORLD_SIZE=2 DDP_RANK=1 DDP_COORDINATOR=localhost:$port \
     $tiny --rendezvous-timeout 1

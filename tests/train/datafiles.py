@@ -1,10 +1,14 @@
 """datafiles.py: what the whole-program tests share: data files of every format
 (good ones for tests/train/files.ddp and cifar.ddp, and the pieces to break them),
-and safetensors files read and written with the standard library alone."""
+and safetensors files read and written with the standard library alone; ports reserved
+for workers started by hand."""
+import atexit
 import gzip
 import json
 import os
 import struct
+import subprocess
+import sys
 
 SAMPLES = 8
 
@@ -76,3 +80,25 @@ def read_safetensors(path):
         a, b = t["data_offsets"]
         out[name] = struct.unpack("<%df" % ((b - a) // 4), blob[8 + n + a:8 + n + b])
     return out, header.get("__metadata__", {})
+
+
+FREE_PORTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster", "free_ports.sh")
+
+
+def reserve_ports(n):
+    """The first of n free ports in a row, reserved for this test (cluster/free_ports.sh)
+    until it ends."""
+    p = subprocess.run(["sh", FREE_PORTS, str(n), str(os.getpid())], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode:
+        sys.exit("FAIL: no free ports for the workers: " + p.stderr.strip())
+    atexit.register(lambda: subprocess.run(["sh", FREE_PORTS, "--release", str(os.getpid())]))
+    return int(p.stdout)
+
+
+def with_port(launcher, workers):
+    """The launcher's command with a reserved coordinator port where it is ddprun (srun
+    derives its own from the job)."""
+    if os.path.basename(launcher[0]) == "ddprun":
+        return [launcher[0], "--port", str(reserve_ports(workers))] + launcher[1:]
+    return launcher

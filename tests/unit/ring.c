@@ -7,6 +7,7 @@
  * stray connection (refused, and the ring forms), a worker without the job's key. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -21,21 +22,24 @@
 
 enum { MAX_WORKERS = 8 };
 
-/* A base port with `count` free ports after it. */
-static int free_ports(int count) {
-    for (int attempt = 0; attempt < 50; attempt++) {
-        int base = 20000 + (int)((getpid() * 37 + attempt * 977) % 20000), ok = 1, fds[MAX_WORKERS];
-        for (int i = 0; i < count; i++) {
-            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(base + i))};
-            fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-            ok &= bind(fds[i], (struct sockaddr *)&a, sizeof a) == 0;
+/* Listening sockets for ranks 1.. on ports the kernel picks, made before the workers
+ * start so that no other program can take a port between choosing and listening;
+ * each worker inherits its own. False with a message when one cannot be made. */
+static bool open_listeners(int world, int *listeners, int *ports) {
+    char err[512];
+    listeners[0] = -1;
+    ports[0] = 0;
+    for (int rank = 1; rank < world; rank++) {
+        struct sockaddr_in a;
+        socklen_t alen = sizeof a;
+        listeners[rank] = ddp_listen(0, err, sizeof err);
+        if (listeners[rank] < 0 || getsockname(listeners[rank], (struct sockaddr *)&a, &alen) != 0) {
+            fprintf(stderr, "a listening socket for rank %d: %s\n", rank, listeners[rank] < 0 ? err : strerror(errno));
+            return false;
         }
-        for (int i = 0; i < count; i++)
-            close(fds[i]);
-        if (ok)
-            return base;
+        ports[rank] = ntohs(a.sin_port);
     }
-    return -1;
+    return true;
 }
 
 static uint64_t fnv(const void *p, size_t n) {
@@ -59,21 +63,17 @@ static void knock(int port) {
 }
 
 /* The worker's side; writes one hash per collective to `out`; returns its status. */
-static int worker(int rank, int world, int base, Scenario scenario, int out) {
+static int worker(int rank, int world, int *ports, int *listeners, Scenario scenario, int out) {
     const char *hosts[MAX_WORKERS];
-    int ports[MAX_WORKERS];
     for (int i = 0; i < world; i++) {
         hosts[i] = "127.0.0.1";
-        ports[i] = base + i;
+        if (i != rank && listeners[i] >= 0)
+            close(listeners[i]);
     }
     unsigned char key[32];
     memset(key, scenario == WRONG_KEY && rank == 1 ? 'q' : 'k', sizeof key);
     char err[512];
-    int listener = rank == 0 ? -1 : ddp_listen(ports[rank], err, sizeof err);
-    if (rank != 0 && listener < 0) {
-        fprintf(stderr, "rank %d: %s\n", rank, err);
-        return 2;
-    }
+    int listener = listeners[rank];
     if (scenario == STRAY && rank == 0)
         knock(ports[2]);
     double deadline = ddp_now_ms() + (scenario == WRONG_KEY ? 3000 : 20000);
@@ -141,7 +141,9 @@ static int worker(int rank, int world, int base, Scenario scenario, int out) {
 /* Runs world workers; their statuses into status[], stderr into a temp file whose
  * text is returned (malloc'd). Checks that every worker saw the same sums. */
 static char *run(int world, Scenario scenario, int *status) {
-    int base = free_ports(world), hashes[MAX_WORKERS][2];
+    int listeners[MAX_WORKERS], ports[MAX_WORKERS], hashes[MAX_WORKERS][2];
+    if (!open_listeners(world, listeners, ports))
+        exit(2);
     char path[] = "/tmp/ddp_ring_XXXXXX";
     int log = mkstemp(path);
     pid_t pids[MAX_WORKERS];
@@ -152,10 +154,12 @@ static char *run(int world, Scenario scenario, int *status) {
         if ((pids[r] = fork()) == 0) {
             close(hashes[r][0]);
             dup2(log, 2);
-            _exit(worker(r, world, base, scenario, hashes[r][1]));
+            _exit(worker(r, world, ports, listeners, scenario, hashes[r][1]));
         }
         close(hashes[r][1]);
     }
+    for (int r = 1; r < world; r++)
+        close(listeners[r]);
     uint64_t first[32][2], h[2];
     int collectives = 0;
     for (int r = 0; r < world; r++) {
