@@ -1,7 +1,8 @@
 #!/bin/sh
 # install-deps.sh [--tests]: installs, on Debian 12, the packages ddp needs to build
 # and train that are missing, and with --tests what the tests need besides (a real
-# Slurm with munge, and iproute2 for its two-node cluster in network namespaces).
+# Slurm with munge, iproute2 for its two-node cluster in network namespaces, and
+# valgrind).
 # Nothing is done when all are present (so it also works offline); sudo is used only
 # when not already root.
 set -eu
@@ -9,7 +10,7 @@ set -eu
 # python3: the tests that write data files and compute figures by hand
 packages="build-essential cmake ninja-build re2c lemon clang lld libclang-rt-14-dev llvm-14-dev libopenblas-dev
 zlib1g-dev dataset-fashion-mnist python3"
-[ "${1:-}" = --tests ] && packages="$packages slurm-wlm munge iproute2"
+[ "${1:-}" = --tests ] && packages="$packages slurm-wlm munge iproute2 valgrind"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

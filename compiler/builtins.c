@@ -329,6 +329,10 @@ bool is_reserved_name(const char *name, const char **what) {
         *what = "run-time scalar";
         return true;
     }
+    if (strcmp(name, "none") == 0) {
+        *what = "word";
+        return true;
+    }
     const char *const *word_sets[] = {padding_words, init_words, cluster_words,
                                       communication_words, precision_words, strategy_kinds};
     for (size_t i = 0; i < sizeof word_sets / sizeof word_sets[0]; i++)

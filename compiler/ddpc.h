@@ -227,6 +227,7 @@ typedef enum {
     RES_GLOBAL,  /* decl: a model, block, dataset or top-level let */
     RES_BUILTIN, /* builtin */
     RES_WORD,    /* an enumerated word, the name itself */
+    RES_NONE_WORD, /* `none`, where the parameter's default is none: as if left out */
     RES_RUNTIME, /* replicas, workers, global_batch */
     RES_ERROR,   /* already reported */
 } Res;
@@ -290,6 +291,7 @@ typedef struct ParseState {
     NodeList *items;
     bool failed;   /* the parser gave up: stop feeding tokens */
     bool overflow; /* ... because its stack is full */
+    const TokenList *toks; /* the file's tokens, for notes that look back */
 } ParseState;
 void parse_syntax_error(ParseState *ps, const Token *t, const int *expected, int nexpected);
 
@@ -400,6 +402,9 @@ typedef struct Signature {
     Node *input;            /* models: the `input: [...]` parameter, if any */
     Map index;              /* blocks and models: name -> Param */
 } Signature;
+/* A model's input shape, declared `input: [...]` and given `input = [...]` where the
+ * model is trained; match_args puts that argument after the parameters' slots. */
+extern const Param model_input;
 Signature signature_of_builtin(const Builtin *b);
 Signature *signature_of_decl(Ddpc *c, Node *decl);
 /* Matches N_ARG (or N_SETTING) nodes against the signature. The result has one entry

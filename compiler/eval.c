@@ -382,6 +382,10 @@ static Value eval_name(Ddpc *c, Env *env, Node *n) {
         Value v = {.kind = V_WORD, .str = n->name, .loc = n->loc};
         return v;
     }
+    case RES_NONE_WORD: {
+        Value v = {.kind = V_NONE, .loc = n->loc};
+        return v;
+    }
     case RES_LOCAL: {
         Value *v = env ? env_lookup(env, n->name) : NULL;
         if (!v)
@@ -582,7 +586,7 @@ static bool is_object_of(Value v, BuiltinKind kind) {
 
 Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) {
     Check k = {c, p, owner, loc};
-    if (v.kind == V_POISON)
+    if (v.kind == V_POISON || (v.kind == V_NONE && p->def == DEF_NONE && !p->def_expr))
         return v;
     if (v.kind == V_RUNTIME && !(p->flags & P_RUNTIME)) {
         diag_report(c, E_RUNTIME_SCALAR, loc,

@@ -414,8 +414,9 @@ Graph *expand_model(Ddpc *c, Node *model, Node *app, Loc at) {
         diag_note(c, model->loc, "declare it as `model %s(input: [...], ...)`", model->name);
         return NULL;
     }
-    static const Param input = {.name = "input", .kind = K_SHAPE, .flags = P_POSITIVE};
-    Value shape = eval_arg(c, NULL, sig->input->b, &input, model->name);
+    /* the shape given where the model is trained, else its declared one */
+    Node *given = app && app->slots ? app->slots[sig->nparams] : NULL, *input = given ? given : sig->input->b;
+    Value shape = eval_arg(c, NULL, input, &model_input, model->name);
     if (shape.kind == V_POISON)
         return NULL;
 
@@ -423,7 +424,7 @@ Graph *expand_model(Ddpc *c, Node *model, Node *app, Loc at) {
     for (int i = 0; i < shape.len; i++)
         in_shape.dim[i] = (int64_t)shape.items[i].num;
     if (shape_count(&in_shape) < 0) {
-        diag_report(c, E_TENSOR_TOO_LARGE, expr_span(sig->input->b),
+        diag_report(c, E_TENSOR_TOO_LARGE, expr_span(input),
                     "the input %s of `%s` holds more than 2^53 values", shape_text(c, &in_shape),
                     model->name);
         return NULL;

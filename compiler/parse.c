@@ -86,6 +86,44 @@ static const char *expected_text(Ddpc *c, const int *expected, int n) {
     return text;
 }
 
+/* The `{` among the first n tokens that was never closed, or NULL. Where a `}` stands
+ * at the indentation of an outer brace's line rather than its own, the braces opened
+ * in between are the ones left open (so a `}` missing inside a block is found there,
+ * not at the model around it); else the innermost still open. */
+static const Token *unclosed_brace(const Token *tok, int n) {
+    enum { DEPTH = 256 };
+    int open[DEPTH], depth = 0, line = 0, indent = 0;
+    int *indent_of = malloc(sizeof(int) * (size_t)(n + 1)); /* the indentation of each token's line */
+    if (!indent_of)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || tok[i].loc.line != line)
+            line = tok[i].loc.line, indent = tok[i].loc.col;
+        indent_of[i] = indent;
+    }
+    const Token *suspect = NULL;
+    for (int i = 0; i < n; i++) {
+        if (tok[i].kind == TK_LBRACE && depth < DEPTH) {
+            open[depth++] = i;
+        } else if (tok[i].kind == TK_RBRACE && depth > 0) {
+            int at = depth - 1;
+            if (indent_of[open[at]] != indent_of[i] && indent_of[i] == tok[i].loc.col)
+                for (int k = at - 1; k >= 0; k--)
+                    if (indent_of[open[k]] == indent_of[i]) {
+                        if (!suspect)
+                            suspect = &tok[open[at]];
+                        at = k;
+                        break;
+                    }
+            depth = at;
+        }
+    }
+    free(indent_of);
+    if (suspect)
+        return suspect;
+    return depth > 0 ? &tok[open[depth - 1]] : NULL;
+}
+
 void parse_syntax_error(ParseState *ps, const Token *t, const int *expected, int nexpected) {
     Ddpc *c = ps->c;
     const char *exp = expected_text(c, expected, nexpected);
@@ -94,17 +132,26 @@ void parse_syntax_error(ParseState *ps, const Token *t, const int *expected, int
         diag_report(c, E_SYNTAX, t->loc, "expected %s, found %s", exp, found);
     else
         diag_report(c, E_SYNTAX, t->loc, "unexpected %s", found);
-    bool eq_expected = false;
-    for (int i = 0; i < nexpected; i++)
+    bool eq_expected = false, brace_expected = false;
+    for (int i = 0; i < nexpected; i++) {
         eq_expected |= expected[i] == TK_EQ;
+        brace_expected |= expected[i] == TK_RBRACE;
+    }
     if (t->kind == TK_ASSIGN && eq_expected)
         diag_note(c, t->loc, "to compare two values, write `==`");
     else if (t->kind == 0)
         diag_note(c, t->loc, "the file ends inside an unfinished construct");
+    /* Where a `}` would do, at the end or at a line that starts in the first column
+     * (the next top-level item, most likely), a brace left open is the likely cause. */
+    const Token *brace = NULL;
+    if (ps->toks && brace_expected && (t->kind == 0 || t->loc.col == 1))
+        brace = unclosed_brace(ps->toks->items, (int)(t - ps->toks->items));
+    if (brace)
+        diag_note(c, brace->loc, "this `{` is never closed");
 }
 
 void parse_tokens(Ddpc *c, SourceFile *f, TokenList *toks, NodeList *items) {
-    ParseState ps = {c, f, items, false, false};
+    ParseState ps = {c, f, items, false, false, toks};
     void *parser = ddp_parseAlloc(malloc, &ps);
     if (!parser) {
         fprintf(stderr, "ddpc: out of memory\n");

@@ -133,6 +133,8 @@ Signature *signature_of_decl(Ddpc *c, Node *decl) {
 
 static const char *param_names(Ddpc *c, const Signature *sig) {
     StrBuf sb = {0};
+    if (sig->input)
+        sb_printf(&sb, "input%s", sig->nparams ? ", " : "");
     for (int i = 0; i < sig->nparams; i++)
         sb_printf(&sb, "%s%s", i ? ", " : "", sig->params[i].name);
     const char *s = arena_strdup(c->arena, sb.data ? sb.data : "");
@@ -149,6 +151,8 @@ static const char *unknown_argument(Ddpc *c, const Signature *sig, Node *a, bool
         diag_report(c, E_UNKNOWN_ARGUMENT, a->loc, "%s has no parameter `%s`", sig->name, a->name);
     const char *names[64];
     int n = 0;
+    if (sig->input)
+        names[n++] = "input";
     for (int i = 0; i < sig->nparams && n < 64; i++)
         names[n++] = sig->params[i].name;
     const char *s = suggest(a->name, names, n);
@@ -164,7 +168,7 @@ static const char *unknown_argument(Ddpc *c, const Signature *sig, Node *a, bool
 
 Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool settings) {
     int n = sig->nparams;
-    Node **slots = arena_alloc(c->arena, sizeof(Node *) * (size_t)(n + 1));
+    Node **slots = arena_alloc(c->arena, sizeof(Node *) * (size_t)(n + 1)); /* [n]: a model's input */
     int variadic = -1;
     for (int i = 0; i < n; i++)
         if (sig->params[i].flags & P_VARIADIC)
@@ -204,7 +208,9 @@ Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool se
         }
         named_seen = true;
         int idx = -1;
-        if (sig->index.len) { /* a block's parameters: there may be many */
+        if (sig->input && strcmp(a->name, "input") == 0)
+            idx = n;
+        else if (sig->index.len) { /* a block's parameters: there may be many */
             const Param *p = map_get(&sig->index, a->name);
             idx = p ? (int)(p - sig->params) : -1;
         } else {
@@ -246,7 +252,11 @@ Node **match_args(Ddpc *c, const Signature *sig, NodeList *args, Loc at, bool se
 }
 
 /* Resolves each argument against the parameter it was matched to. */
+const Param model_input = {.name = "input", .kind = K_SHAPE, .flags = P_POSITIVE};
+
 static void resolve_slots(Resolver *r, const Signature *sig, Node **slots) {
+    if (sig->input && slots[sig->nparams])
+        resolve_expr(r, slots[sig->nparams], &model_input);
     for (int i = 0; i < sig->nparams; i++) {
         if (!slots[i])
             continue;
@@ -325,6 +335,19 @@ static void resolve_name(Resolver *r, Node *n, const Param *expect) {
     const char *const *words = expect ? expect->words : NULL;
     if (words && word_in(words, name)) {
         n->res = RES_WORD;
+        return;
+    }
+    if (strcmp(name, "none") == 0) {
+        if (expect && expect->def == DEF_NONE && !expect->def_expr && !(expect->flags & P_REQUIRED)) {
+            n->res = RES_NONE_WORD;
+            return;
+        }
+        n->res = RES_ERROR;
+        if (expect)
+            diag_report(c, E_WRONG_KIND, n->loc, "`%s` cannot be none: it takes %s", expect->name,
+                        kind_describe(expect));
+        else
+            diag_report(c, E_UNKNOWN_NAME, n->loc, "`none` stands only for a setting or argument whose default is none");
         return;
     }
     Node *local = scopes_get(&r->scopes, name);
@@ -506,6 +529,13 @@ static void resolve_layer_app(Resolver *r, Node *app) {
         Signature *sig = signature_of_decl(c, global);
         app->slots = match_args(c, sig, &app->list, app->loc, false);
         resolve_slots(r, sig, app->slots);
+        Node *input = sig->input ? app->slots[sig->nparams] : NULL;
+        if (input) {
+            diag_report(c, E_MISPLACED_INPUT, expr_span(input),
+                        "as a layer, `%s` takes the current value: `input` is for a model trained directly",
+                        app->name);
+            app->slots[sig->nparams] = NULL;
+        }
         return;
     }
     const Builtin *b = builtin_find(app->name);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ddpc.h"
+#include "../runtime/ddp_support.h"
 
 static const Param dataset_param = {.name = "dataset", .kind = K_DATASET};
 
@@ -96,7 +97,8 @@ static const char *dataset_name(Ddpc *c, Value ds) {
                    : arena_printf(c->arena, "this %s dataset", ds.builtin->name);
 }
 
-static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
+/* trained: the dataset trained on (else the validation one) */
+static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool trained) {
     if (ds.kind != V_OBJECT)
         return;
     Graph *g = spec->graph;
@@ -108,6 +110,9 @@ static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
         diag_report(c, E_DATA_MISMATCH, ds.loc, "%s gives samples of shape %s, but `%s` takes %s",
                     dataset_name(c, ds), shape_text(c, &shape), g->model,
                     shape_text(c, &g->input));
+        if (trained)
+            diag_note(c, ds.loc, "to train `%s` on them, give it their shape: `train %s(input = %s, ...) on ...`",
+                      g->model, g->model, shape_text(c, &shape));
     }
     bool categorical = is_named(loss, "sparse_categorical_crossentropy") ||
                        is_named(loss, "categorical_crossentropy");
@@ -179,6 +184,27 @@ static void use_one_learning_rate(TrainSpec *spec) {
         opt.args[i] = lr;
 }
 
+/* What the settings ask of the runtime that this version of it lacks: the table of
+ * runtime/ddp_support.h, which a built program checks again when it starts. */
+static void check_runtime_support(Ddpc *c, const TrainSpec *spec) {
+    Value precision = spec_setting(spec, "precision"), comm = spec_setting(spec, "communication"),
+          gpus = spec_setting(spec, "gpus_per_worker"), checkpoint = spec_setting(spec, "checkpoint");
+    struct {
+        bool asked;
+        Value where;
+    } asks[DDP_FEATURE_COUNT] = {
+        [DDP_FEATURE_BF16] = {precision.kind == V_WORD && strcmp(precision.str, "bf16") == 0, precision},
+        [DDP_FEATURE_FP16] = {precision.kind == V_WORD && strcmp(precision.str, "fp16") == 0, precision},
+        [DDP_FEATURE_NCCL] = {comm.kind == V_WORD && strcmp(comm.str, "nccl") == 0, comm},
+        [DDP_FEATURE_GPUS_PER_WORKER] = {gpus.kind == V_NUM && gpus.num > 1, gpus},
+        [DDP_FEATURE_CHECKPOINT] = {checkpoint.kind == V_OBJECT, checkpoint},
+    };
+    for (int f = 0; f < DDP_FEATURE_COUNT; f++)
+        if (asks[f].asked && !ddp_features[f].supported)
+            diag_report(c, W_UNSUPPORTED_SETTING, asks[f].where.loc, "%s (a program built with it refuses to start)",
+                        ddp_features[f].refusal);
+}
+
 static void check_train(Ddpc *c, Node *t) {
     TrainSpec *spec = arena_alloc(c->arena, sizeof *spec);
     c->spec = spec;
@@ -200,15 +226,16 @@ static void check_train(Ddpc *c, Node *t) {
         spec->graph = expand_model(c, m->decl, m, m->loc);
     check_learning_rate(c, spec);
     use_one_learning_rate(spec);
+    check_runtime_support(c, spec);
     if (!spec->graph)
         return;
     vec_push(c->arena, &c->graphs, spec->graph);
     Value loss = spec_setting(spec, "loss");
     if (loss.kind == V_OBJECT)
         check_loss(c, spec, loss);
-    check_dataset(c, spec, spec->dataset, loss);
+    check_dataset(c, spec, spec->dataset, loss, true);
     Value validation = spec_setting(spec, "validation");
-    check_dataset(c, spec, validation, loss);
+    check_dataset(c, spec, validation, loss, false);
     if (validation.kind == V_OBJECT && validation.decl && validation.decl == spec->dataset.decl)
         diag_report(c, W_VALIDATION_IS_TRAINING, validation.loc,
                     "validation on the training dataset measures memory, not generalisation");

@@ -5,8 +5,11 @@
  * insist on one source; `auto` takes them in that order.
  *
  * Slurm counts only inside a job step: a batch script that forgot srun sees its job's
- * variables but no step, and runs as one worker with a warning instead of waiting for
- * tasks that never start. Ports (S2): the coordinator (rank 0) listens on port_base
+ * variables but no step (no SLURM_STEP_*), and runs as one worker with a warning
+ * instead of waiting for tasks that never start. A step's environment must be whole:
+ * one that lacks any variable the placement needs is refused, naming each missing one,
+ * never guessed (a missing SLURM_NODEID would put a task on the first node). Every
+ * refusal names the variable and its value. Ports (S2): the coordinator (rank 0) listens on port_base
  * and every other worker's end of the ring on port_base + its local rank; port_base
  * is pinned by the program or --port-base, else derived from the job and step ids so
  * jobs sharing a node differ. Where each worker really is comes from the rendezvous,
@@ -50,9 +53,11 @@ static bool split_address(const char *what, const char *address, char *host, siz
     const char *colon = strrchr(address, ':');
     char *end;
     long p = colon ? strtol(colon + 1, &end, 10) : 0;
-    if (!colon || colon == address || (size_t)(colon - address) >= hostlen || !colon[1] || *end || p < 1 ||
-        p > 65535)
+    if (!colon || colon == address || !colon[1] || *end || p < 1 || p > 65535)
         return ddp_fail(err, len, "%s is `%s`, not HOST:PORT (a port from 1 to 65535)", what, address);
+    if ((size_t)(colon - address) >= hostlen)
+        return ddp_fail(err, len, "%s names a host of %zu characters (`%.40s...`); host names longer than %zu are "
+                                  "refused, not cut", what, (size_t)(colon - address), address, hostlen - 1);
     memcpy(host, address, (size_t)(colon - address));
     host[colon - address] = 0;
     *port = p;
@@ -61,8 +66,29 @@ static bool split_address(const char *what, const char *address, char *host, siz
 
 /* ------------------------------------------------------------------ Slurm */
 
+/* Any of a job step's own variables: srun sets them all, a batch script none. */
 static bool in_slurm_step(void) {
-    return getenv("SLURM_STEP_ID") && getenv("SLURM_STEP_NUM_TASKS");
+    return getenv("SLURM_STEP_ID") || getenv("SLURM_STEP_NUM_TASKS") || getenv("SLURM_STEP_NODELIST") ||
+           getenv("SLURM_STEP_TASKS_PER_NODE");
+}
+
+/* What a task of a step needs, every one named when missing. */
+static bool whole_step_environment(char *err, size_t len) {
+    static const char *const needed[] = {"SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID",
+                                         "SLURM_NODEID", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE"};
+    char missing[512] = "";
+    int n = 0;
+    for (size_t i = 0; i < sizeof needed / sizeof *needed; i++)
+        if (!getenv(needed[i])) {
+            size_t used = strlen(missing);
+            snprintf(missing + used, sizeof missing - used, "%s%s", n ? ", " : "", needed[i]);
+            n++;
+        }
+    if (n == 0)
+        return true;
+    return ddp_fail(err, len, "Slurm's job-step environment is incomplete: %s %s not set, though other "
+                              "variables of a step are; start the program with srun, which sets them all",
+                    missing, n == 1 ? "is" : "are");
 }
 
 /* A port base in [lo, hi] leaving room for every task of a node, from the job and
@@ -80,19 +106,19 @@ static bool from_slurm(const ddp_settings *s, ddp_cluster *c, char *err, size_t 
     int64_t *tasks = NULL;
     int nodes = 0;
     const char *list = getenv("SLURM_STEP_NODELIST"), *per_node = getenv("SLURM_STEP_TASKS_PER_NODE");
-    if (!read_number("SLURM_PROCID", 0, true, &c->rank, err, len) ||
+    char why[400];
+    if (!whole_step_environment(err, len) || !read_number("SLURM_PROCID", 0, true, &c->rank, err, len) ||
         !read_number("SLURM_STEP_NUM_TASKS", 1, true, &c->world, err, len) ||
         !read_number("SLURM_LOCALID", 0, true, &c->local_rank, err, len) ||
-        !read_number("SLURM_NODEID", 0, false, &node, err, len) ||
+        !read_number("SLURM_NODEID", 0, true, &node, err, len) ||
         !read_number("SLURM_STEP_ID", 0, true, &step, err, len) ||
         !read_number("SLURM_JOB_ID", 0, false, &job, err, len))
         return false;
-    if (!list || !per_node)
-        return ddp_fail(err, len, "%s is not set, though SLURM_STEP_ID is: Slurm's environment is incomplete",
-                    list ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_STEP_NODELIST");
-    if (!ddp_hostlist_parse(list, &hosts, err, len))
-        return false;
-    bool ok = ddp_tasks_per_node_parse(per_node, &tasks, &nodes, err, len);
+    if (!ddp_hostlist_parse(list, &hosts, why, sizeof why))
+        return ddp_fail(err, len, "SLURM_STEP_NODELIST: %s", why);
+    bool ok = ddp_tasks_per_node_parse(per_node, &tasks, &nodes, why, sizeof why) ||
+              ddp_fail(err, len, "SLURM_STEP_TASKS_PER_NODE: %s", why);
+
     for (int i = 0; ok && i < nodes; i++) {
         sum += tasks[i];
         busiest = tasks[i] > busiest ? tasks[i] : busiest;

@@ -239,7 +239,16 @@ static bool connect_coordinator(ddp_link *l, const ddp_link_config *cfg, char *e
             return false;
         }
     }
-    l->fd = ddp_connect(host, (int)c->port_base, deadline, why, sizeof why);
+    /* tries until the deadline, saying every so often that it waits */
+    double started = ddp_now_ms(), every = ddp_wait_notice_ms(cfg->rendezvous_timeout_s);
+    for (;;) {
+        double until = ddp_now_ms() + every;
+        l->fd = ddp_connect(host, (int)c->port_base, until < deadline ? until : deadline, why, sizeof why);
+        if (l->fd >= 0 || ddp_now_ms() >= deadline)
+            break;
+        ddp_error("waiting for the coordinator (rank 0) at %s: %.0f s of the %d s --rendezvous-timeout (%s)",
+                  l->coordinator, (ddp_now_ms() - started) / 1000, cfg->rendezvous_timeout_s, why);
+    }
     if (l->fd < 0)
         return ddp_fail(err, errlen, "no coordinator (rank 0) at %s within %d s (--rendezvous-timeout): %s. Is "
                                      "rank 0 running, and is this its host and port?", l->coordinator,
@@ -291,11 +300,18 @@ ddp_link *ddp_link_open(const ddp_link_config *cfg, char *err, size_t errlen) {
 /* ----------------------------------------------------------- requests */
 
 /* Waits for the reply to the request just sent; false with the refusal, the loss or
- * the timeout in err. */
-static bool await_reply(ddp_link *l, int type, ddp_frame *out, double deadline, const char *what, bool *lost,
-                        char *err, size_t errlen) {
+ * the timeout in err. notice_ms > 0 (the rendezvous): a long wait for the others to
+ * join is reported that often. */
+static bool await_reply(ddp_link *l, int type, ddp_frame *out, double deadline, const char *what, double notice_ms,
+                        bool *lost, char *err, size_t errlen) {
+    double started = ddp_now_ms(), noticed = started;
     pthread_mutex_lock(&l->lock);
     while (!l->has_reply && !l->lost && ddp_now_ms() < deadline) {
+        if (notice_ms > 0 && ddp_now_ms() - noticed >= notice_ms) {
+            noticed = ddp_now_ms();
+            ddp_error("waiting for the other workers to join: %.0f s so far (the coordinator at %s says whom "
+                      "it waits for)", (noticed - started) / 1000, l->coordinator);
+        }
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         t.tv_nsec += 100 * 1000 * 1000;
@@ -365,8 +381,8 @@ bool ddp_link_join(ddp_link *l, const char *join, ddp_table *table, int timeout_
     }
     /* the coordinator gives up at its own deadline and says who is missing; this
      * wait is only in case it cannot */
-    if (!await_reply(l, DDP_MSG_TABLE, &f, ddp_now_ms() + timeout_s * 1000.0 + 10000, "the rendezvous", lost, err,
-                     errlen))
+    if (!await_reply(l, DDP_MSG_TABLE, &f, ddp_now_ms() + timeout_s * 1000.0 + 10000, "the rendezvous",
+                     l->rank == 0 ? 0 : ddp_wait_notice_ms(timeout_s), lost, err, errlen))
         return false;
     bool ok = parse_table(f.data, l->world, table, err, errlen);
     ddp_frame_free(&f);
@@ -402,7 +418,7 @@ bool ddp_link_get(ddp_link *l, const char *key, ddp_frame *value, int timeout_s,
     if (!send_frame(l, DDP_MSG_GET, key, strlen(key) + 1))
         return ddp_fail(err, errlen, "reading %s: the coordinator at %s closed the connection", key, l->coordinator);
     bool lost;
-    return await_reply(l, DDP_MSG_VALUE, value, ddp_now_ms() + timeout_s * 1000.0, key, &lost, err, errlen);
+    return await_reply(l, DDP_MSG_VALUE, value, ddp_now_ms() + timeout_s * 1000.0, key, 0, &lost, err, errlen);
 }
 
 double ddp_link_clock_offset(ddp_link *l) {

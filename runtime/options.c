@@ -50,13 +50,13 @@ static const char usage[] =
     "Exit status: 0 done, 1 a run-time error (data, files, numbers), 2 bad usage,\n"
     "3 another worker of the job was lost (it died, froze or failed).\n";
 
-__attribute__((format(printf, 2, 3))) static int bad_usage(const ddp_config *cfg, const char *fmt, ...) {
+/* Prints why, and keeps it for the other workers of the job (ddp_main tells them). */
+__attribute__((format(printf, 2, 3))) static int bad_usage(ddp_config *cfg, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", cfg->prog);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nRun `%s --help` for the options.\n", cfg->prog);
+    vsnprintf(cfg->usage_error, sizeof cfg->usage_error, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s: %s\nRun `%s --help` for the options.\n", cfg->prog, cfg->usage_error, cfg->prog);
     return 2;
 }
 
@@ -154,7 +154,7 @@ static int find_flag(const char *arg, const char **inline_value) {
 
 /* An integer flag's value, from lo to hi, into out: -1 to go on, or 2 after saying
  * what it wants. */
-static int int_flag(const ddp_config *cfg, const char *name, const char *v, int64_t lo, int64_t hi,
+static int int_flag(ddp_config *cfg, const char *name, const char *v, int64_t lo, int64_t hi,
                     const char *wants, int64_t *out) {
     int64_t n;
     if (parse_int(v, lo, &n) && n <= hi) {
@@ -279,23 +279,19 @@ static bool refuse(char *err, size_t len, const char *what) {
 
 bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err, size_t errlen) {
     const ddp_settings *s = &p->settings;
-    static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     if (cfg->device == DDP_DEVICE_GPU)
         return refuse(err, errlen, "--device gpu: this version of the runtime trains on CPUs only; "
                                    "use --device cpu or auto");
-    if (s->precision != DDP_PRECISION_FP32) {
-        snprintf(err, errlen, "precision = %s needs the GPU runtime, and this version trains on CPUs in fp32 "
-                              "only: set precision = fp32", precisions[s->precision]);
-        return false;
-    }
-    if (s->communication == DDP_COMM_NCCL)
-        return refuse(err, errlen, "communication = nccl needs GPUs, and this version trains on CPUs: "
-                                   "set communication = auto");
-    if (s->gpus_per_worker > 1)
-        return refuse(err, errlen, "gpus_per_worker > 1 needs the GPU runtime, and this version trains on "
-                                   "CPUs: remove the setting");
-    if (s->checkpoint_dir)
-        return refuse(err, errlen, "checkpoint(...) is not supported by this version of the runtime: remove "
-                                   "it from the train block, and keep the final parameters with --save FILE");
+    /* the features the settings ask for, by ddp_support.h's table (ddpc warns of the same) */
+    const bool asked[DDP_FEATURE_COUNT] = {
+        [DDP_FEATURE_BF16] = s->precision == DDP_PRECISION_BF16,
+        [DDP_FEATURE_FP16] = s->precision == DDP_PRECISION_FP16,
+        [DDP_FEATURE_NCCL] = s->communication == DDP_COMM_NCCL,
+        [DDP_FEATURE_GPUS_PER_WORKER] = s->gpus_per_worker > 1,
+        [DDP_FEATURE_CHECKPOINT] = s->checkpoint_dir != NULL,
+    };
+    for (int f = 0; f < DDP_FEATURE_COUNT; f++)
+        if (asked[f] && !ddp_features[f].supported)
+            return refuse(err, errlen, ddp_features[f].refusal);
     return true;
 }

@@ -135,12 +135,18 @@ static void describe_data(const ddp_program *p, const ddp_data *d, char *out, si
     snprintf(out, len, "%s: %s samples of %s from %s", d->spec->name, grouped(d->samples), shape, d->where);
 }
 
-static void describe_rate(const ddp_config *cfg, const ddp_program *p, char *out, size_t len) {
+/* The optimizer and its figures as this job uses them: expressions of replicas,
+ * workers or global_batch evaluated for this job, as ddp_prepare_step does. */
+static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp_runtime *rt, char *out,
+                          size_t len) {
     static const char *const optimizers[] = {"sgd", "adam", "adamw"};
     static const char *const schedules[] = {"constant", "step", "cosine", "linear"};
     const ddp_optimizer *o = &p->settings.optimizer;
-    double global = (double)p->settings.batch_per_replica;
-    double rate = isnan(cfg->learning_rate) ? ddp_rt_eval(&o->learning_rate.rate, 1, 1, global) : cfg->learning_rate;
+    double replicas = rt->replicas, workers = rt->workers;
+    double global = (double)p->settings.batch_per_replica * replicas;
+    double rate = isnan(cfg->learning_rate) ? ddp_rt_eval(&o->learning_rate.rate, replicas, workers, global)
+                                            : cfg->learning_rate;
+    double decay = ddp_rt_eval(&o->weight_decay, replicas, workers, global);
     int n = snprintf(out, len, "%s", optimizers[o->kind]);
     if (o->kind == DDP_OPT_SGD && o->momentum > 0)
         n += snprintf(out + n, len - (size_t)n, " (momentum %g%s)", o->momentum, o->nesterov ? ", nesterov" : "");
@@ -148,7 +154,9 @@ static void describe_rate(const ddp_config *cfg, const ddp_program *p, char *out
     if (o->learning_rate.kind != DDP_SCHEDULE_CONSTANT)
         n += snprintf(out + n, len - (size_t)n, " (%s schedule's peak)", schedules[o->learning_rate.kind]);
     if (!isnan(cfg->learning_rate))
-        snprintf(out + n, len - (size_t)n, " from --lr");
+        n += snprintf(out + n, len - (size_t)n, " from --lr");
+    if (decay != 0)
+        snprintf(out + n, len - (size_t)n, ", weight decay %g", decay);
 }
 
 void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *train, const ddp_data *validation,
@@ -192,11 +200,18 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
         memory += p->region_bytes[i];
     printf("  model       %s parameters, %s planned memory\n", grouped(p->param_count), bytes_text(memory));
     if (!cfg->evaluate) {
-        describe_rate(cfg, p, line, sizeof line);
+        describe_rate(cfg, p, rt, line, sizeof line);
         printf("  run         %s, %s, seed %llu, shuffle %s\n", counted(cfg->epochs, "epoch"), line, (unsigned long long)cfg->seed, s->shuffle ? "on" : "off");
     }
-    if (cfg->load_path)
+    if (cfg->load_path) {
         printf("  parameters  from %s\n", cfg->load_path);
+    } else if (cfg->evaluate) {
+        /* legitimate (a baseline, or checking the validation data), but never silent */
+        printf("  parameters  the initial ones, drawn from seed %llu (no --load)\n", (unsigned long long)cfg->seed);
+        fprintf(stderr, "warning: --evaluate without --load evaluates the initial parameters (drawn from seed %llu), "
+                        "not trained ones: give --load FILE to evaluate saved parameters\n",
+                (unsigned long long)cfg->seed);
+    }
     fflush(stdout);
 }
 
@@ -210,7 +225,9 @@ static void draw_bar(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, 
         bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
     bar[WIDTH] = 0;
     figures_text(figs, sizeof figs, r->program, f, "");
-    double eta = sps > 0 ? (double)((steps - step) * r->program->settings.batch_per_replica) / sps : 0;
+    /* sps counts the whole job's samples: the remaining steps' global batches */
+    double global = (double)(r->program->settings.batch_per_replica * r->cfg->cluster.world);
+    double eta = sps > 0 ? (double)(steps - step) * global / sps : 0;
     printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld%s  %.0f samples/s  ETA %s", (long long)epoch,
            (long long)r->cfg->epochs, bar, (long long)step, (long long)steps, figs, sps, duration_text(eta));
     fflush(stdout);

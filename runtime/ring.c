@@ -41,7 +41,7 @@ struct ddp_ring {
     uint64_t program_hash;
     int timeout_ms;             /* with no progress at all */
     int lost;                   /* the rank that died or froze, or -1 */
-    char (*hosts)[128];         /* by rank, for messages */
+    char (*hosts)[256];         /* by rank, for messages */
     void *scratch;              /* a slice of a neighbour's terms, on their way into the sums */
     uint64_t bytes_sent;
     ddp_link *link;             /* whose news of a lost worker ends a collective; NULL */

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "ddp_abi.h"
+#include "ddp_support.h"
 
 /* --------------------------------------------------------------- philox.c */
 
@@ -304,6 +305,13 @@ typedef struct ddp_store_config {
     int rendezvous_timeout_s;   /* for the message when one did not */
 } ddp_store_config;
 
+/* How often a wait at the rendezvous is reported, by the coordinator and by the
+ * workers: every 30 s, sooner where the rendezvous timeout is short. */
+static inline double ddp_wait_notice_ms(int rendezvous_timeout_s) {
+    double ms = rendezvous_timeout_s * 1000.0 / 5;
+    return ms > 30000 ? 30000 : ms < 1000 ? 1000 : ms;
+}
+
 ddp_store *ddp_store_start(const ddp_store_config *cfg, char *err, size_t errlen);
 /* Serves until every worker has said goodbye or the deadline passes, then stops. */
 void ddp_store_stop(ddp_store *s, double deadline);
@@ -471,6 +479,7 @@ enum ddp_device_kind { DDP_DEVICE_AUTO, DDP_DEVICE_CPU, DDP_DEVICE_GPU };
 /* A run's settings: the program's, then the command line's over them. */
 typedef struct ddp_config {
     const char *prog;           /* the executable, as messages name it */
+    char usage_error[512];      /* why the command line was refused (status 2), for the job */
     ddp_options exec;
     int64_t epochs;
     int64_t steps_per_epoch;    /* -1: every global batch */

@@ -125,9 +125,40 @@ static void leave_job(ddp_job *job, int status) {
     ddp_trace_free(job->trace);
 }
 
+/* Connects to the job's coordinator (worker 0 starts it), first of all, so that a
+ * worker that fails afterwards tells the others at once; false with why it could not. */
+static bool join_job(ddp_job *job, ddp_config *cfg, char *err, size_t errlen) {
+    const ddp_cluster *c = &cfg->cluster;
+    ddp_auth auth;
+    ddp_link_config lc = {c, &auth, (int)cfg->rendezvous_timeout, (int)cfg->peer_timeout};
+    if (!ddp_auth_init(&auth, c, err, errlen) || !(job->link = ddp_link_open(&lc, err, errlen)))
+        return false;
+    cfg->proven_by = auth.munge ? "munge" : "a shared secret";
+    return true;
+}
+
+/* A command line refused: the other workers are told why, where this worker can tell
+ * where its job is (they would otherwise wait for it until the rendezvous timeout). */
+static int refuse_usage(const ddp_program *p, ddp_config *cfg) {
+    char err[2048], why[700];
+    ddp_job job = {0};
+    if (ddp_cluster_resolve(&p->settings, &cfg->cluster_flags, &cfg->cluster, err, sizeof err) &&
+        cfg->cluster.world > 1) {
+        ddp_set_identity(cfg->prog, cfg->cluster.rank, cfg->cluster.host, true);
+        if (join_job(&job, cfg, err, sizeof err)) {
+            snprintf(why, sizeof why, "its command line was refused: %s", cfg->usage_error);
+            ddp_link_abort(job.link, why);
+        }
+    }
+    ddp_cluster_free(&cfg->cluster);
+    return 2;
+}
+
 int ddp_main(const ddp_program *p, int argc, char **argv) {
     ddp_config cfg;
     int status = ddp_parse_args(&cfg, p, argc, argv);
+    if (status == 2)
+        return refuse_usage(p, &cfg);
     if (status >= 0)
         return status;
     char err[2048], note[1024];
@@ -141,20 +172,15 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     ddp_runtime *rt = NULL;
     ddp_report *report = NULL;
     status = 1;
-    if (!ddp_check_supported(&cfg, p, err, sizeof err)) {
+    if (c->warning[0])
+        ddp_error("warning: %s", c->warning);
+    if (c->world > 1 && !join_job(&job, &cfg, err, sizeof err)) {
         fail(&job, err);
         goto done;
     }
-    if (c->warning[0])
-        ddp_error("warning: %s", c->warning);
-    if (c->world > 1) { /* first, so a worker that fails below can tell the others at once */
-        ddp_auth auth;
-        ddp_link_config lc = {c, &auth, (int)cfg.rendezvous_timeout, (int)cfg.peer_timeout};
-        if (!ddp_auth_init(&auth, c, err, sizeof err) || !(job.link = ddp_link_open(&lc, err, sizeof err))) {
-            fail(&job, err);
-            goto done;
-        }
-        cfg.proven_by = auth.munge ? "munge" : "a shared secret";
+    if (!ddp_check_supported(&cfg, p, err, sizeof err)) {
+        fail(&job, err);
+        goto done;
     }
     if (cfg.trace_path && !(job.trace = ddp_trace_new())) {
         fail(&job, "out of memory");

@@ -90,6 +90,7 @@ struct ddp_store {
     Pending *pending;
     int npending;
     double last_beat;
+    double started, last_notice; /* the rendezvous: when it began, when a wait was last reported */
     unsigned char ring_key[32];
 };
 
@@ -539,6 +540,18 @@ static void read_conn(ddp_store *s, int c) {
     }
 }
 
+/* "rank 3, rank 5 (connected, still starting)": the workers that have not joined */
+static void missing_ranks(const ddp_store *s, char *text, size_t len) {
+    int n = 0, missing = 0;
+    text[0] = 0;
+    for (int r = 0; r < s->cfg.world && n < (int)len - 80; r++)
+        if (!s->workers[r].join)
+            n += snprintf(text + n, len - (size_t)n, "%srank %d%s", missing++ ? ", " : "", r,
+                          s->workers[r].conn >= 0 ? " (connected, still starting)" : "");
+    if (n >= (int)len - 80)
+        snprintf(text + n, len - (size_t)n, ", ...");
+}
+
 static void tick(ddp_store *s) {
     double now = ddp_now_ms();
     if (now - s->last_beat >= s->cfg.beat_ms) {
@@ -559,17 +572,19 @@ static void tick(ddp_store *s) {
             k->last_heard = now; /* told once; the connection stays for its goodbye */
         }
     }
-    if (!s->table_sent && !s->refusal[0] && now > s->cfg.join_deadline) {
+    bool forming = !s->table_sent && !s->refusal[0] && !s->failure[0];
+    if (forming && now > s->cfg.join_deadline) {
         char text[TEXT];
         int n = snprintf(text, sizeof text, "not every worker joined within %d s (--rendezvous-timeout): missing ",
-                         s->cfg.rendezvous_timeout_s), missing = 0;
-        for (int r = 0; r < s->cfg.world && n < (int)sizeof text - 80; r++)
-            if (!s->workers[r].join)
-                n += snprintf(text + n, sizeof text - (size_t)n, "%srank %d%s", missing++ ? ", " : "", r,
-                              s->workers[r].conn >= 0 ? " (connected, still starting)" : "");
-        if (n >= (int)sizeof text - 80)
-            snprintf(text + n, sizeof text - (size_t)n, ", ...");
+                         s->cfg.rendezvous_timeout_s);
+        missing_ranks(s, text + n, sizeof text - (size_t)n);
         refuse_all(s, text);
+    } else if (forming && now - s->last_notice >= ddp_wait_notice_ms(s->cfg.rendezvous_timeout_s)) {
+        char missing[TEXT - 200];
+        missing_ranks(s, missing, sizeof missing);
+        log_line(s, "waiting for %s to join (%d of %d have, %.0f s of the %d s --rendezvous-timeout)", missing,
+                 s->joined, s->cfg.world, (now - s->started) / 1000, s->cfg.rendezvous_timeout_s);
+        s->last_notice = now;
     }
 }
 
@@ -647,6 +662,7 @@ ddp_store *ddp_store_start(const ddp_store_config *cfg, char *err, size_t errlen
     }
     s->cfg = *cfg;
     s->wake[0] = s->wake[1] = -1;
+    s->started = s->last_notice = ddp_now_ms();
     for (int i = 0; i < MAX_HANDSHAKES; i++)
         s->handshake_fds[i] = -1;
     struct sockaddr_in a;

@@ -38,9 +38,9 @@ ci: $dir ($what): the build failed; no test ran"
     rc=$?
     [ $rc -ne 0 ] && status=1
     counts=$(grep -E "tests passed, [0-9]+ tests? failed out of" "$log" | tail -n 1)
-    skipped=$(sed -n '/The following tests did not run:/,/^$/p' "$log" | sed -n 's/^ *[0-9]* - \([^ ]*\).*/\1/p' |
+    skipped=$(sed -n '/The following tests did not run:/,/^$/p' "$log" | sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\).*/\1/p' |
         tr '\n' ' ')
-    failed=$(sed -n '/The following tests FAILED:/,/^$/p' "$log" | sed -n 's/^ *[0-9]* - \([^ ]*\).*/\1/p' |
+    failed=$(sed -n '/The following tests FAILED:/,/^$/p' "$log" | sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\).*/\1/p' |
         tr '\n' ' ')
     summary="$summary
 ci: $dir ($what): ${counts:-ctest exited $rc before counting}

@@ -3,7 +3,9 @@
 #  - The reference tables of docs/language.md (built-ins, settings) and
 #    docs/diagnostics.md (the catalogue) are the compiler's own listings
 #    (--list-builtins, --list-diagnostics); --update rewrites them.
-#  - Every ```ddp example in docs/ and README.md checks clean: exit 0, no diagnostic.
+#  - Every ```ddp example in docs/ and README.md checks clean: exit 0, no diagnostic;
+#    so does the example in each standard library file's header (its first run of
+#    comment lines indented `#   `).
 set -u
 ddpc=$(realpath "$1")
 mode=${2:-}
@@ -64,6 +66,10 @@ for doc in "$root"/docs/*.md "$root/README.md"; do
         /^```ddp$/ { n++; file = out "." n ".ddp"; inside = 1; next }
         /^```/ { inside = 0; next }
         inside { print > file }' "$doc"
+done
+for lib in "$root"/stdlib/*.ddp; do
+    awk '/^#   / { sub(/^#   /, ""); print; seen = 1; next } seen { exit }' "$lib" > "$work/stdlib_$(basename "$lib")"
+    [ -s "$work/stdlib_$(basename "$lib")" ] || rm "$work/stdlib_$(basename "$lib")"
 done
 for example in "$work"/*.ddp; do
     [ -f "$example" ] || continue

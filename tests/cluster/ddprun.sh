@@ -2,7 +2,8 @@
 # ddprun.sh DDPRUN PROGRAMS: the one-machine launcher. Every worker gets its rank, the
 # world, the coordinator and a secret; stderr lines come prefixed with the rank; the
 # first failure ends the others (even what they started) and gives ddprun's status;
-# signals are passed on; bad usage is status 2. A built program trains under ddprun.
+# signals are passed on; bad usage is status 2. A built program trains under ddprun,
+# its banner showing the learning rate and weight decay in effect for 4 workers.
 # The ports ddprun picks lie outside the kernel's ephemeral range and Slurm's 10000-20000.
 set -u
 ddprun=$1 programs=$2
@@ -80,6 +81,25 @@ then
     echo "ok: a built program trains with 2 workers, worker 0 reporting"
 else
     fail "a built program under ddprun: status $status"
+    cat "$dir/out" "$dir/err"
+fi
+# the figures in effect: `0.025 * replicas` with 4 workers is 0.1, in the banner and in training
+"$ddprun" -n 4 "$programs/tiny_scaled" --data-root "$dir" --threads 1 --metrics "$dir/m.json" > "$dir/out" 2> "$dir/err"
+status=$?
+lr=$(sed -n 's/.*"lr": \([^,]*\),.*/\1/p' "$dir/m.json")
+if [ $status -eq 0 ] && grep -q "sgd, learning rate 0.1, weight decay 0.004" "$dir/out" &&
+    awk -v lr="$lr" 'BEGIN { exit !(lr != "" && lr - 0.1 < 1e-12 && 0.1 - lr < 1e-12) }'; then
+    echo "ok: 4 workers: $(grep -o "sgd, learning rate .*" "$dir/out"); the metrics say $(grep -o '"lr": [^,]*' "$dir/m.json")"
+else
+    fail "the learning rate in effect with 4 workers: status $status"
+    cat "$dir/out" "$dir/err" "$dir/m.json"
+fi
+"$ddprun" -n 4 "$programs/tiny_cosine" --data-root "$dir" --threads 1 > "$dir/out" 2> "$dir/err"
+status=$?
+if [ $status -eq 0 ] && grep -q "sgd, learning rate 0.1 (cosine schedule's peak)" "$dir/out"; then
+    echo "ok: 4 workers: $(grep -o "sgd, learning rate .*" "$dir/out")"
+else
+    fail "a schedule's peak with 4 workers: status $status"
     cat "$dir/out" "$dir/err"
 fi
 [ "$failures" -eq 0 ]

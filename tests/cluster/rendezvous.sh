@@ -9,7 +9,8 @@
 # or flood the coordinator, delay no one for long; a coordinator's port that accepts
 # and never answers ends in the rendezvous timeout; a worker lost before the job
 # formed is named to the others; workers whose initial parameters differ are all
-# told which.
+# told which. A worker refused at start (its settings, its command line) tells the
+# others at once; no wait at the rendezvous is silent.
 set -u
 programs=$1
 here=$(dirname "$0")
@@ -232,6 +233,41 @@ took=$(( $(date +%s) - start ))
 check "data missing on rank 1 (rank 1)" "3 1" 1 "tiny.csv: no such file"
 check "data missing on rank 1 (rank 0, after $took s)" "3 1" 0 "lost rank 1 on $(hostname): it failed: .*tiny.csv: no such file"
 [ "$took" -le 3 ] || fail "the others waited $took s for a worker that had failed"
+
+# refused before the rendezvous, for settings this runtime cannot honour or for its
+# command line: the others hear why at once
+# refused_at_start WHAT STATUSES PATTERN RANK1_ARGS...: rank 1 is refused before it
+# joins; rank 0 hears why within moments
+refused_at_start() {
+    what=$1 want=$2 pattern=$3
+    shift 3
+    next_job
+    worker 0 2 --rendezvous-timeout 60
+    worker 1 2 "$@"
+    start=$(date +%s)
+    finish
+    took=$(( $(date +%s) - start ))
+    check "$what (rank 0, after $took s)" "$want" 0 "lost rank 1 on $(hostname): it failed: $pattern"
+    [ "$took" -le 3 ] || fail "the others waited $took s for a worker refused at start ($what)"
+}
+refused_at_start "settings refused on rank 1" "3 1" "precision = bf16 needs the GPU runtime" \
+    -- "$programs/tiny_bf16" --rendezvous-timeout 60
+refused_at_start "a command line refused on rank 1" "3 2" \
+    "its command line was refused: unknown option \`--epocs\`" --rendezvous-timeout 60 --epocs 3
+
+# no silent waits: the coordinator says whom it waits for, the others that they wait
+# (every fifth of a short rendezvous timeout, every 30 s at most)
+next_job
+worker 0 3 --rendezvous-timeout 5
+worker 1 3 --rendezvous-timeout 5
+finish
+check "rank 0 says whom it waits for" "1 1" 0 "waiting for rank 2 to join (2 of 3 have, [0-9]* s of the 5 s"
+check "rank 1 says it waits for the others" "1 1" 1 "waiting for the other workers to join: [0-9]* s so far"
+next_job
+worker 1 2 --rendezvous-timeout 4
+finish
+check "a worker says it waits for its coordinator" "1" 1 \
+    "waiting for the coordinator (rank 0) at 127.0.0.1:$port: [0-9]* s of the 4 s --rendezvous-timeout"
 
 next_job
 worker 0 2 --interface lo

@@ -53,7 +53,7 @@ expect 1 "SLURM_STEP_TASKS_PER_NODE \`3,2\` adds up to 5 tasks" env $slurm_step 
     SLURM_STEP_TASKS_PER_NODE='3,2' $tiny
 expect 1 "the host list \`n\[1-2\` is malformed: a \`\[\` is not closed" env $slurm_step SLURM_STEP_NODELIST='n[1-2' \
     SLURM_STEP_TASKS_PER_NODE='2(x2)' $tiny
-expect 1 "SLURM_STEP_NODELIST is not set" env $slurm_step $tiny
+expect 1 "SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE are not set" env $slurm_step $tiny
 expect 0 "warning: this is Slurm job 7, but not a task of a job step" env SLURM_JOB_ID=7 $tiny
 port=$(sh "$ports" 1 $$) || exit 1
 expect 1 "no coordinator (rank 0) at localhost:$port within 1 s (--rendezvous-timeout): cannot connect to \
@@ -76,6 +76,8 @@ printf 'not safetensors at all' > "$root/garbage"
 expect 1 "not a safetensors file" $tiny --load "$root/garbage"
 expect 0 "done: 0 epochs" $tiny --epochs 0 --save "$root/init.safetensors"
 expect 0 "parameters  from" $tiny --load "$root/init.safetensors"
+expect 0 "warning: --evaluate without --load evaluates the initial parameters (drawn from seed 0)" $tiny --evaluate
+expect 0 "parameters  the initial ones, drawn from seed 0 (no --load)" $tiny --evaluate
 expect 1 "has no tensor \`mlp\.[a-z.]*\`: it was saved from another model" "$dir/zeros" --load "$root/init.safetensors"
 
 # a log file gets whole lines: no carriage return, no escape sequence

@@ -103,12 +103,83 @@ static void test_slurm(void) {
     setenv("SLURM_STEP_TASKS_PER_NODE", "2(x3)", 1);
     refused(DDP_CLUSTER_AUTO, "names 2 hosts, but SLURM_STEP_TASKS_PER_NODE `2(x3)` counts 3");
     setenv("SLURM_STEP_TASKS_PER_NODE", "3,x", 1);
-    refused(DDP_CLUSTER_AUTO, "the tasks per node `3,x` are malformed");
+    refused(DDP_CLUSTER_AUTO, "SLURM_STEP_TASKS_PER_NODE: the tasks per node `3,x` are malformed");
+    setenv("SLURM_STEP_TASKS_PER_NODE", "2(X2),1", 1);
+    refused(DDP_CLUSTER_AUTO, "SLURM_STEP_TASKS_PER_NODE: the tasks per node `2(X2),1` are malformed");
     slurm_task("one", "1", "0");
     refused(DDP_CLUSTER_AUTO, "SLURM_PROCID is `one`");
+    slurm_task("1", "1", "0");
+    setenv("SLURM_STEP_NODELIST", "", 1);
+    refused(DDP_CLUSTER_AUTO, "SLURM_STEP_NODELIST: the host list `` names no host");
+    setenv("SLURM_STEP_NODELIST", "n[9-10", 1);
+    refused(DDP_CLUSTER_AUTO, "SLURM_STEP_NODELIST: the host list `n[9-10` is malformed");
 
+    /* a step's environment with a piece missing is refused, never guessed: without
+     * SLURM_NODEID, rank 3 would land on the first node */
+    slurm_task("3", "0", "1");
+    unsetenv("SLURM_NODEID");
+    refused(DDP_CLUSTER_AUTO, "SLURM_NODEID is not set, though other variables of a step are");
+    slurm_task("0", "0", "0");
+    unsetenv("SLURM_STEP_NUM_TASKS");
+    refused(DDP_CLUSTER_AUTO, "SLURM_STEP_NUM_TASKS is not set");
+    unsetenv("SLURM_STEP_NODELIST");
+    unsetenv("SLURM_LOCALID");
+    refused(DDP_CLUSTER_AUTO,
+            "SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_STEP_NODELIST are not set, though other variables");
     clear();
-    setenv("SLURM_JOB_ID", "77", 1); /* a batch script: a job, no step */
+    setenv("SLURM_STEP_NODELIST", "n1", 1); /* no SLURM_STEP_ID: still part of a step */
+    refused(DDP_CLUSTER_AUTO, "SLURM_STEP_ID, SLURM_STEP_NUM_TASKS, SLURM_PROCID");
+
+    /* host names longer than the runtime keeps are refused, not cut */
+    char longest[300];
+    memset(longest, 'h', sizeof longest - 1);
+    longest[sizeof longest - 1] = 0;
+    slurm_task("0", "0", "0");
+    setenv("SLURM_STEP_NODELIST", longest, 1);
+    setenv("SLURM_STEP_TASKS_PER_NODE", "4", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+    refused(DDP_CLUSTER_AUTO, "is malformed: a host name is longer than 255 characters");
+    setenv("DDP_WORLD_SIZE", "2", 1);
+    setenv("DDP_RANK", "1", 1);
+    char address[320];
+    snprintf(address, sizeof address, "%s:15000", longest);
+    setenv("DDP_COORDINATOR", address, 1);
+    refused(DDP_CLUSTER_AUTO, "DDP_COORDINATOR names a host of 299 characters");
+    unsetenv("DDP_WORLD_SIZE");
+    unsetenv("DDP_RANK");
+    unsetenv("DDP_COORDINATOR");
+    longest[255] = 0; /* 255 fit */
+    setenv("SLURM_STEP_NODELIST", longest, 1);
+    CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c0) && strlen(c0.host) == 255);
+
+    /* TensorFlow's SlurmClusterResolver cases: three nodes of one task each, by name */
+    clear();
+    setenv("SLURM_JOB_ID", "9", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "3", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_LOCALID", "0", 1);
+    setenv("SLURM_NODEID", "1", 1);
+    setenv("SLURM_STEP_NODELIST", "t02n13,t02n41,t02n43", 1);
+    setenv("SLURM_STEP_TASKS_PER_NODE", "1(x3)", 1);
+    CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c0) && c0.nodes == 3 && strcmp(c0.host, "t02n41") == 0 &&
+          strcmp(c0.coordinator, "t02n13") == 0 && c0.local_world == 1);
+    /* ... and two tasks on each of two nodes, from a bracketed list */
+    setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+    setenv("SLURM_PROCID", "3", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_STEP_NODELIST", "t02n[13,41]", 1);
+    setenv("SLURM_STEP_TASKS_PER_NODE", "2(x2)", 1);
+    CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c0) && strcmp(c0.host, "t02n41") == 0 && c0.local_rank == 1 &&
+          c0.local_world == 2);
+
+    /* a batch script: the job's variables and its task's (sbatch sets SLURM_PROCID,
+     * SLURM_LOCALID and SLURM_NODEID there too), but none of a step's */
+    clear();
+    setenv("SLURM_JOB_ID", "77", 1);
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_LOCALID", "0", 1);
+    setenv("SLURM_NODEID", "0", 1);
     CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c0) && strcmp(c0.source, "local") == 0 && c0.world == 1 &&
           strstr(c0.warning, "Slurm job 77, but not a task of a job step"));
     refused(DDP_CLUSTER_SLURM, "not a task of a Slurm job step");

@@ -4,7 +4,10 @@
  * whose values are checked exactly, and broken ones of every kind, each of which must
  * be refused with a message that names the file and says what is wrong. Then the checks
  * against a model (ddp_data_fits, on a ddp_program made by hand) and batches in f32 and
- * f64, scaled, one-hot and synthetic. */
+ * f64, scaled, one-hot and synthetic. Every .npy input dtype with every label dtype
+ * and label shape ([N] and [N, 1]), at CIFAR's 3,072 values a sample: arrays of
+ * different sizes, so a reader that mixed up their counts reads past one (which the
+ * sanitizers and valgrind catch, whatever order a compiler evaluates arguments in). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,13 +22,13 @@
 
 static bool verbose; /* --verbose: print every message checked */
 static char root[] = "/tmp/ddp_data_readers_XXXXXX";
-static char created[128][64]; /* below root, removed at the end, last first */
+static char created[256][64]; /* below root, removed at the end, last first */
 static int ncreated;
 
 /* ------------------------------------------------------------ writing files */
 
 static void remember(const char *name) {
-    if (ncreated < 128)
+    if (ncreated < 256)
         snprintf(created[ncreated++], sizeof created[0], "%s", name);
 }
 
@@ -522,6 +525,141 @@ static void test_npy_broken(void) {
     OPEN_FAILS(&spec, "y3.npy: the labels have the shape (3, 1, 1)");
 }
 
+/* ------------------------------------------------------- .npy dtypes */
+
+static ddp_program model(int64_t dtype, int64_t loss, int64_t outputs, int rank, const int64_t *shape);
+
+static const struct {
+    const char *descr;
+    int elem, width;
+    bool is_float, is_bool;
+} npy_dtypes[] = {
+    {"|u1", DDP_ELEM_U8, 1, false, false},  {"|i1", DDP_ELEM_I8, 1, false, false},
+    {"<u2", DDP_ELEM_U16, 2, false, false}, {"<i2", DDP_ELEM_I16, 2, false, false},
+    {"<u4", DDP_ELEM_U32, 4, false, false}, {"<i4", DDP_ELEM_I32, 4, false, false},
+    {"<u8", DDP_ELEM_U64, 8, false, false}, {"<i8", DDP_ELEM_I64, 8, false, false},
+    {"<f2", DDP_ELEM_F16, 2, true, false},  {"<f4", DDP_ELEM_F32, 4, true, false},
+    {"<f8", DDP_ELEM_F64, 8, true, false},  {"|b1", DDP_ELEM_U8, 1, false, true},
+};
+enum { NPY_DTYPES = sizeof npy_dtypes / sizeof npy_dtypes[0], CIFAR_VALUES = 3072, NPY_SAMPLES = 6 };
+
+/* A whole number below 2048 in IEEE half precision (exact there). */
+static uint16_t half_of(int v) {
+    if (v == 0)
+        return 0;
+    int exponent = 0;
+    while ((v >> exponent) > 1)
+        exponent++;
+    return (uint16_t)((exponent + 15) << 10 | (((v << 10) >> exponent) & 0x3ff));
+}
+
+/* v (a small whole number) as one little-endian element of dtype d */
+static void put_element(unsigned char *to, int d, int v) {
+    if (npy_dtypes[d].descr[1] == 'f') {
+        if (npy_dtypes[d].width == 2) {
+            uint16_t h = half_of(v);
+            memcpy(to, &h, 2);
+        } else if (npy_dtypes[d].width == 4) {
+            float f = (float)v;
+            memcpy(to, &f, 4);
+        } else {
+            double f = v;
+            memcpy(to, &f, 8);
+        }
+        return;
+    }
+    for (int i = 0; i < npy_dtypes[d].width; i++)
+        to[i] = (unsigned char)((uint64_t)v >> (8 * i) & 0xff);
+}
+
+/* An .npy file of count elements of dtype d, value(i) each, with the shape text given. */
+static void write_npy_of(const char *name, int d, const char *shape, int64_t count, int (*value)(int64_t, bool)) {
+    char dict[160];
+    snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", npy_dtypes[d].descr,
+             shape);
+    size_t header = strlen(dict) + 1, padded = (10 + header + 63) / 64 * 64 - 10;
+    size_t width = (size_t)npy_dtypes[d].width, len = 10 + padded + (size_t)count * width;
+    unsigned char *b = calloc(len, 1);
+    if (!b) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    b[8] = (unsigned char)(padded & 0xff);
+    b[9] = (unsigned char)(padded >> 8);
+    memset(b + 10, ' ', padded);
+    memcpy(b + 10, dict, strlen(dict));
+    b[10 + padded - 1] = '\n';
+    for (int64_t i = 0; i < count; i++)
+        put_element(b + 10 + padded + (size_t)i * width, d, value(i, npy_dtypes[d].is_bool));
+    write_file(name, b, len);
+    free(b);
+}
+
+static int input_value(int64_t i, bool is_bool) {
+    int64_t s = i / CIFAR_VALUES, k = i % CIFAR_VALUES;
+    return is_bool ? (int)((s + k) % 2) : (int)((s * 7 + k) % 100);
+}
+
+static int label_value(int64_t s, bool is_bool) {
+    return (int)(is_bool ? s % 2 : s % 10);
+}
+
+static void test_npy_dtypes(void) {
+    char name[64], labels[64];
+    for (int d = 0; d < NPY_DTYPES; d++) {
+        snprintf(name, sizeof name, "x%d.npy", d);
+        write_npy_of(name, d, "(6, 32, 32, 3)", (int64_t)NPY_SAMPLES * CIFAR_VALUES, input_value);
+        snprintf(name, sizeof name, "y%d.npy", d);
+        write_npy_of(name, d, "(6,)", NPY_SAMPLES, label_value);
+        snprintf(name, sizeof name, "y%d_col.npy", d);
+        write_npy_of(name, d, "(6, 1)", NPY_SAMPLES, label_value);
+    }
+    static const int64_t cifar[] = {32, 32, 3};
+    ddp_program p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, cifar);
+    static float x[NPY_SAMPLES * CIFAR_VALUES];
+    int64_t rows[NPY_SAMPLES] = {5, 0, 3, 1, 4, 2}, ids[NPY_SAMPLES];
+    int32_t classes[NPY_SAMPLES];
+    int opened = 0;
+    for (int in = 0; in < NPY_DTYPES; in++)
+        for (int out = 0; out < NPY_DTYPES; out++)
+            for (int column = 0; column < 2; column++) {
+                snprintf(name, sizeof name, "x%d.npy", in);
+                snprintf(labels, sizeof labels, column ? "y%d_col.npy" : "y%d.npy", out);
+                ddp_dataset spec = dataset(DDP_DATA_NPY, "arrays", name, labels);
+                ddp_data data;
+                if (!open_ok(&spec, &data)) {
+                    fprintf(stderr, "  inputs %s, labels %s %s\n", npy_dtypes[in].descr, npy_dtypes[out].descr,
+                            column ? "(N, 1)" : "(N,)");
+                    continue;
+                }
+                opened++;
+                bool labels_right = data.label_elems == 1 && data.integral_labels;
+                for (int s = 0; s < NPY_SAMPLES; s++)
+                    labels_right &= data.labels[s] == label_value(s, npy_dtypes[out].is_bool);
+                bool shape_right = data.samples == NPY_SAMPLES && data.elems == CIFAR_VALUES &&
+                                   data.elem == npy_dtypes[in].elem && data.rank == 3;
+                bool batch_right = fits(&data, &p);
+                if (batch_right) {
+                    ddp_data_batch(&data, &p, rows, NPY_SAMPLES, x, classes, ids);
+                    for (int r = 0; r < NPY_SAMPLES; r++) {
+                        batch_right &= classes[r] == label_value(rows[r], npy_dtypes[out].is_bool);
+                        for (int k = 0; k < CIFAR_VALUES; k += 97)
+                            batch_right &= x[r * CIFAR_VALUES + k] ==
+                                           (float)input_value(rows[r] * CIFAR_VALUES + k, npy_dtypes[in].is_bool);
+                    }
+                }
+                if (!labels_right || !shape_right || !batch_right)
+                    fprintf(stderr, "inputs %s, labels %s %s: labels %s, shape %s, batch %s\n", npy_dtypes[in].descr,
+                            npy_dtypes[out].descr, column ? "(N, 1)" : "(N,)", labels_right ? "ok" : "WRONG",
+                            shape_right ? "ok" : "WRONG", batch_right ? "ok" : "WRONG");
+                CHECK(labels_right && shape_right && batch_right);
+                ddp_data_free(&data);
+            }
+    printf(".npy: %d input dtypes x %d label dtypes x 2 label shapes at %d values a sample: %d opened and batched\n",
+           NPY_DTYPES, NPY_DTYPES, CIFAR_VALUES, opened);
+}
+
 /* ------------------------------------------------------------------ CSV */
 
 static void test_csv_good(void) {
@@ -734,6 +872,7 @@ int main(int argc, char **argv) {
     test_cifar10();
     test_npy_good();
     test_npy_broken();
+    test_npy_dtypes();
     test_csv_good();
     test_csv_broken();
     test_fits_and_batches();

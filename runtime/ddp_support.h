@@ -1,0 +1,46 @@
+/* ddp_support.h: what this version of the runtime can honour, in one table read by
+ * both sides: `ddpc check` and `ddpc build` warn at the setting that asks for
+ * something missing here, and a built program refuses it when it starts (status 1),
+ * so the two never disagree. Each side finds which features a program asks for in its
+ * own form of the settings (the checker's values, the contract's ddp_settings); the
+ * table says which of them work and what to do instead. Work that adds a feature
+ * flips its `supported`. */
+#ifndef DDP_SUPPORT_H
+#define DDP_SUPPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum ddp_feature {
+    DDP_FEATURE_BF16,            /* precision = bf16 */
+    DDP_FEATURE_FP16,            /* precision = fp16 */
+    DDP_FEATURE_NCCL,            /* communication = nccl */
+    DDP_FEATURE_GPUS_PER_WORKER, /* gpus_per_worker > 1 */
+    DDP_FEATURE_CHECKPOINT,      /* checkpoint(...) */
+    DDP_FEATURE_COUNT
+};
+
+typedef struct ddp_feature_support {
+    const char *setting;         /* the setting that asks for it */
+    bool supported;
+    const char *refusal;         /* why not, and what to do instead */
+} ddp_feature_support;
+
+static const ddp_feature_support ddp_features[DDP_FEATURE_COUNT] = {
+    [DDP_FEATURE_BF16] = {"precision", false,
+                          "precision = bf16 needs the GPU runtime, and this version trains on CPUs in fp32 only: "
+                          "set precision = fp32"},
+    [DDP_FEATURE_FP16] = {"precision", false,
+                          "precision = fp16 needs the GPU runtime, and this version trains on CPUs in fp32 only: "
+                          "set precision = fp32"},
+    [DDP_FEATURE_NCCL] = {"communication", false,
+                          "communication = nccl needs GPUs, and this version trains on CPUs: set communication = auto"},
+    [DDP_FEATURE_GPUS_PER_WORKER] = {"gpus_per_worker", false,
+                                     "gpus_per_worker > 1 needs the GPU runtime, and this version trains on CPUs: "
+                                     "remove the setting"},
+    [DDP_FEATURE_CHECKPOINT] = {"checkpoint", false,
+                                "checkpoint(...) is not supported by this version of the runtime: remove it from "
+                                "the train block, and keep the final parameters with --save FILE"},
+};
+
+#endif
