@@ -23,10 +23,6 @@ typedef struct Diff {
     Ir *ir;
 } Diff;
 
-static Tensor *storage(Tensor *t) {
-    return t->base ? t->base : t;
-}
-
 /* A value needs a gradient when a parameter flows into it; a view shares its base's. */
 static bool requires(const Tensor *t) {
     return t->needs_grad || (t->base && t->base->needs_grad);
@@ -42,7 +38,7 @@ static Tensor *grad_of(Diff *d, Tensor *t) {
         Tensor *base_grad = grad_of(d, t->base);
         Tensor *g = ir_tensor(c, d->ir, arena_printf(c->arena, "d:%s", t->name), T_DACT, t->dtype,
                               t->batched, &t->shape);
-        g->base = storage(base_grad);
+        g->base = tensor_storage(base_grad);
         t->grad = g;
         return g;
     }
@@ -56,7 +52,7 @@ static Tensor *grad_of(Diff *d, Tensor *t) {
 
 /* Whether the next contribution to t's gradient adds to an earlier one; marks it. */
 static bool accumulates(Diff *d, Tensor *t) {
-    Tensor *g = storage(grad_of(d, t));
+    Tensor *g = tensor_storage(grad_of(d, t));
     bool acc = g->written;
     g->written = true;
     return acc;
@@ -145,29 +141,31 @@ static int expr_size(const XExpr *e) {
     return e ? 1 + expr_size(e->a) + expr_size(e->b) : 0;
 }
 
-static XExpr *remat(Ddpc *c, XExpr *e, int *budget) {
-    if (!e)
+typedef struct Remat {
+    Ddpc *c;
+    int budget;             /* expression nodes still allowed */
+} Remat;
+
+/* A load of a forward pointwise value, recomputed from its own expression while the
+ * budget lasts (so backward need not keep it). */
+static XExpr *remat_load(XExpr *load, void *arg) {
+    Remat *r = arg;
+    IrOp *p = load->t->producer;
+    if (load->bc != BC_FULL || !p || p->kind != OP_POINTWISE || p->phase != PH_FORWARD || p->nout != 1 ||
+        load->t->base)
         return NULL;
-    if (e->kind == X_LOAD) {
-        IrOp *p = e->t->producer;
-        if (e->bc == BC_FULL && p && p->kind == OP_POINTWISE && p->phase == PH_FORWARD &&
-            p->nout == 1 && !e->t->base) {
-            int size = expr_size(p->expr[0]);
-            if (size <= *budget) {
-                *budget -= size;
-                return remat(c, p->expr[0], budget);
-            }
-        }
-        return e;
-    }
-    XExpr *a = remat(c, e->a, budget), *b = remat(c, e->b, budget);
-    if (a == e->a && b == e->b)
-        return e;
-    XExpr *copy = arena_alloc(c->arena, sizeof *copy);
-    *copy = *e;
-    copy->a = a;
-    copy->b = b;
-    return copy;
+    int size = expr_size(p->expr[0]);
+    if (size > r->budget)
+        return NULL;
+    r->budget -= size;
+    return x_rewrite_loads(r->c, p->expr[0], remat_load, r);
+}
+
+static XExpr *remat(Ddpc *c, XExpr *e, int *budget) {
+    Remat r = {c, *budget};
+    XExpr *out = x_rewrite_loads(c, e, remat_load, &r);
+    *budget = r.budget;
+    return out;
 }
 
 /* ------------------------------------------------------------ the rules */
@@ -200,7 +198,7 @@ static void contribute(Diff *d, IrOp *fwd, Tensor *t, Bcast bc, Tensor *dy, XExp
     if (term->kind == X_LOAD && !t->grad && t->consumers == 1 && !t->base && !dy->base &&
         t->elems == dy->elems) {
         t->grad = dy;
-        storage(dy)->written = true;
+        tensor_storage(dy)->written = true;
         return;
     }
     bool acc = accumulates(d, t);
@@ -431,7 +429,7 @@ void autodiff(Ddpc *c, Ir *ir) {
     Diff d = {c, ir};
     count_forward_uses(ir);
     mark_needs_grad(ir);
-    storage(ir->output->grad)->written = true;
+    tensor_storage(ir->output->grad)->written = true;
     OpList *fwd = &ir->ops[PH_FORWARD];
     for (int i = fwd->len - 1; i >= 0; i--) {
         IrOp *op = fwd->items[i];

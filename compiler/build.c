@@ -92,8 +92,7 @@ static bool generate(Ddpc *c, Ir *ir, Target target, int opt, Cg *cg, const char
 bool build_emit_code(Ddpc *c, Ir *ir, bool ptx, int opt, FILE *out) {
     Cg cg;
     const char *error = NULL;
-    cg_assign_kernels(c, ir);
-    if (!generate(c, ir, ptx ? TARGET_GPU : TARGET_CPU_BASE, opt, &cg, &error)) {
+    if (!cg_assign_kernels(c, ir, &error) || !generate(c, ir, ptx ? TARGET_GPU : TARGET_CPU_BASE, opt, &cg, &error)) {
         fprintf(stderr, "ddpc: %s\n", error);
         return false;
     }
@@ -221,10 +220,14 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t hash = program_hash(c, ir);
-    cg_assign_kernels(c, ir);
     Child gpu = {0}, wide = {0};
     char base_path[64] = "";
     int status = 1;
+    const char *error = NULL, *why = NULL;
+    if (!cg_assign_kernels(c, ir, &error)) {
+        fprintf(stderr, "ddpc: %s\n", error);
+        return 1;
+    }
     if (!spawn_module(c, ir, TARGET_GPU, o->opt_level, &gpu) ||
         !spawn_module(c, ir, TARGET_CPU_WIDE, o->opt_level, &wide)) {
         fprintf(stderr, "ddpc: cannot start the code generators: %s\n", strerror(errno));
@@ -232,7 +235,6 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
     }
     /* the baseline here, with the descriptor, which holds the PTX */
     Cg cpu;
-    const char *error = NULL, *why = NULL;
     if (!generate(c, ir, TARGET_CPU_BASE, o->opt_level, &cpu, &error)) {
         fprintf(stderr, "ddpc: %s\n", error);
         goto done;
@@ -245,7 +247,7 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
         cg_dispose(&cpu);
         goto done;
     }
-    cg_program(&cpu, source, ptx, hash, ir->kernel_ops.len);
+    cg_program(&cpu, source, ptx, hash);
     char *obj;
     size_t obj_len;
     bool ok = cg_emit(&cpu, o->opt_level, &obj, &obj_len, &error);

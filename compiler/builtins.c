@@ -7,15 +7,24 @@
 #include <string.h>
 
 #include "ddpc.h"
+#include "../runtime/ddp_abi.h"
 
+/* Words that cross into the program are listed by the contract's codes, so a word's
+ * index is its code (word_code). */
 const char *const activation_words[] = {"relu", "gelu", "sigmoid", "tanh", "softmax", "identity", NULL};
-const char *const init_words[] = {"glorot_uniform", "glorot_normal", "he_normal", "he_uniform",
-                                  "zeros", "ones", NULL};
+const char *const init_words[] = {
+    [DDP_INIT_GLOROT_UNIFORM] = "glorot_uniform", [DDP_INIT_GLOROT_NORMAL] = "glorot_normal",
+    [DDP_INIT_HE_NORMAL] = "he_normal", [DDP_INIT_HE_UNIFORM] = "he_uniform",
+    [DDP_INIT_ZEROS] = "zeros", [DDP_INIT_ONES] = "ones", [DDP_INIT_ONES + 1] = NULL};
 static const char *const padding_words[] = {"same", "valid", NULL};
-static const char *const cluster_words[] = {"auto", "slurm", "env", "local", NULL};
-static const char *const communication_words[] = {"auto", "nccl", "ring", NULL};
-static const char *const precision_words[] = {"fp32", "bf16", "fp16", NULL};
-static const char *const part_words[] = {"train", "test", NULL};
+const char *const cluster_words[] = {[DDP_CLUSTER_AUTO] = "auto", [DDP_CLUSTER_SLURM] = "slurm",
+                                     [DDP_CLUSTER_ENV] = "env", [DDP_CLUSTER_LOCAL] = "local",
+                                     [DDP_CLUSTER_LOCAL + 1] = NULL};
+const char *const communication_words[] = {[DDP_COMM_AUTO] = "auto", [DDP_COMM_NCCL] = "nccl",
+                                           [DDP_COMM_RING] = "ring", [DDP_COMM_RING + 1] = NULL};
+const char *const precision_words[] = {[DDP_PRECISION_FP32] = "fp32", [DDP_PRECISION_BF16] = "bf16",
+                                       [DDP_PRECISION_FP16] = "fp16", [DDP_PRECISION_FP16 + 1] = NULL};
+const char *const part_words[] = {[0] = "train", [1] = "test", [2] = NULL}; /* ddp_dataset.part */
 const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
 const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};
 
@@ -138,10 +147,11 @@ static const Param train_params[] = {TRAIN_SETTINGS};
 static const Param toplevel_train_params[] = {TRAIN_SETTINGS, STRATEGY_SETTINGS};
 
 #define N(a) (int)(sizeof(a) / sizeof((a)[0]))
-#define LAYER(name, params, op, doc) {name, B_LAYER, params, N(params), op, doc}
-#define LAYER0(name, op, doc) {name, B_LAYER, NULL, 0, op, doc}
-#define OTHER(name, kind, params, doc) {name, kind, params, N(params), L_NONE, doc}
-#define OTHER0(name, kind, doc) {name, kind, NULL, 0, L_NONE, doc}
+#define LAYER(name, params, op, doc) {name, B_LAYER, params, N(params), op, 0, doc}
+#define LAYER0(name, op, doc) {name, B_LAYER, NULL, 0, op, 0, doc}
+/* code: the entry's value in the contract (DDP_LOSS_*, DDP_OPT_*, ...) */
+#define OTHER(name, kind, code, params, doc) {name, kind, params, N(params), L_NONE, code, doc}
+#define OTHER0(name, kind, code, doc) {name, kind, NULL, 0, L_NONE, code, doc}
 
 const Builtin builtins[] = {
     LAYER("dense", dense_params, L_DENSE, "fully connected: [n] -> [units]"),
@@ -162,46 +172,63 @@ const Builtin builtins[] = {
     LAYER("softmax", softmax_params, L_SOFTMAX, "exp(x) / sum(exp(x)) along an axis"),
     LAYER0("identity", L_IDENTITY, "x"),
 
-    OTHER("sparse_categorical_crossentropy", B_LOSS, from_logits, "class index labels"),
-    OTHER("categorical_crossentropy", B_LOSS, cce_params, "one-hot labels"),
-    OTHER("binary_crossentropy", B_LOSS, from_logits, "0/1 labels per output"),
-    OTHER0("mean_squared_error", B_LOSS, "squared error per output"),
+    OTHER("sparse_categorical_crossentropy", B_LOSS, DDP_LOSS_SPARSE_CATEGORICAL, from_logits, "class index labels"),
+    OTHER("categorical_crossentropy", B_LOSS, DDP_LOSS_CATEGORICAL, cce_params, "one-hot labels"),
+    OTHER("binary_crossentropy", B_LOSS, DDP_LOSS_BINARY, from_logits, "0/1 labels per output"),
+    OTHER0("mean_squared_error", B_LOSS, DDP_LOSS_MSE, "squared error per output"),
 
-    OTHER("sgd", B_OPTIMIZER, sgd_params, "stochastic gradient descent with momentum"),
-    OTHER("adam", B_OPTIMIZER, adam_params, "Adam; weight decay added to the gradient"),
-    OTHER("adamw", B_OPTIMIZER, adamw_params, "Adam with decoupled weight decay"),
+    OTHER("sgd", B_OPTIMIZER, DDP_OPT_SGD, sgd_params, "stochastic gradient descent with momentum"),
+    OTHER("adam", B_OPTIMIZER, DDP_OPT_ADAM, adam_params, "Adam; weight decay added to the gradient"),
+    OTHER("adamw", B_OPTIMIZER, DDP_OPT_ADAMW, adamw_params, "Adam with decoupled weight decay"),
 
-    OTHER("constant", B_SCHEDULE, constant_params, "the same rate throughout"),
-    OTHER("step", B_SCHEDULE, step_params, "multiplied by drop every period"),
-    OTHER("cosine", B_SCHEDULE, cosine_params, "linear warm-up, then cosine decay to final"),
-    OTHER("linear", B_SCHEDULE, linear_params, "linear warm-up, then linear decay to final"),
+    OTHER("constant", B_SCHEDULE, DDP_SCHEDULE_CONSTANT, constant_params, "the same rate throughout"),
+    OTHER("step", B_SCHEDULE, DDP_SCHEDULE_STEP, step_params, "multiplied by drop every period"),
+    OTHER("cosine", B_SCHEDULE, DDP_SCHEDULE_COSINE, cosine_params, "linear warm-up, then cosine decay to final"),
+    OTHER("linear", B_SCHEDULE, DDP_SCHEDULE_LINEAR, linear_params, "linear warm-up, then linear decay to final"),
 
-    OTHER0("accuracy", B_METRIC, "fraction of samples whose top class is right"),
-    OTHER("top_k_accuracy", B_METRIC, top_k_params, "fraction whose class is among the top k"),
-    OTHER0("loss", B_METRIC, "the training loss"),
-    OTHER0("mae", B_METRIC, "mean absolute error"),
+    OTHER0("accuracy", B_METRIC, DDP_METRIC_ACCURACY, "fraction of samples whose top class is right"),
+    OTHER("top_k_accuracy", B_METRIC, DDP_METRIC_TOP_K, top_k_params, "fraction whose class is among the top k"),
+    OTHER0("loss", B_METRIC, DDP_METRIC_LOSS, "the training loss"),
+    OTHER0("mae", B_METRIC, DDP_METRIC_MAE, "mean absolute error"),
 
-    OTHER("idx", B_DATASET, idx_params, "MNIST-family IDX files, plain or .gz"),
-    OTHER("cifar10", B_DATASET, cifar10_params, "CIFAR-10 binary batches"),
-    OTHER("npy", B_DATASET, npy_params, "NumPy .npy arrays"),
-    OTHER("csv", B_DATASET, csv_params, "numeric CSV columns"),
-    OTHER("synthetic", B_DATASET, synthetic_params, "random samples, for benchmarks"),
+    OTHER("idx", B_DATASET, DDP_DATA_IDX, idx_params, "MNIST-family IDX files, plain or .gz"),
+    OTHER("cifar10", B_DATASET, DDP_DATA_CIFAR10, cifar10_params, "CIFAR-10 binary batches"),
+    OTHER("npy", B_DATASET, DDP_DATA_NPY, npy_params, "NumPy .npy arrays"),
+    OTHER("csv", B_DATASET, DDP_DATA_CSV, csv_params, "numeric CSV columns"),
+    OTHER("synthetic", B_DATASET, DDP_DATA_SYNTHETIC, synthetic_params, "random samples, for benchmarks"),
 
-    OTHER("checkpoint", B_CHECKPOINT, checkpoint_params, "periodic checkpoints in a folder"),
-    OTHER("slurm", B_CLUSTER, slurm_params, "the cluster from Slurm's environment"),
+    OTHER("checkpoint", B_CHECKPOINT, 0, checkpoint_params, "periodic checkpoints in a folder"),
+    OTHER("slurm", B_CLUSTER, DDP_CLUSTER_SLURM, slurm_params, "the cluster from Slurm's environment"),
 };
 const int builtin_count = N(builtins);
 
-const Builtin strategy_settings = OTHER("strategy", B_SETTINGS, strategy_params, "strategy settings");
-const Builtin train_settings = OTHER("train", B_SETTINGS, train_params, "train settings");
+const Builtin strategy_settings = OTHER("strategy", B_SETTINGS, 0, strategy_params, "strategy settings");
+const Builtin train_settings = OTHER("train", B_SETTINGS, 0, train_params, "train settings");
 const Builtin toplevel_train_settings =
-    OTHER("train", B_SETTINGS, toplevel_train_params, "train settings without a strategy");
+    OTHER("train", B_SETTINGS, 0, toplevel_train_params, "train settings without a strategy");
 
 const Builtin *builtin_find(const char *name) {
     for (int i = 0; i < builtin_count; i++)
         if (strcmp(builtins[i].name, name) == 0)
             return &builtins[i];
     return NULL;
+}
+
+/* The builtin of a kind whose contract code is code (the loss DDP_LOSS_MSE, ...). */
+const Builtin *builtin_of(BuiltinKind kind, int64_t code) {
+    for (int i = 0; i < builtin_count; i++)
+        if (builtins[i].kind == kind && builtins[i].code == code)
+            return &builtins[i];
+    return NULL;
+}
+
+/* A word's index in its list, which for the lists above is its contract code; -1 if
+ * it is not there. */
+int word_code(const char *const *words, const char *w) {
+    for (int i = 0; w && words[i]; i++)
+        if (strcmp(words[i], w) == 0)
+            return i;
+    return -1;
 }
 
 const Param *builtin_param(const Builtin *b, const char *name, int *index) {

@@ -117,7 +117,7 @@ LLVMValueRef cg_philox(Cg *cg, LLVMValueRef key0, LLVMValueRef key1, LLVMValueRe
 /* Decides which ops share a kernel: those whose generated code is the same once their
  * buffers are arguments. Sets every op's kernel_index and ir->kernel_ops (one op per
  * kernel, the first that uses it). Run once, before the modules are generated. */
-void cg_assign_kernels(Ddpc *c, Ir *ir);
+bool cg_assign_kernels(Ddpc *c, Ir *ir, const char **error);
 /* Generates the kernels of ir->kernel_ops into the module; returns their number. */
 int cg_kernels(Cg *cg);
 /* The buffers of an op's launch, as storage tensors, in argument order. */
@@ -129,7 +129,7 @@ const char *kernel_name(Ddpc *c, const IrOp *op, int index);
 /* ------------------------------------------------------------ program.c */
 
 /* Emits ddp_program_desc: the descriptor of ddp_abi.h, into the baseline module. */
-void cg_program(Cg *cg, const char *source, const char *ptx, uint64_t hash, int nkernels);
+void cg_program(Cg *cg, const char *source, const char *ptx, uint64_t hash);
 uint64_t program_hash(Ddpc *c, Ir *ir);
 
 #endif

@@ -20,6 +20,7 @@
 typedef struct Ddpc Ddpc;
 typedef struct Node Node;
 typedef struct Builtin Builtin;
+typedef struct ddp_settings ddp_settings; /* runtime/ddp_abi.h: the program's configuration */
 typedef struct GNode GNode;
 typedef struct Graph Graph;
 typedef struct Value Value;
@@ -364,6 +365,7 @@ struct Builtin {
     const Param *params;
     int nparams;
     LayerOp op;
+    int64_t code;           /* its value in the contract: DDP_LOSS_*, DDP_OPT_*, DDP_DATA_*, ... */
     const char *summary;
 };
 
@@ -371,11 +373,16 @@ extern const Builtin builtins[];
 extern const int builtin_count;
 extern const Builtin strategy_settings, train_settings, toplevel_train_settings;
 extern const char *const activation_words[], *const init_words[];
+/* lists whose index is the contract's code (ddp_cluster_kind, ddp_comm_kind, ...) */
+extern const char *const cluster_words[], *const communication_words[], *const precision_words[],
+    *const part_words[];
 extern const char *const runtime_scalars[];
 enum { RT_REPLICAS, RT_WORKERS, RT_GLOBAL_BATCH, RT_COUNT };
 extern const char *const strategy_kinds[];
 
 const Builtin *builtin_find(const char *name);
+const Builtin *builtin_of(BuiltinKind kind, int64_t code);
+int word_code(const char *const *words, const char *w);
 const Param *builtin_param(const Builtin *b, const char *name, int *index);
 const char *builtin_kind_name(BuiltinKind k);
 const char *builtin_kind_article(BuiltinKind k); /* "a" or "an" */
@@ -492,7 +499,7 @@ typedef struct LayerAttrs {
     int64_t pad[4];           /* top, bottom, left, right */
     const char *padding;      /* "same", "valid" or NULL for explicit */
     const char *activation;   /* NULL: identity */
-    const char *init, *bias_init;
+    int64_t init, bias_init;  /* ddp_init: an index of init_words */
     bool bias;
     double rate, momentum, epsilon;
     int axis;                 /* softmax, concat: non-negative */
@@ -550,10 +557,13 @@ enum { MAX_EXPANSION_STEPS = 1000000, MAX_REPEAT = 100000, MAX_LAYERS = 100000, 
  * (`train resnet50(classes = 10) on ...`), or NULL for its defaults. NULL when the
  * model cannot be expanded (errors reported). */
 Graph *expand_model(Ddpc *c, Node *model, Node *app, Loc at);
+/* The trained model into c->spec->graph, and every model that can stand on its own
+ * (an input shape, a default for every parameter) into c->graphs. */
+void expand_program(Ddpc *c);
 /* Applies a layer, block or model (app) to the current value; used by `->`. */
 Value expand_apply(Ddpc *c, Env *env, Value cur, Node *app);
 
-/* ------------------------------------------------------------- graph.c */
+/* ------------------------------------------------------- graph_print.c */
 
 void graph_print(Ddpc *c, FILE *out, Graph *g);
 
@@ -570,7 +580,19 @@ typedef struct TrainSpec {
 } TrainSpec;
 
 Value spec_setting(const TrainSpec *spec, const char *name);
-void check_program(Ddpc *c);
+
+/* ------------------------------------------------------------- config.c */
+
+/* The checked configuration as the contract's ddp_settings, codes for every choice;
+ * what every later stage reads instead of the settings' values. */
+const ddp_settings *config_build(Ddpc *c, const TrainSpec *spec);
+
+/* ----------------------------------------------------------- settings.c */
+
+/* The strategy's and train's settings evaluated (before the model is expanded). */
+void settings_evaluate(Ddpc *c);
+/* The settings against the expanded model; then c->config (config.c). */
+void settings_check(Ddpc *c);
 /* `ddpc emit --stage=settings`: the datasets, strategy and train settings in effect. */
 void settings_print(Ddpc *c, FILE *out);
 
@@ -613,7 +635,7 @@ struct Tensor {
     /* parameters and statistics */
     int64_t flat;        /* offset in its flat vector, in elements */
     const char *layout;  /* "HWIO", "IO", "C" */
-    const char *init;
+    int64_t init;        /* ddp_init (an index of init_words); -1 for what is not a parameter */
     int64_t fan_in, fan_out;
     /* the memory plan */
     int first_use, last_use; /* positions in the train (or eval) schedule */
@@ -706,7 +728,8 @@ struct IrOp {
     int64_t rows_per_sample, channels, axis_outer, axis_len, axis_inner;
     int64_t concat_offset, concat_width; /* OP_CONCAT/OP_SPLIT: this input's columns */
     double momentum, epsilon;
-    const char *what;         /* OP_LOSS, OP_METRIC, OP_OPTIMIZER: which */
+    int64_t code;             /* OP_LOSS, OP_METRIC, OP_OPTIMIZER: which, as the contract's code */
+    const char *what;         /* ... and its name, for the printed stages */
     bool from_logits;
     double smoothing;
     int64_t k_top;            /* top_k_accuracy */
@@ -725,7 +748,7 @@ typedef VEC(IrOp *) OpList;
 
 typedef struct Ir {
     Graph *graph;
-    TrainSpec *spec;
+    const ddp_settings *config; /* the program's configuration (config.c) */
     DType dtype;
     int64_t batch;            /* batch_per_replica */
     TensorList tensors;
@@ -736,7 +759,6 @@ typedef struct Ir {
     TensorList stats;
     int64_t param_count, stats_count;
     int state_vectors;        /* optimizer state: flat vectors of param_count each */
-    VEC(const char *) metric_names;
     VEC(Bucket) buckets;
     int64_t bucket_bytes;
     Tensor *all_params, *all_grads, *states[2]; /* the flat vectors, for the optimizer */
@@ -747,18 +769,27 @@ typedef struct Ir {
     bool no_reuse;            /* place every tensor apart (the poison test's reference) */
     TensorList slots;         /* the buffer table: storage tensors in slot order */
     OpList kernel_ops;        /* one op per generated kernel (cg_assign_kernels) */
+    struct Lower *lowering;   /* ir.c's state between its two steps */
 } Ir;
 
-/* Lowers the trained model: forward, loss, metrics, backward, optimizer, evaluation. */
-Ir *ir_build(Ddpc *c, DType dtype, int64_t bucket_bytes, bool no_reuse);
+/* Lowers the trained model in two steps around autodiff (pipeline.c runs them): its
+ * forward pass, loss and metrics; then, once backward is there, the optimizer's step
+ * and the evaluation pass. */
+Ir *ir_lower(Ddpc *c, Graph *g, const ddp_settings *config, DType dtype, int64_t bucket_bytes, bool no_reuse);
+void ir_lower_update(Ddpc *c, Ir *ir);
 Tensor *ir_tensor(Ddpc *c, Ir *ir, const char *name, TensorKind kind, DType dt, bool batched,
                   const Shape *shape);
 IrOp *ir_op(Ddpc *c, Ir *ir, Phase phase, OpKind kind);
+/* The tensor whose memory t uses: itself, or the one a view (reshape, flatten) shares. */
+Tensor *tensor_storage(Tensor *t);
 XExpr *x_load(Ddpc *c, Tensor *t, Bcast bc);
 XExpr *x_const(Ddpc *c, double v);
 XExpr *x_scalar(Ddpc *c, int slot);
 XExpr *x_unary(Ddpc *c, XKind k, XExpr *a);
 XExpr *x_binary(Ddpc *c, XKind k, XExpr *a, XExpr *b);
+/* e with every load that replace maps to an expression (non-NULL) replaced by it; the
+ * nodes above a replacement are copied, the rest shared. */
+XExpr *x_rewrite_loads(Ddpc *c, XExpr *e, XExpr *(*replace)(XExpr *load, void *arg), void *arg);
 int64_t dtype_size(DType dt);
 const char *dtype_name(DType dt);
 const char *op_kind_name(OpKind k);
@@ -795,7 +826,7 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source);
 /* --stage=llvm (the CPU module, unoptimised) or --stage=ptx (the GPU module). */
 bool build_emit_code(Ddpc *c, Ir *ir, bool ptx, int opt, FILE *out);
 
-/* ------------------------------------------------------------- driver.c */
+/* ----------------------------------------------------------- pipeline.c */
 
 /* One compilation: its arena, diagnostics, files and what each pass found. */
 struct Ddpc {
@@ -816,6 +847,7 @@ struct Ddpc {
     Map misplaced;            /* settings written in the other block */
     Node *strategy, *train;
     TrainSpec *spec;
+    const ddp_settings *config; /* the trained program's configuration (config.c), once checked */
     VEC(Graph *) graphs;      /* every model expanded, the trained one first */
     const char *only_model;   /* --model */
     int expansion_steps;
@@ -827,8 +859,22 @@ struct Ddpc {
 
 Ddpc *ddpc_new(void);
 void ddpc_free(Ddpc *c);
-/* Runs the front end on one file; returns true when no error was reported. */
-bool ddpc_check_file(Ddpc *c, const char *path);
-bool ddpc_check_memory(Ddpc *c, const char *name, const char *data, size_t len);
+
+/* How far pipeline_run goes: the checked program (and c->config), the planned IR, or
+ * the linked executable. */
+typedef enum { UPTO_CHECK, UPTO_PLAN, UPTO_LINK } Upto;
+typedef struct Pipeline {
+    const char *path;          /* the program's file, or its name when source is given */
+    const char *source;        /* NULL: read path */
+    size_t source_len;
+    Upto upto;
+    DType dtype;               /* the rest: UPTO_PLAN and UPTO_LINK */
+    int64_t bucket_bytes;
+    bool no_reuse;
+    const BuildOptions *build; /* UPTO_LINK */
+} Pipeline;
+/* Runs the compiler's passes in order up to p->upto (the list is in pipeline.c); true
+ * when none reported an error. *ir, if asked for, is the planned IR. */
+bool pipeline_run(Ddpc *c, const Pipeline *p, Ir **ir);
 
 #endif

@@ -466,3 +466,37 @@ Graph *expand_model(Ddpc *c, Node *model, Node *app, Loc at) {
     }
     return g;
 }
+
+/* ------------------------------------------------------------- program */
+
+/* A model that can be checked on its own: an input shape, a default for everything. */
+static bool standalone(Ddpc *c, Node *model) {
+    Signature *sig = signature_of_decl(c, model);
+    if (!sig->input)
+        return false;
+    for (int i = 0; i < sig->nparams; i++)
+        if (sig->params[i].flags & P_REQUIRED)
+            return false;
+    return true;
+}
+
+void expand_program(Ddpc *c) {
+    if (c->diag.stopped)
+        return;
+    TrainSpec *spec = c->spec;
+    Node *m = c->train ? c->train->a : NULL;
+    if (spec && m->res == RES_GLOBAL && (spec->graph = expand_model(c, m->decl, m, m->loc)))
+        vec_push(c->arena, &c->graphs, spec->graph);
+    /* every other model that can be shown on its own, for emit --stage=graph and its checks */
+    Node *trained = spec && spec->graph && !m->has_parens ? spec->graph->decl : NULL;
+    for (int i = 0; i < c->main_items.len && !c->diag.stopped; i++) {
+        Node *n = c->main_items.items[i];
+        if (n->kind != N_MODEL || n == trained || !standalone(c, n))
+            continue;
+        if (c->only_model && strcmp(c->only_model, n->name) != 0)
+            continue;
+        Graph *g = expand_model(c, n, NULL, n->loc);
+        if (g)
+            vec_push(c->arena, &c->graphs, g);
+    }
+}

@@ -20,15 +20,11 @@ typedef struct Access {
     bool full;  /* every access of it is element-for-element (BC_FULL) */
 } Access;
 
-static Tensor *storage(Tensor *t) {
-    return t->base ? t->base : t;
-}
-
 static void expr_reads(const XExpr *e, Tensor **out, bool *full, int *n, int cap) {
     if (!e)
         return;
     if (e->kind == X_LOAD && *n < cap) {
-        out[*n] = storage(e->t);
+        out[*n] = tensor_storage(e->t);
         full[(*n)++] = e->bc == BC_FULL;
     }
     expr_reads(e->a, out, full, n, cap);
@@ -41,13 +37,13 @@ enum { MAX_READS = 256 };
 static int op_reads(const IrOp *op, Tensor **out, bool *full) {
     int n = 0;
     for (int k = 0; k < op->nin && n < MAX_READS; k++) {
-        out[n] = storage(op->in[k]);
+        out[n] = tensor_storage(op->in[k]);
         full[n++] = false;
     }
     for (int k = 0; k < MAX_OUTPUTS; k++)
         expr_reads(op->expr[k], out, full, &n, MAX_READS);
     if (op->accumulate && n < MAX_READS) {
-        out[n] = storage(op->out[0]);
+        out[n] = tensor_storage(op->out[0]);
         full[n++] = op->kind == OP_POINTWISE;
     }
     return n;
@@ -58,14 +54,14 @@ static bool op_reads_tensor(const IrOp *op, const Tensor *t) {
     bool f[MAX_READS];
     int n = op_reads(op, r, f);
     for (int i = 0; i < n; i++)
-        if (r[i] == storage((Tensor *)t))
+        if (r[i] == tensor_storage((Tensor *)t))
             return true;
     return false;
 }
 
 static bool op_writes_tensor(const IrOp *op, const Tensor *t) {
     for (int k = 0; k < op->nout; k++)
-        if (storage(op->out[k]) == storage((Tensor *)t))
+        if (tensor_storage(op->out[k]) == tensor_storage((Tensor *)t))
             return true;
     return false;
 }
@@ -98,21 +94,18 @@ static bool same_range(const IrOp *a, const IrOp *b) {
     return a->range.fixed == b->range.fixed && a->range.per_sample == b->range.per_sample;
 }
 
-static XExpr *substitute(Ddpc *c, XExpr *e, const IrOp *p) {
-    if (!e)
-        return NULL;
-    if (e->kind == X_LOAD && e->bc == BC_FULL)
+/* A load of what p writes, element for element: p's expression for it. */
+static XExpr *produced_by(XExpr *load, void *arg) {
+    const IrOp *p = arg;
+    if (load->bc == BC_FULL)
         for (int k = 0; k < p->nout; k++)
-            if (storage(e->t) == storage(p->out[k]) && e->t->elems == p->out[k]->elems)
+            if (tensor_storage(load->t) == tensor_storage(p->out[k]) && load->t->elems == p->out[k]->elems)
                 return p->expr[k];
-    XExpr *a = substitute(c, e->a, p), *b = substitute(c, e->b, p);
-    if (a == e->a && b == e->b)
-        return e;
-    XExpr *copy = arena_alloc(c->arena, sizeof *copy);
-    *copy = *e;
-    copy->a = a;
-    copy->b = b;
-    return copy;
+    return NULL;
+}
+
+static XExpr *substitute(Ddpc *c, XExpr *e, const IrOp *p) {
+    return x_rewrite_loads(c, e, produced_by, (void *)p);
 }
 
 /* Whether every access q makes to what p writes, and p to what q writes, is
@@ -140,12 +133,12 @@ static bool merge_pointwise(Ddpc *c, IrOp *p, IrOp *q, const int *readers) {
     XExpr *exprs[2 * MAX_OUTPUTS];
     int n = 0;
     for (int k = 0; k < p->nout; k++) {
-        Tensor *t = storage(p->out[k]);
+        Tensor *t = tensor_storage(p->out[k]);
         int others = readers[t->id]; /* p's and q's own reads are not counted now */
         bool kept = others > 0 || (t->kind != T_ACT && t->kind != T_DACT && t->kind != T_WORK);
         /* q overwriting it makes p's store dead */
         for (int j = 0; j < q->nout; j++)
-            if (storage(q->out[j]) == t)
+            if (tensor_storage(q->out[j]) == t)
                 kept = false;
         if (kept) {
             outs[n] = p->out[k];

@@ -40,6 +40,10 @@ const char *op_kind_name(OpKind k) {
 
 /* ------------------------------------------------------------ builders */
 
+Tensor *tensor_storage(Tensor *t) {
+    return t->base ? t->base : t;
+}
+
 Tensor *ir_tensor(Ddpc *c, Ir *ir, const char *name, TensorKind kind, DType dt, bool batched,
                   const Shape *shape) {
     Tensor *t = arena_alloc(c->arena, sizeof *t);
@@ -55,6 +59,7 @@ Tensor *ir_tensor(Ddpc *c, Ir *ir, const char *name, TensorKind kind, DType dt, 
     t->per_sample = batched ? n : 0;
     t->elems = batched ? n * ir->batch : n;
     t->slot = -1;
+    t->init = -1;
     t->first_use = t->last_use = -1;
     vec_push(c->arena, &ir->tensors, t);
     return t;
@@ -106,6 +111,23 @@ XExpr *x_unary(Ddpc *c, XKind k, XExpr *a) {
     e->kind = k;
     e->a = a;
     return e;
+}
+
+XExpr *x_rewrite_loads(Ddpc *c, XExpr *e, XExpr *(*replace)(XExpr *load, void *arg), void *arg) {
+    if (!e)
+        return NULL;
+    if (e->kind == X_LOAD) {
+        XExpr *r = replace(e, arg);
+        return r ? r : e;
+    }
+    XExpr *a = x_rewrite_loads(c, e->a, replace, arg), *b = x_rewrite_loads(c, e->b, replace, arg);
+    if (a == e->a && b == e->b)
+        return e;
+    XExpr *copy = arena_alloc(c->arena, sizeof *copy);
+    *copy = *e;
+    copy->a = a;
+    copy->b = b;
+    return copy;
 }
 
 XExpr *x_binary(Ddpc *c, XKind k, XExpr *a, XExpr *b) {
@@ -168,7 +190,7 @@ static Shape shape_of(int rank, const int64_t *dims) {
 }
 
 static Tensor *param(Lower *L, GNode *n, const char *what, TensorKind kind, Shape s,
-                     const char *layout, const char *init) {
+                     const char *layout, int64_t init) {
     Tensor *t = ir_tensor(L->c, L->ir, dotted(L->c, n->name, what), kind, L->ir->dtype, false, &s);
     t->layer = n;
     t->layout = layout;
@@ -188,7 +210,7 @@ static Tensor *activation(Lower *L, GNode *n, const char *suffix, const Shape *s
 
 static Tensor *view(Lower *L, GNode *n, Tensor *base, const Shape *s) {
     Tensor *t = activation(L, n, "", s);
-    t->base = base->base ? base->base : base;
+    t->base = tensor_storage(base);
     return t;
 }
 
@@ -346,10 +368,10 @@ static void lower_batchnorm(Lower *L, GNode *n) {
     LayerParams *p = &L->params[n->id];
     if (!p->weight) {
         Shape cs = shape_of(1, &ch);
-        p->weight = param(L, n, "weight", T_PARAM, cs, "C", "ones");
-        p->bias = param(L, n, "bias", T_PARAM, cs, "C", "zeros");
-        p->running_mean = param(L, n, "running_mean", T_STAT, cs, "C", "zeros");
-        p->running_var = param(L, n, "running_var", T_STAT, cs, "C", "ones");
+        p->weight = param(L, n, "weight", T_PARAM, cs, "C", DDP_INIT_ONES);
+        p->bias = param(L, n, "bias", T_PARAM, cs, "C", DDP_INIT_ZEROS);
+        p->running_mean = param(L, n, "running_mean", T_STAT, cs, "C", DDP_INIT_ZEROS);
+        p->running_var = param(L, n, "running_var", T_STAT, cs, "C", DDP_INIT_ONES);
     }
     Tensor *mean = p->running_mean, *var = p->running_var;
     if (L->phase == PH_FORWARD) {
@@ -503,20 +525,17 @@ static Tensor *per_sample(Lower *L, const char *what) {
 static void lower_loss_and_metrics(Lower *L, Tensor *out, Tensor *dout) {
     Ddpc *c = L->c;
     Ir *ir = L->ir;
-    TrainSpec *spec = ir->spec;
-    Value loss = spec_setting(spec, "loss");
+    const ddp_settings *config = ir->config;
     IrOp *op = ir_op(c, ir, L->phase, OP_LOSS);
     add_in(op, out);
     add_in(op, ir->label);
     add_out(op, per_sample(L, "loss"));
     if (dout)
         add_out(op, dout);
-    op->what = loss.builtin->name;
-    int i;
-    if (builtin_param(loss.builtin, "from_logits", &i))
-        op->from_logits = loss.args[i].num != 0;
-    if (builtin_param(loss.builtin, "label_smoothing", &i))
-        op->smoothing = loss.args[i].num;
+    op->code = config->loss;
+    op->what = builtin_of(B_LOSS, config->loss)->name;
+    op->from_logits = config->from_logits != 0;
+    op->smoothing = config->label_smoothing;
     op->range = dim_batched(1);
     op->channels = out->per_sample;
     IrOp *acc = ir_op(c, ir, L->phase, OP_ACCUMULATE);
@@ -524,23 +543,22 @@ static void lower_loss_and_metrics(Lower *L, Tensor *out, Tensor *dout) {
     acc->pair[0] = 0;
     add_out(acc, ir->accum);
     acc->range = dim_fixed(1);
-    Value metrics = spec_setting(spec, "metrics");
-    for (int m = 0; m < metrics.len; m++) {
-        Value v = metrics.items[m];
-        if (strcmp(v.builtin->name, "loss") == 0)
+    for (int m = 0; m < config->nmetrics; m++) {
+        const ddp_metric *metric = &config->metrics[m];
+        if (metric->kind == DDP_METRIC_LOSS)
             continue; /* the loss's own pair */
         IrOp *mo = ir_op(c, ir, L->phase, OP_METRIC);
         add_in(mo, out);
         add_in(mo, ir->label);
-        add_out(mo, per_sample(L, v.builtin->name));
-        mo->what = v.builtin->name;
+        add_out(mo, per_sample(L, metric->name));
+        mo->code = metric->kind;
+        mo->what = metric->name;
         mo->from_logits = op->from_logits;
-        if (builtin_param(v.builtin, "k", &i))
-            mo->k_top = (int64_t)v.args[i].num;
+        mo->k_top = metric->k;
         mo->range = dim_batched(1);
         mo->channels = out->per_sample;
         if (acc->nin < 8) {
-            acc->pair[acc->nin] = 1 + m;
+            acc->pair[acc->nin] = (int)metric->pair;
             add_in(acc, mo->out[0]);
         }
         /* the accumulate op goes last */
@@ -554,8 +572,7 @@ static void lower_loss_and_metrics(Lower *L, Tensor *out, Tensor *dout) {
 /* The labels a loss reads: class indices for the sparse loss, else one value per
  * output (one-hot rows, 0/1 targets, regression targets). */
 static Tensor *label_tensor(Ddpc *c, Ir *ir, const Shape *out) {
-    Value loss = spec_setting(ir->spec, "loss");
-    if (strcmp(loss.builtin->name, "sparse_categorical_crossentropy") == 0) {
+    if (ir->config->loss == DDP_LOSS_SPARSE_CATEGORICAL) {
         Shape none = {0, {0}};
         Tensor *t = ir_tensor(c, ir, "label", T_LABEL, DT_I32, true, &none);
         t->per_sample = 1;
@@ -574,16 +591,14 @@ static void lower_pass(Lower *L, Phase ph) {
         lower_node(L, g->nodes.items[i]);
 }
 
-Ir *ir_build(Ddpc *c, DType dtype, int64_t bucket_bytes, bool no_reuse) {
+Ir *ir_lower(Ddpc *c, Graph *g, const ddp_settings *config, DType dtype, int64_t bucket_bytes, bool no_reuse) {
     Ir *ir = arena_alloc(c->arena, sizeof *ir);
-    TrainSpec *spec = c->spec;
-    ir->spec = spec;
-    ir->graph = spec->graph;
+    ir->graph = g;
+    ir->config = config;
     ir->dtype = dtype;
-    ir->batch = (int64_t)spec_setting(spec, "batch_per_replica").num;
+    ir->batch = config->batch_per_replica;
     ir->bucket_bytes = bucket_bytes;
     ir->no_reuse = no_reuse;
-    Graph *g = ir->graph;
 
     ir->input = ir_tensor(c, ir, "input", T_INPUT, dtype, true, &g->input);
     Shape none = {0, {0}};
@@ -591,34 +606,34 @@ Ir *ir_build(Ddpc *c, DType dtype, int64_t bucket_bytes, bool no_reuse) {
     ir->sample_id->per_sample = 1;
     ir->sample_id->elems = ir->batch;
     ir->label = label_tensor(c, ir, &g->output->out);
-    Value metrics = spec_setting(spec, "metrics");
-    int64_t pairs = 1 + metrics.len;
-    int64_t acc = 2 * pairs;
+    int64_t acc = 2 * (1 + config->nmetrics); /* the loss's pair, then each metric's */
     Shape as = shape_of(1, &acc);
     ir->accum = ir_tensor(c, ir, "accumulators", T_ACCUM, DT_F64, false, &as);
-    for (int i = 0; i < metrics.len; i++)
-        vec_push(c->arena, &ir->metric_names, metrics.items[i].builtin->name);
 
-    Lower L = {c, ir, PH_FORWARD, NULL, NULL, 0};
-    L.value = arena_alloc(c->arena, sizeof(Tensor *) * (size_t)g->nodes.len);
-    L.params = arena_alloc(c->arena, sizeof(LayerParams) * (size_t)g->nodes.len);
-    lower_pass(&L, PH_FORWARD);
-    ir->output = L.value[g->output->id];
+    Lower *L = arena_alloc(c->arena, sizeof *L);
+    *L = (Lower){c, ir, PH_FORWARD, NULL, NULL, 0};
+    L->value = arena_alloc(c->arena, sizeof(Tensor *) * (size_t)g->nodes.len);
+    L->params = arena_alloc(c->arena, sizeof(LayerParams) * (size_t)g->nodes.len);
+    ir->lowering = L;
+    lower_pass(L, PH_FORWARD);
+    ir->output = L->value[g->output->id];
     Tensor *dout = ir_tensor(c, ir, arena_printf(c->arena, "d:%s", g->output->name), T_DACT,
                              dtype, true, &ir->output->shape);
     ir->output->grad = dout;
-    lower_loss_and_metrics(&L, ir->output, dout);
+    lower_loss_and_metrics(L, ir->output, dout);
+    return ir;
+}
 
-    autodiff(c, ir);
-
+void ir_lower_update(Ddpc *c, Ir *ir) {
+    Lower *L = ir->lowering;
+    const ddp_optimizer *o = &ir->config->optimizer;
     /* the optimizer updates the flat vectors in one pass once every bucket is summed */
-    Value opt = spec_setting(spec, "optimizer");
     ir_op(c, ir, PH_OPTIMIZER, OP_WAIT_BUCKETS);
     IrOp *op = ir_op(c, ir, PH_OPTIMIZER, OP_OPTIMIZER);
-    op->what = opt.builtin->name;
-    int momentum;
-    builtin_param(opt.builtin, "momentum", &momentum);
-    ir->state_vectors = strcmp(op->what, "sgd") != 0 ? 2 : opt.args[momentum].num > 0 ? 1 : 0;
+    op->code = o->kind;
+    op->what = builtin_of(B_OPTIMIZER, o->kind)->name;
+    ir->state_vectors = (int)o->state_vectors;
+    DType dtype = ir->dtype;
     Shape flat = {0, {0}};
     ir->all_params = ir_tensor(c, ir, "params", T_PARAM, dtype, false, &flat);
     ir->all_grads = ir_tensor(c, ir, "grads", T_GRAD, dtype, false, &flat);
@@ -630,10 +645,6 @@ Ir *ir_build(Ddpc *c, DType dtype, int64_t bucket_bytes, bool no_reuse) {
         add_out(op, ir->states[i]);
     }
 
-    lower_pass(&L, PH_EVAL);
-    lower_loss_and_metrics(&L, L.value[g->output->id], NULL);
-
-    fuse(c, ir);
-    plan(c, ir);
-    return ir;
+    lower_pass(L, PH_EVAL);
+    lower_loss_and_metrics(L, L->value[ir->graph->output->id], NULL);
 }

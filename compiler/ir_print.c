@@ -194,7 +194,7 @@ void ir_print(Ddpc *c, FILE *out, Ir *ir) {
     fprintf(out, "tensors:\n");
     for (int i = 0; i < ir->tensors.len; i++) {
         Tensor *t = ir->tensors.items[i];
-        Tensor *st = t->base ? t->base : t;
+        Tensor *st = tensor_storage(t);
         if (st->uses_mask == 0 && t->kind != T_PARAM && t->kind != T_GRAD && t->kind != T_STAT)
             continue; /* fused away */
         fprintf(out, "  %%%-4d %-9s %-18s %s", t->id, kind_names[t->kind], tensor_shape(c, t),
@@ -202,8 +202,8 @@ void ir_print(Ddpc *c, FILE *out, Ir *ir) {
         fprintf(out, "  %s", t->name);
         if (t->base)
             fprintf(out, "  (view of %%%d)", t->base->id);
-        if (t->init)
-            fprintf(out, "  init %s", t->init);
+        if (t->init >= 0)
+            fprintf(out, "  init %s", init_words[t->init]);
         fputc('\n', out);
     }
     for (int ph = 0; ph < PH_COUNT; ph++) {
@@ -233,12 +233,12 @@ void plan_print(Ddpc *c, FILE *out, Ir *ir) {
     for (int i = 0; i < ir->params.len; i++) {
         Tensor *p = ir->params.items[i];
         fprintf(out, "  [%lld, %lld)  %s %s %s %s\n", (long long)p->flat,
-                (long long)(p->flat + p->elems), p->name, tensor_shape(c, p), p->layout, p->init);
+                (long long)(p->flat + p->elems), p->name, tensor_shape(c, p), p->layout, init_words[p->init]);
     }
     for (int i = 0; i < ir->stats.len; i++) {
         Tensor *p = ir->stats.items[i];
         fprintf(out, "  stats [%lld, %lld)  %s %s %s %s\n", (long long)p->flat,
-                (long long)(p->flat + p->elems), p->name, tensor_shape(c, p), p->layout, p->init);
+                (long long)(p->flat + p->elems), p->name, tensor_shape(c, p), p->layout, init_words[p->init]);
     }
     fprintf(out, "gradient buckets (%s bytes each at least):\n", fmt_count(c->arena, ir->bucket_bytes));
     for (int i = 0; i < ir->buckets.len; i++)

@@ -583,12 +583,8 @@ static void gen_split(Cg *cg, IrOp *op, LLVMValueRef i) {
 
 /* ------------------------------------------------------------------- losses */
 
-static const char *loss_name(Cg *cg) {
-    return spec_setting(cg->ir->spec, "loss").builtin->name;
-}
-
-static bool is_loss(Cg *cg, const char *name) {
-    return strcmp(loss_name(cg), name) == 0;
+static bool is_loss(Cg *cg, int64_t loss) {
+    return cg->ir->config->loss == loss;
 }
 
 /* The class of sample s: its label, or the first largest target for one-hot rows. */
@@ -655,7 +651,7 @@ static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
     LLVMValueRef row = mul(cg, s, I(cg, k));
     LLVMValueRef inv_n = fdiv(cg, F(cg, 1), LLVMBuildSIToFP(cg->b, cg_scalar_i64(cg, DDP_S_GLOBAL_BATCH), cg->f64, ""));
     LLVMValueRef loss;
-    if (is_loss(cg, "sparse_categorical_crossentropy") || is_loss(cg, "categorical_crossentropy")) {
+    if (is_loss(cg, DDP_LOSS_SPARSE_CATEGORICAL) || is_loss(cg, DDP_LOSS_CATEGORICAL)) {
         bool sparse = label->dtype == DT_I32;
         LLVMValueRef y = sparse ? target_class(cg, op, s, k) : NULL;
         LLVMValueRef valid = sparse ? in_range(cg, y, k) : LLVMConstInt(cg->i1, 1, 0);
@@ -716,7 +712,7 @@ static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
         LLVMValueRef idx = add(cg, row, cg_loop_index(cg, &l));
         LLVMValueRef zj = load_f64(cg, z, idx), t = load_f64(cg, label, idx);
         LLVMValueRef le, g;
-        if (is_loss(cg, "mean_squared_error")) {
+        if (is_loss(cg, DDP_LOSS_MSE)) {
             LLVMValueRef d = fsub(cg, zj, t);
             le = fmul(cg, d, d);
             g = fmul(cg, F(cg, 2), d);
@@ -764,8 +760,8 @@ static void gen_metric(Cg *cg, IrOp *op, LLVMValueRef s) {
     int64_t k = op->channels;
     LLVMValueRef row = mul(cg, s, I(cg, k));
     LLVMValueRef value;
-    if (strcmp(op->what, "mae") == 0 || (strcmp(op->what, "accuracy") == 0 && is_loss(cg, "binary_crossentropy"))) {
-        bool mae = strcmp(op->what, "mae") == 0;
+    if (op->code == DDP_METRIC_MAE || (op->code == DDP_METRIC_ACCURACY && is_loss(cg, DDP_LOSS_BINARY))) {
+        bool mae = op->code == DDP_METRIC_MAE;
         LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
         Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
         LLVMValueRef idx = add(cg, row, cg_loop_index(cg, &l));
@@ -782,7 +778,7 @@ static void gen_metric(Cg *cg, IrOp *op, LLVMValueRef s) {
         set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), v));
         cg_loop_end(cg, &l);
         value = fdiv(cg, load_var(cg, acc, cg->f64), F(cg, (double)k));
-    } else if (strcmp(op->what, "accuracy") == 0) {
+    } else if (op->code == DDP_METRIC_ACCURACY) {
         LLVMValueRef y = target_class(cg, op, s, k);
         value = LLVMBuildUIToFP(cg->b, eq(cg, row_argmax(cg, z, row, k), y), cg->f64, "");
     } else { /* top_k_accuracy: the label's rank, ties to the lower index */
@@ -821,12 +817,6 @@ static void gen_accumulate(Cg *cg, IrOp *op, LLVMValueRef i) {
 
 /* ---------------------------------------------------------------- optimizer */
 
-static double opt_arg(Cg *cg, const char *name) {
-    Value opt = spec_setting(cg->ir->spec, "optimizer");
-    int i;
-    return builtin_param(opt.builtin, name, &i) ? opt.args[i].num : 0;
-}
-
 /* A constant and a run-time scalar in the program's float type. */
 static LLVMValueRef R(Cg *cg, double v) {
     return LLVMConstReal(cg->real, v);
@@ -843,19 +833,20 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     Ir *ir = cg->ir;
     LLVMValueRef p = cg_load(cg, ir->all_params, i), g = cg_load(cg, ir->all_grads, i);
     LLVMValueRef lr = scalar_real(cg, DDP_S_LEARNING_RATE), wd = scalar_real(cg, DDP_S_WEIGHT_DECAY);
+    const ddp_optimizer *o = &ir->config->optimizer;
     LLVMValueRef upd;
-    if (strcmp(op->what, "sgd") == 0) {
+    if (op->code == DDP_OPT_SGD) {
         LLVMValueRef gw = fadd(cg, g, fmul(cg, wd, p));
         upd = gw;
         if (ir->state_vectors) {
-            LLVMValueRef mu = R(cg, opt_arg(cg, "momentum"));
+            LLVMValueRef mu = R(cg, o->momentum);
             LLVMValueRef v = fadd(cg, fmul(cg, mu, cg_load(cg, ir->states[0], i)), gw);
             cg_store(cg, ir->states[0], i, v);
-            upd = opt_arg(cg, "nesterov") != 0 ? fadd(cg, gw, fmul(cg, mu, v)) : v;
+            upd = o->nesterov ? fadd(cg, gw, fmul(cg, mu, v)) : v;
         }
     } else {
-        bool decoupled = strcmp(op->what, "adamw") == 0;
-        LLVMValueRef b1 = R(cg, opt_arg(cg, "beta1")), b2 = R(cg, opt_arg(cg, "beta2"));
+        bool decoupled = op->code == DDP_OPT_ADAMW;
+        LLVMValueRef b1 = R(cg, o->beta1), b2 = R(cg, o->beta2);
         LLVMValueRef gw = decoupled ? g : fadd(cg, g, fmul(cg, wd, p));
         LLVMValueRef m = fadd(cg, fmul(cg, b1, cg_load(cg, ir->states[0], i)), fmul(cg, fsub(cg, R(cg, 1), b1), gw));
         LLVMValueRef v = fadd(cg, fmul(cg, b2, cg_load(cg, ir->states[1], i)),
@@ -864,7 +855,7 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
         cg_store(cg, ir->states[1], i, v);
         LLVMValueRef mhat = fdiv(cg, m, scalar_real(cg, DDP_S_BIAS_CORRECTION1));
         LLVMValueRef vhat = fdiv(cg, v, scalar_real(cg, DDP_S_BIAS_CORRECTION2));
-        upd = fdiv(cg, mhat, fadd(cg, cg_sqrt(cg, vhat), R(cg, opt_arg(cg, "epsilon"))));
+        upd = fdiv(cg, mhat, fadd(cg, cg_sqrt(cg, vhat), R(cg, o->epsilon)));
         if (decoupled)
             upd = fadd(cg, upd, fmul(cg, wd, p));
     }
@@ -915,7 +906,7 @@ static bool has_keep(const XExpr *e) {
 }
 
 static void add_argument(Tensor *t, Tensor **out, int *n, int cap) {
-    Tensor *s = t->base ? t->base : t;
+    Tensor *s = tensor_storage(t);
     for (int i = 0; i < *n; i++)
         if (out[i] == s)
             return;
@@ -968,13 +959,10 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
     return fn;
 }
 
-void cg_assign_kernels(Ddpc *c, Ir *ir) {
+bool cg_assign_kernels(Ddpc *c, Ir *ir, const char **error) {
     Cg cg;
-    const char *error;
-    if (!cg_init(&cg, c, ir, TARGET_CPU_BASE, 0, &error)) {
-        fprintf(stderr, "ddpc: %s\n", error);
-        exit(1);
-    }
+    if (!cg_init(&cg, c, ir, TARGET_CPU_BASE, 0, error))
+        return false;
     Map seen = {0}; /* the code of a kernel, its buffers as arguments -> its index + 1 */
     for (int ph = 0; ph < PH_COUNT; ph++)
         for (int i = 0; i < ir->ops[ph].len; i++) {
@@ -997,6 +985,7 @@ void cg_assign_kernels(Ddpc *c, Ir *ir) {
             map_put(c->arena, &seen, key, (void *)(intptr_t)ir->kernel_ops.len);
         }
     cg_dispose(&cg);
+    return true;
 }
 
 int cg_kernels(Cg *cg) {

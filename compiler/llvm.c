@@ -237,7 +237,7 @@ static LLVMValueRef load_arg(Cg *cg, void *arg) {
 }
 
 LLVMValueRef cg_tensor_ptr(Cg *cg, Tensor *t) {
-    Tensor *s = t->base ? t->base : t;
+    Tensor *s = tensor_storage(t);
     int k = 0;
     while (k < cg->nargs && cg->args[k] != s)
         k++;

@@ -1,9 +1,12 @@
 /* main.c: the ddpc command.
  *
  *   ddpc check FILE...             exit 0 when clean, 1 with errors, 2 on bad usage
- *   ddpc emit --stage=S FILE       print one stage: tokens, ast, graph
+ *   ddpc emit --stage=S FILE       print one stage: tokens, ast, graph, settings, ir,
+ *                                  plan, llvm, ptx
+ *   ddpc build FILE -o OUT         one executable (or an object file with -c)
  *
- * Diagnostics go to stderr, stages to stdout. Each FILE is a program of its own. */
+ * Each command runs the compiler's passes (pipeline.c) as far as it needs. Diagnostics
+ * go to stderr, stages to stdout. Each FILE is a program of its own. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,16 +309,11 @@ static void print_tokens(Ddpc *c, TokenList *toks) {
     }
 }
 
-/* The checked program's training step as IR, or NULL (reported). */
-static Ir *training_ir(Ddpc *c, const Options *o, const char *path) {
-    if (!ddpc_check_file(c, path))
-        return NULL;
-    if (!c->spec || !c->spec->graph) {
-        fprintf(stderr, "ddpc: %s trains no model; there is no training step to %s\n", path,
-                strcmp(o->command, "build") == 0 ? "build" : "show");
-        return NULL;
-    }
-    return ir_build(c, o->dtype, o->bucket_bytes, o->no_reuse);
+/* The passes for path, as far as upto. */
+static bool run_passes(Ddpc *c, const Options *o, const char *path, Upto upto, Ir **ir) {
+    Pipeline p = {.path = path, .upto = upto, .dtype = o->dtype, .bucket_bytes = o->bucket_bytes,
+                  .no_reuse = o->no_reuse, .build = &o->build};
+    return pipeline_run(c, &p, ir);
 }
 
 static int emit(const Options *o) {
@@ -337,12 +335,12 @@ static int emit(const Options *o) {
         if (parse_program(c, path) || c->main_file)
             ast_dump(c, stdout, &c->main_items);
     } else if (o->stage == STAGE_SETTINGS) {
-        if (ddpc_check_file(c, path))
+        if (run_passes(c, o, path, UPTO_CHECK, NULL))
             settings_print(c, stdout);
     } else if (o->stage == STAGE_IR || o->stage == STAGE_PLAN || o->stage == STAGE_LLVM ||
                o->stage == STAGE_PTX) {
-        Ir *ir = training_ir(c, o, path);
-        if (!ir)
+        Ir *ir;
+        if (!run_passes(c, o, path, UPTO_PLAN, &ir))
             status = 1;
         else if (o->stage == STAGE_IR)
             ir_print(c, stdout, ir);
@@ -350,7 +348,7 @@ static int emit(const Options *o) {
             plan_print(c, stdout, ir);
         else if (!build_emit_code(c, ir, o->stage == STAGE_PTX, o->build.opt_level, stdout))
             status = 1;
-    } else if (ddpc_check_file(c, path)) {
+    } else if (run_passes(c, o, path, UPTO_CHECK, NULL)) {
         /* the trained model's graph, or the one asked for, or every model that can be
          * shown on its own */
         int shown = 0;
@@ -382,8 +380,7 @@ static int emit(const Options *o) {
 
 static int build(const Options *o) {
     Ddpc *c = new_compiler(o);
-    Ir *ir = training_ir(c, o, o->files[0]);
-    int status = ir ? build_program(c, ir, &o->build, o->files[0]) : 1;
+    int status = run_passes(c, o, o->files[0], UPTO_LINK, NULL) ? 0 : 1;
     ddpc_free(c);
     return status;
 }
@@ -392,7 +389,7 @@ static int check(const Options *o) {
     int status = 0;
     for (int i = 0; i < o->nfiles; i++) {
         Ddpc *c = new_compiler(o);
-        if (!ddpc_check_file(c, o->files[i]))
+        if (!run_passes(c, o, o->files[i], UPTO_CHECK, NULL))
             status = 1;
         ddpc_free(c);
     }

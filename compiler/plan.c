@@ -18,10 +18,6 @@
 
 enum { ALIGN = 64 };
 
-static Tensor *storage(Tensor *t) {
-    return t->base ? t->base : t;
-}
-
 static int64_t align_up(int64_t n) {
     return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
@@ -35,7 +31,7 @@ static void expr_tensors(const XExpr *e, Tensor **out, int *n, int cap) {
     if (!e)
         return;
     if (e->kind == X_LOAD && *n < cap)
-        out[(*n)++] = storage(e->t);
+        out[(*n)++] = tensor_storage(e->t);
     expr_tensors(e->a, out, n, cap);
     expr_tensors(e->b, out, n, cap);
 }
@@ -43,9 +39,9 @@ static void expr_tensors(const XExpr *e, Tensor **out, int *n, int cap) {
 static int op_tensors(const IrOp *op, Tensor **out, int cap) {
     int n = 0;
     for (int k = 0; k < op->nin && n < cap; k++)
-        out[n++] = storage(op->in[k]);
+        out[n++] = tensor_storage(op->in[k]);
     for (int k = 0; k < op->nout && n < cap; k++)
-        out[n++] = storage(op->out[k]);
+        out[n++] = tensor_storage(op->out[k]);
     for (int k = 0; k < 4; k++)
         expr_tensors(op->expr[k], out, &n, cap);
     return n;
@@ -73,10 +69,10 @@ static void lay_out_vectors(Ddpc *c, Ir *ir) {
     Ready *ready = arena_alloc(c->arena, sizeof(Ready) * (size_t)(np + 1));
     for (int i = 0; i < np; i++) {
         ready[i] = (Ready){ir->params.items[i], -1, i};
-        Tensor *g = storage(ir->params.items[i]->grad);
+        Tensor *g = tensor_storage(ir->params.items[i]->grad);
         for (int k = 0; k < bwd->len; k++)
             for (int o = 0; o < bwd->items[k]->nout; o++)
-                if (storage(bwd->items[k]->out[o]) == g)
+                if (tensor_storage(bwd->items[k]->out[o]) == g)
                     ready[i].at = k;
     }
     qsort(ready, (size_t)np, sizeof(Ready), by_readiness);

@@ -184,28 +184,19 @@ static void use_one_learning_rate(TrainSpec *spec) {
         opt.args[i] = lr;
 }
 
-/* What the settings ask of the runtime that this version of it lacks: the table of
- * runtime/ddp_support.h, which a built program checks again when it starts. */
-static void check_runtime_support(Ddpc *c, const TrainSpec *spec) {
-    Value precision = spec_setting(spec, "precision"), comm = spec_setting(spec, "communication"),
-          gpus = spec_setting(spec, "gpus_per_worker"), checkpoint = spec_setting(spec, "checkpoint");
-    struct {
-        bool asked;
-        Value where;
-    } asks[DDP_FEATURE_COUNT] = {
-        [DDP_FEATURE_BF16] = {precision.kind == V_WORD && strcmp(precision.str, "bf16") == 0, precision},
-        [DDP_FEATURE_FP16] = {precision.kind == V_WORD && strcmp(precision.str, "fp16") == 0, precision},
-        [DDP_FEATURE_NCCL] = {comm.kind == V_WORD && strcmp(comm.str, "nccl") == 0, comm},
-        [DDP_FEATURE_GPUS_PER_WORKER] = {gpus.kind == V_NUM && gpus.num > 1, gpus},
-        [DDP_FEATURE_CHECKPOINT] = {checkpoint.kind == V_OBJECT, checkpoint},
-    };
+/* What the configuration asks of the runtime that this version of it lacks: the table
+ * of runtime/ddp_support.h, read the same way a built program reads it when it starts. */
+static void check_runtime_support(Ddpc *c, const TrainSpec *spec, const ddp_settings *config) {
+    bool asked[DDP_FEATURE_COUNT];
+    ddp_features_asked(config, asked);
     for (int f = 0; f < DDP_FEATURE_COUNT; f++)
-        if (asks[f].asked && !ddp_features[f].supported)
-            diag_report(c, W_UNSUPPORTED_SETTING, asks[f].where.loc, "%s (a program built with it refuses to start)",
-                        ddp_features[f].refusal);
+        if (asked[f] && !ddp_features[f].supported)
+            diag_report(c, W_UNSUPPORTED_SETTING, spec_setting(spec, ddp_features[f].setting).loc,
+                        "%s (a program built with it refuses to start)", ddp_features[f].refusal);
 }
 
-static void check_train(Ddpc *c, Node *t) {
+/* The train block's settings and dataset, evaluated (the model is expanded next). */
+static void evaluate_train(Ddpc *c, Node *t) {
     TrainSpec *spec = arena_alloc(c->arena, sizeof *spec);
     c->spec = spec;
     spec->node = t;
@@ -221,41 +212,9 @@ static void check_train(Ddpc *c, Node *t) {
         check_ports(c, spec_setting(spec, "cluster"));
     }
     spec->dataset = eval_arg(c, NULL, t->b, &dataset_param, "train");
-    Node *m = t->a;
-    if (m->res == RES_GLOBAL)
-        spec->graph = expand_model(c, m->decl, m, m->loc);
-    check_learning_rate(c, spec);
-    use_one_learning_rate(spec);
-    check_runtime_support(c, spec);
-    if (!spec->graph)
-        return;
-    vec_push(c->arena, &c->graphs, spec->graph);
-    Value loss = spec_setting(spec, "loss");
-    if (loss.kind == V_OBJECT)
-        check_loss(c, spec, loss);
-    check_dataset(c, spec, spec->dataset, loss, true);
-    Value validation = spec_setting(spec, "validation");
-    check_dataset(c, spec, validation, loss, false);
-    if (validation.kind == V_OBJECT && validation.decl && validation.decl == spec->dataset.decl)
-        diag_report(c, W_VALIDATION_IS_TRAINING, validation.loc,
-                    "validation on the training dataset measures memory, not generalisation");
-    check_metrics(c, spec, spec_setting(spec, "metrics"), loss);
 }
 
-/* ------------------------------------------------------------- program */
-
-/* A model that can be checked on its own: an input shape, a default for everything. */
-static bool standalone(Ddpc *c, Node *model) {
-    Signature *sig = signature_of_decl(c, model);
-    if (!sig->input)
-        return false;
-    for (int i = 0; i < sig->nparams; i++)
-        if (sig->params[i].flags & P_REQUIRED)
-            return false;
-    return true;
-}
-
-void check_program(Ddpc *c) {
+void settings_evaluate(Ddpc *c) {
     if (c->diag.stopped)
         return;
     if (c->strategy) {
@@ -267,18 +226,36 @@ void check_program(Ddpc *c) {
         check_ports(c, c->strategy_values[cluster]);
     }
     if (c->train)
-        check_train(c, c->train);
-    Node *trained = c->spec && c->spec->graph && !c->train->a->has_parens ? c->spec->graph->decl : NULL;
-    for (int i = 0; i < c->main_items.len && !c->diag.stopped; i++) {
-        Node *n = c->main_items.items[i];
-        if (n->kind != N_MODEL || n == trained || !standalone(c, n))
-            continue;
-        if (c->only_model && strcmp(c->only_model, n->name) != 0)
-            continue;
-        Graph *g = expand_model(c, n, NULL, n->loc);
-        if (g)
-            vec_push(c->arena, &c->graphs, g);
-    }
+        evaluate_train(c, c->train);
+}
+
+/* The settings against the trained model, once it is expanded; then the configuration. */
+static void check_train(Ddpc *c, TrainSpec *spec) {
+    check_learning_rate(c, spec);
+    use_one_learning_rate(spec);
+    if (!spec->graph)
+        return;
+    Value loss = spec_setting(spec, "loss");
+    if (loss.kind == V_OBJECT)
+        check_loss(c, spec, loss);
+    check_dataset(c, spec, spec->dataset, loss, true);
+    Value validation = spec_setting(spec, "validation");
+    check_dataset(c, spec, validation, loss, false);
+    if (validation.kind == V_OBJECT && validation.decl && validation.decl == spec->dataset.decl)
+        diag_report(c, W_VALIDATION_IS_TRAINING, validation.loc,
+                    "validation on the training dataset measures memory, not generalisation");
+    check_metrics(c, spec, spec_setting(spec, "metrics"), loss);
+    if (c->diag.errors)
+        return;
+    c->config = config_build(c, spec);
+    check_runtime_support(c, spec, c->config);
+}
+
+void settings_check(Ddpc *c) {
+    if (c->diag.stopped)
+        return;
+    if (c->spec)
+        check_train(c, c->spec);
     for (int i = 0; i < c->items.len && !c->diag.stopped; i++) {
         Node *n = c->items.items[i];
         if (n->kind == N_LET || n->kind == N_DATASET)

@@ -351,9 +351,9 @@ bool shape_infer(Ddpc *c, LayerCall *call, LayerResult *res) {
         a->activation = strcmp(act, "identity") == 0 ? NULL : act;
     }
     if (builtin_param(b, "init", &i))
-        a->init = call->args[i].str;
+        a->init = word_code(init_words, call->args[i].str);
     if (builtin_param(b, "bias_init", &i))
-        a->bias_init = call->args[i].str;
+        a->bias_init = word_code(init_words, call->args[i].str);
     bool ok;
     switch (b->op) {
     case L_DENSE: ok = dense_rule(&r); break;

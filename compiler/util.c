@@ -4,6 +4,7 @@
  * The arena hands out zeroed memory from large chunks; nothing is freed until the
  * whole compilation ends, which keeps ownership trivial across passes. */
 #include "ddpc.h"
+#include "../runtime/fnv.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -104,10 +105,7 @@ void *arena_grow(Arena *a, void *items, int *cap, size_t elem_size) {
 /* ------------------------------------------------------------------ map */
 
 static uint64_t hash_string(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    return ddp_fnv1a(s, strlen(s), DDP_FNV_START);
 }
 
 static int map_slot(const Map *m, const char *key) {

@@ -7,16 +7,77 @@
  * table, the run-time scalar expressions, the settings, and a hash over them. The
  * runtime walks the schedule; it never interprets the model.
  *
- * Every field of every structure here is 8 bytes wide (int64_t, double or a pointer),
- * so the compiler can emit them as plain LLVM constants with no padding questions. A
- * change to anything here changes DDP_ABI_VERSION; the runtime refuses a program built
- * for another version. */
+ * Each structure's fields are declared once, in a list (DDP_FIELDS_<type>), from which
+ * the C definition below, the static assertions after it, and the compiler's emitter
+ * (compiler/contract.c, program.c) are all made: the compiler fills a C instance of
+ * ddp_program and emits it field by field as the list says, so the two sides cannot
+ * disagree on an order (tests/contract/swap.sh swaps two fields and trains). Every
+ * field is 8 bytes wide (int64_t, double, a pointer, or arrays and structures of
+ * those), so there is no padding to agree on either; the assertions hold it.
+ *
+ * A list entry is X##_KIND(T, ...), the consumer defining X##_KIND for each kind:
+ *   I64(T, name)  U64(T, name)  F64(T, name)  STR(T, name)     one value
+ *   I64S(T, name, n)  STRS(T, name, n)                          a fixed array
+ *   SUB(T, type, name)  SUBS(T, type, name, n)                  structures inside
+ *   REFS(T, type, name, count)                                  -> count structures
+ *   I64REFS(T, name, count)  STRREFS(T, name, count)            -> count values
+ *   FNS(T, name, wide)                                          -> kernel functions
+ * where count names the field holding the element count. A change to anything here
+ * changes DDP_ABI_VERSION; the runtime refuses a program built for another version. */
 #ifndef DDP_ABI_H
 #define DDP_ABI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 1
+#define DDP_ABI_VERSION 2
+
+/* The C definition of a listed structure. */
+#define DDP_DECL_I64(T, name) int64_t name;
+#define DDP_DECL_U64(T, name) uint64_t name;
+#define DDP_DECL_F64(T, name) double name;
+#define DDP_DECL_STR(T, name) const char *name;
+#define DDP_DECL_I64S(T, name, n) int64_t name[n];
+#define DDP_DECL_STRS(T, name, n) const char *name[n];
+#define DDP_DECL_SUB(T, type, name) type name;
+#define DDP_DECL_SUBS(T, type, name, n) type name[n];
+#define DDP_DECL_REFS(T, type, name, count) const type *name;
+#define DDP_DECL_I64REFS(T, name, count) const int64_t *name;
+#define DDP_DECL_STRREFS(T, name, count) const char *const *name;
+#define DDP_DECL_FNS(T, name, wide) const ddp_kernel_fn *name;
+#define DDP_DEFINE(T) typedef struct T { DDP_FIELDS_##T(DDP_DECL, T) } T;
+
+/* The assertions: each field 8-byte aligned, and the fields' sizes adding up to the
+ * structure's (no padding anywhere). */
+#define DDP_SIZE_I64(T, name) +sizeof(((T *)0)->name)
+#define DDP_SIZE_U64 DDP_SIZE_I64
+#define DDP_SIZE_F64 DDP_SIZE_I64
+#define DDP_SIZE_STR DDP_SIZE_I64
+#define DDP_SIZE_I64S(T, name, n) DDP_SIZE_I64(T, name)
+#define DDP_SIZE_STRS DDP_SIZE_I64S
+#define DDP_SIZE_SUB(T, type, name) DDP_SIZE_I64(T, name)
+#define DDP_SIZE_SUBS(T, type, name, n) DDP_SIZE_I64(T, name)
+#define DDP_SIZE_REFS(T, type, name, count) DDP_SIZE_I64(T, name)
+#define DDP_SIZE_I64REFS(T, name, count) DDP_SIZE_I64(T, name)
+#define DDP_SIZE_STRREFS DDP_SIZE_I64REFS
+#define DDP_SIZE_FNS(T, name, wide) DDP_SIZE_I64(T, name)
+#define DDP_ALIGNED_I64(T, name) _Static_assert(offsetof(T, name) % 8 == 0 && sizeof(((T *)0)->name) % 8 == 0, \
+                                                #T "." #name " is not 8-byte aligned and sized");
+#define DDP_ALIGNED_U64 DDP_ALIGNED_I64
+#define DDP_ALIGNED_F64 DDP_ALIGNED_I64
+#define DDP_ALIGNED_STR DDP_ALIGNED_I64
+#define DDP_ALIGNED_I64S(T, name, n) DDP_ALIGNED_I64(T, name)
+#define DDP_ALIGNED_STRS DDP_ALIGNED_I64S
+#define DDP_ALIGNED_SUB(T, type, name) DDP_ALIGNED_I64(T, name)
+#define DDP_ALIGNED_SUBS(T, type, name, n) DDP_ALIGNED_I64(T, name)
+#define DDP_ALIGNED_REFS(T, type, name, count) DDP_ALIGNED_I64(T, name)
+#define DDP_ALIGNED_I64REFS(T, name, count) DDP_ALIGNED_I64(T, name)
+#define DDP_ALIGNED_STRREFS DDP_ALIGNED_I64REFS
+#define DDP_ALIGNED_FNS(T, name, wide) DDP_ALIGNED_I64(T, name)
+#define DDP_CHECK(T)                                                                                         \
+    DDP_FIELDS_##T(DDP_ALIGNED, T)                                                                           \
+    _Static_assert(sizeof(T) == 0 DDP_FIELDS_##T(DDP_SIZE, T), #T " has padding: every field is 8 bytes");
+#define DDP_CONTRACT(T) DDP_DEFINE(T) DDP_CHECK(T)
 
 /* ------------------------------------------------------------------ kernels */
 
@@ -53,15 +114,15 @@ enum ddp_scalar_slot {
 };
 
 /* A size that may grow with the live batch: fixed + per_sample * live local batch. */
-typedef struct ddp_dim {
-    int64_t fixed;
-    int64_t per_sample;
-} ddp_dim;
+#define DDP_FIELDS_ddp_dim(X, T)                                                                             \
+    X##_I64(T, fixed)                                                                                        \
+    X##_I64(T, per_sample)
+DDP_CONTRACT(ddp_dim)
 
-typedef struct ddp_kernel {
-    const char *name;       /* "ddp_k12_pointwise": its symbol, for the GPU, traces, errors */
-    int64_t flags;          /* DDP_KERNEL_* */
-} ddp_kernel;
+#define DDP_FIELDS_ddp_kernel(X, T)                                                                          \
+    X##_STR(T, name)        /* "ddp_k12_pointwise": its symbol, for the GPU, traces, errors */              \
+    X##_I64(T, flags)       /* DDP_KERNEL_* */
+DDP_CONTRACT(ddp_kernel)
 
 enum { DDP_KERNEL_SERIAL = 1 }; /* must run as one call (a reduction in a fixed order) */
 
@@ -82,17 +143,19 @@ enum ddp_region {
     DDP_REGION_COUNT
 };
 
-typedef struct ddp_buffer {
-    const char *name;
-    int64_t region;         /* ddp_region */
-    int64_t offset;         /* bytes from the start of its region */
-    int64_t bytes;          /* for a full batch */
-    int64_t dtype;          /* ddp_dtype */
-    /* arena and workspace buffers: the steps that first and last use it, counted over
-     * the training sequence (forward, backward, optimizer) or, for evaluation's own
-     * buffers (sequence 2), over the evaluation phase; sequence 0 for other regions */
-    int64_t sequence, first_step, last_step;
-} ddp_buffer;
+/* Arena and workspace buffers carry the steps that first and last use them, counted
+ * over the training sequence (forward, backward, optimizer) or, for evaluation's own
+ * buffers (sequence 2), over the evaluation phase; sequence 0 for other regions. */
+#define DDP_FIELDS_ddp_buffer(X, T)                                                                          \
+    X##_STR(T, name)                                                                                         \
+    X##_I64(T, region)      /* ddp_region */                                                                 \
+    X##_I64(T, offset)      /* bytes from the start of its region */                                         \
+    X##_I64(T, bytes)       /* for a full batch */                                                           \
+    X##_I64(T, dtype)       /* ddp_dtype */                                                                  \
+    X##_I64(T, sequence)                                                                                     \
+    X##_I64(T, first_step)                                                                                   \
+    X##_I64(T, last_step)
+DDP_CONTRACT(ddp_buffer)
 
 /* ---------------------------------------------------------------- schedule */
 
@@ -104,49 +167,56 @@ enum ddp_step_kind {
     DDP_STEP_METRICS_READY, /* the loss and metric sums of this batch are final */
 };
 
-typedef struct ddp_step {
-    int64_t kind;           /* ddp_step_kind */
-    int64_t index;          /* the kernel, GEMM or bucket */
-    ddp_dim range;          /* DDP_STEP_KERNEL: the index range */
-    const int64_t *args;    /* DDP_STEP_KERNEL: the kernel's buffers, as buffer slots */
-    int64_t nargs;
-} ddp_step;
+#define DDP_FIELDS_ddp_step(X, T)                                                                            \
+    X##_I64(T, kind)                /* ddp_step_kind */                                                      \
+    X##_I64(T, index)               /* the kernel, GEMM or bucket */                                         \
+    X##_SUB(T, ddp_dim, range)      /* DDP_STEP_KERNEL: the index range */                                   \
+    X##_I64REFS(T, args, nargs)     /* DDP_STEP_KERNEL: the kernel's buffers, as buffer slots */             \
+    X##_I64(T, nargs)
+DDP_CONTRACT(ddp_step)
 
 /* C = op(A) op(B) + beta C, row-major, on buffer slots; op is a transpose when t* is 1.
  * op(A) is m x k, op(B) is k x n. */
-typedef struct ddp_gemm {
-    int64_t a, b, c;
-    int64_t transpose_a, transpose_b;
-    ddp_dim m, n, k;
-    double beta;
-} ddp_gemm;
+#define DDP_FIELDS_ddp_gemm(X, T)                                                                            \
+    X##_I64(T, a)                                                                                            \
+    X##_I64(T, b)                                                                                            \
+    X##_I64(T, c)                                                                                            \
+    X##_I64(T, transpose_a)                                                                                  \
+    X##_I64(T, transpose_b)                                                                                  \
+    X##_SUB(T, ddp_dim, m)                                                                                   \
+    X##_SUB(T, ddp_dim, n)                                                                                   \
+    X##_SUB(T, ddp_dim, k)                                                                                   \
+    X##_F64(T, beta)
+DDP_CONTRACT(ddp_gemm)
 
-typedef struct ddp_phase {
-    const ddp_step *steps;
-    int64_t count;
-} ddp_phase;
+#define DDP_FIELDS_ddp_phase(X, T)                                                                           \
+    X##_REFS(T, ddp_step, steps, count)                                                                      \
+    X##_I64(T, count)
+DDP_CONTRACT(ddp_phase)
 
 /* A range of the flat gradient vector, all-reduced as one message. */
-typedef struct ddp_bucket {
-    int64_t begin, end;     /* elements of the gradient vector */
-} ddp_bucket;
+#define DDP_FIELDS_ddp_bucket(X, T)                                                                          \
+    X##_I64(T, begin)       /* elements of the gradient vector */                                            \
+    X##_I64(T, end)
+DDP_CONTRACT(ddp_bucket)
 
 /* ------------------------------------------------------- parameters, data */
 
-enum ddp_init { DDP_INIT_ZEROS, DDP_INIT_ONES, DDP_INIT_GLOROT_UNIFORM, DDP_INIT_GLOROT_NORMAL,
-                DDP_INIT_HE_NORMAL, DDP_INIT_HE_UNIFORM };
+enum ddp_init { DDP_INIT_GLOROT_UNIFORM, DDP_INIT_GLOROT_NORMAL, DDP_INIT_HE_NORMAL, DDP_INIT_HE_UNIFORM,
+                DDP_INIT_ZEROS, DDP_INIT_ONES };
 
-typedef struct ddp_param {
-    const char *name;       /* "classifier.conv1.weight" */
-    int64_t region;         /* DDP_REGION_PARAMS or DDP_REGION_STATS */
-    int64_t offset;         /* elements into its flat vector */
-    int64_t count;
-    int64_t rank;
-    int64_t shape[4];
-    const char *layout;     /* "HWIO", "IO", "C" */
-    int64_t init;           /* ddp_init */
-    int64_t fan_in, fan_out;
-} ddp_param;
+#define DDP_FIELDS_ddp_param(X, T)                                                                           \
+    X##_STR(T, name)        /* "classifier.conv1.weight" */                                                  \
+    X##_I64(T, region)      /* DDP_REGION_PARAMS or DDP_REGION_STATS */                                      \
+    X##_I64(T, offset)      /* elements into its flat vector */                                              \
+    X##_I64(T, count)                                                                                        \
+    X##_I64(T, rank)                                                                                         \
+    X##_I64S(T, shape, 4)                                                                                    \
+    X##_STR(T, layout)      /* "HWIO", "IO", "C" */                                                          \
+    X##_I64(T, init)        /* ddp_init */                                                                   \
+    X##_I64(T, fan_in)                                                                                       \
+    X##_I64(T, fan_out)
+DDP_CONTRACT(ddp_param)
 
 /* ------------------------------------------------------ run-time scalars */
 
@@ -155,15 +225,15 @@ typedef struct ddp_param {
 enum ddp_rt_op { DDP_RT_CONST, DDP_RT_REPLICAS, DDP_RT_WORKERS, DDP_RT_GLOBAL_BATCH,
                  DDP_RT_ADD, DDP_RT_SUB, DDP_RT_MUL, DDP_RT_DIV, DDP_RT_NEG };
 
-typedef struct ddp_rt_instr {
-    int64_t op;             /* ddp_rt_op */
-    double value;           /* DDP_RT_CONST */
-} ddp_rt_instr;
+#define DDP_FIELDS_ddp_rt_instr(X, T)                                                                        \
+    X##_I64(T, op)          /* ddp_rt_op */                                                                  \
+    X##_F64(T, value)       /* DDP_RT_CONST */
+DDP_CONTRACT(ddp_rt_instr)
 
-typedef struct ddp_rt_expr {
-    const ddp_rt_instr *code;
-    int64_t count;
-} ddp_rt_expr;
+#define DDP_FIELDS_ddp_rt_expr(X, T)                                                                         \
+    X##_REFS(T, ddp_rt_instr, code, count)                                                                   \
+    X##_I64(T, count)
+DDP_CONTRACT(ddp_rt_expr)
 
 /* --------------------------------------------------------- random draws */
 
@@ -184,122 +254,139 @@ enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_IN
 
 enum ddp_unit { DDP_UNIT_EPOCHS = 1, DDP_UNIT_STEPS = 2 };
 
-typedef struct ddp_duration {
-    int64_t value;
-    int64_t unit;           /* ddp_unit; 0: not set */
-} ddp_duration;
+#define DDP_FIELDS_ddp_duration(X, T)                                                                        \
+    X##_I64(T, value)                                                                                        \
+    X##_I64(T, unit)        /* ddp_unit; 0: not set */
+DDP_CONTRACT(ddp_duration)
 
 enum ddp_schedule_kind { DDP_SCHEDULE_CONSTANT, DDP_SCHEDULE_STEP, DDP_SCHEDULE_COSINE,
                          DDP_SCHEDULE_LINEAR };
 
 /* The learning rate of step t: constant `rate`; step: rate * drop^(t / period);
  * cosine and linear: from 0 to rate over `warmup`, then down to `final` at the end. */
-typedef struct ddp_schedule {
-    int64_t kind;           /* ddp_schedule_kind */
-    ddp_rt_expr rate;       /* lr or peak */
-    ddp_rt_expr drop;       /* step */
-    ddp_rt_expr final;      /* cosine, linear */
-    ddp_duration period;    /* step: every; cosine, linear: warmup */
-} ddp_schedule;
+#define DDP_FIELDS_ddp_schedule(X, T)                                                                        \
+    X##_I64(T, kind)                    /* ddp_schedule_kind */                                              \
+    X##_SUB(T, ddp_rt_expr, rate)       /* lr or peak */                                                     \
+    X##_SUB(T, ddp_rt_expr, drop)       /* step */                                                           \
+    X##_SUB(T, ddp_rt_expr, final)      /* cosine, linear */                                                 \
+    X##_SUB(T, ddp_duration, period)    /* step: every; cosine, linear: warmup */
+DDP_CONTRACT(ddp_schedule)
 
 enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };
 
-typedef struct ddp_optimizer {
-    int64_t kind;           /* ddp_optimizer_kind */
-    ddp_schedule learning_rate;
-    ddp_rt_expr weight_decay;
-    double momentum, beta1, beta2, epsilon;
-    int64_t nesterov;
-    int64_t state_vectors;
-} ddp_optimizer;
+#define DDP_FIELDS_ddp_optimizer(X, T)                                                                       \
+    X##_I64(T, kind)        /* ddp_optimizer_kind */                                                         \
+    X##_SUB(T, ddp_schedule, learning_rate)                                                                  \
+    X##_SUB(T, ddp_rt_expr, weight_decay)                                                                    \
+    X##_F64(T, momentum)                                                                                     \
+    X##_F64(T, beta1)                                                                                        \
+    X##_F64(T, beta2)                                                                                        \
+    X##_F64(T, epsilon)                                                                                      \
+    X##_I64(T, nesterov)                                                                                     \
+    X##_I64(T, state_vectors) /* flat vectors of optimizer state: sgd 0 or 1 (momentum), adam 2 */
+DDP_CONTRACT(ddp_optimizer)
 
 enum ddp_loss_kind { DDP_LOSS_SPARSE_CATEGORICAL, DDP_LOSS_CATEGORICAL, DDP_LOSS_BINARY,
                      DDP_LOSS_MSE };
 enum ddp_metric_kind { DDP_METRIC_LOSS, DDP_METRIC_ACCURACY, DDP_METRIC_TOP_K, DDP_METRIC_MAE };
 
-typedef struct ddp_metric {
-    const char *name;       /* "accuracy", "top_k_accuracy", ... */
-    int64_t kind;           /* ddp_metric_kind */
-    int64_t pair;           /* its (sum, count) in the accumulators */
-} ddp_metric;
+#define DDP_FIELDS_ddp_metric(X, T)                                                                          \
+    X##_STR(T, name)        /* "accuracy", "top_k_accuracy", ... */                                          \
+    X##_I64(T, kind)        /* ddp_metric_kind */                                                            \
+    X##_I64(T, k)           /* top_k_accuracy: k */                                                          \
+    X##_I64(T, pair)        /* its (sum, count) in the accumulators */
+DDP_CONTRACT(ddp_metric)
 
 enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_CSV,
                         DDP_DATA_SYNTHETIC };
 
-typedef struct ddp_dataset {
-    const char *name;       /* its definition's name, or "" */
-    int64_t kind;           /* ddp_dataset_kind */
-    const char *path[2];    /* idx: images, labels; npy: inputs, labels; cifar10: dir; csv */
-    double scale;
-    int64_t part;           /* cifar10: 0 train, 1 test */
-    int64_t header;         /* csv */
-    const char *const *features;
-    int64_t nfeatures;
-    const char *target;
-    int64_t classes, samples;  /* synthetic */
-} ddp_dataset;
+#define DDP_FIELDS_ddp_dataset(X, T)                                                                         \
+    X##_STR(T, name)        /* its definition's name, or "" */                                               \
+    X##_I64(T, kind)        /* ddp_dataset_kind; -1: none */                                                 \
+    X##_STRS(T, path, 2)    /* idx: images, labels; npy: inputs, labels; cifar10: dir; csv */                \
+    X##_F64(T, scale)                                                                                        \
+    X##_I64(T, part)        /* cifar10: 0 train, 1 test */                                                   \
+    X##_I64(T, header)      /* csv */                                                                        \
+    X##_STRREFS(T, features, nfeatures)                                                                      \
+    X##_I64(T, nfeatures)                                                                                    \
+    X##_STR(T, target)                                                                                       \
+    X##_I64(T, classes)     /* synthetic */                                                                  \
+    X##_I64(T, samples)
+DDP_CONTRACT(ddp_dataset)
 
 enum ddp_cluster_kind { DDP_CLUSTER_AUTO, DDP_CLUSTER_SLURM, DDP_CLUSTER_ENV, DDP_CLUSTER_LOCAL };
 enum ddp_comm_kind { DDP_COMM_AUTO, DDP_COMM_NCCL, DDP_COMM_RING };
 enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_BF16, DDP_PRECISION_FP16 };
 
-typedef struct ddp_settings {
-    int64_t cluster;        /* ddp_cluster_kind */
-    int64_t port_base;      /* -1: derived from the job within port_range */
-    int64_t port_range[2];
-    int64_t communication;  /* ddp_comm_kind */
-    int64_t batch_per_replica, gpus_per_worker, seed, shuffle, drop_remainder;
-    int64_t precision;      /* ddp_precision */
-    int64_t epochs;
-    int64_t steps_per_epoch;   /* -1: every full global batch */
-    ddp_duration validate_every;
-    const char *checkpoint_dir; /* NULL: none */
-    ddp_duration checkpoint_every;
-    int64_t checkpoint_keep;
-    ddp_dataset train, validation; /* validation.kind -1: none */
-    int64_t loss;           /* ddp_loss_kind */
-    int64_t from_logits;
-    double label_smoothing;
-    const ddp_metric *metrics;
-    int64_t nmetrics;
-    ddp_optimizer optimizer;
-} ddp_settings;
+/* The program's configuration, every default filled in: the compiler's stages after
+ * the checker read this very structure (compiler/config.c fills it), and the runtime
+ * the copy emitted into the program. */
+#define DDP_FIELDS_ddp_settings(X, T)                                                                        \
+    X##_I64(T, cluster)             /* ddp_cluster_kind */                                                   \
+    X##_I64(T, port_base)           /* -1: derived from the job within port_range */                         \
+    X##_I64S(T, port_range, 2)                                                                               \
+    X##_I64(T, communication)       /* ddp_comm_kind */                                                      \
+    X##_I64(T, batch_per_replica)                                                                            \
+    X##_I64(T, gpus_per_worker)                                                                              \
+    X##_I64(T, seed)                                                                                         \
+    X##_I64(T, shuffle)                                                                                      \
+    X##_I64(T, drop_remainder)                                                                               \
+    X##_I64(T, precision)           /* ddp_precision */                                                      \
+    X##_I64(T, epochs)                                                                                       \
+    X##_I64(T, steps_per_epoch)     /* -1: every full global batch */                                        \
+    X##_SUB(T, ddp_duration, validate_every)                                                                 \
+    X##_STR(T, checkpoint_dir)      /* NULL: none */                                                         \
+    X##_SUB(T, ddp_duration, checkpoint_every)                                                               \
+    X##_I64(T, checkpoint_keep)                                                                              \
+    X##_SUB(T, ddp_dataset, train)                                                                           \
+    X##_SUB(T, ddp_dataset, validation) /* kind -1: none */                                                  \
+    X##_I64(T, loss)                /* ddp_loss_kind */                                                      \
+    X##_I64(T, from_logits)                                                                                  \
+    X##_F64(T, label_smoothing)                                                                              \
+    X##_REFS(T, ddp_metric, metrics, nmetrics)                                                               \
+    X##_I64(T, nmetrics)                                                                                     \
+    X##_SUB(T, ddp_optimizer, optimizer)
+DDP_CONTRACT(ddp_settings)
 
 /* ------------------------------------------------------------------ program */
 
 enum ddp_phase_kind { DDP_PHASE_FORWARD, DDP_PHASE_BACKWARD, DDP_PHASE_OPTIMIZER,
                       DDP_PHASE_EVAL, DDP_PHASE_COUNT };
 
-typedef struct ddp_program {
-    int64_t abi_version;    /* DDP_ABI_VERSION */
-    uint64_t hash;          /* over the program and its settings: workers compare it */
-    const char *name;       /* the model */
-    const char *source;     /* the .ddp file it was built from */
-    int64_t dtype;          /* ddp_dtype of parameters and activations */
-    int64_t input_rank;
-    int64_t input_shape[8]; /* per sample */
-    int64_t output_elems;   /* per sample */
-    int64_t label_dtype;    /* DDP_I32 class indices, else the output's dtype */
-    int64_t param_count, stats_count;
-    int64_t region_bytes[DDP_REGION_COUNT];
-    const ddp_param *params;
-    int64_t nparams;        /* trainable first, then statistics */
-    const ddp_buffer *buffers;
-    int64_t nbuffers;
-    int64_t input_slot, label_slot, sample_id_slot, accum_slot;
-    const ddp_kernel *kernels;
-    int64_t nkernels;
-    const ddp_kernel_fn *cpu_baseline; /* one per kernel: any x86-64 */
-    const ddp_kernel_fn *cpu_wide;     /* one per kernel: AVX2 and FMA, if the CPU has them */
-    const ddp_gemm *gemms;
-    int64_t ngemms;
-    ddp_phase phases[DDP_PHASE_COUNT];
-    const ddp_bucket *buckets;
-    int64_t nbuckets;
-    int64_t accum_pairs;
-    const char *ptx;        /* every kernel for the GPU, one module; NULL if not built */
-    ddp_settings settings;
-} ddp_program;
+#define DDP_FIELDS_ddp_program(X, T)                                                                         \
+    X##_I64(T, abi_version)         /* DDP_ABI_VERSION */                                                    \
+    X##_U64(T, hash)                /* over the program and its settings: workers compare it */              \
+    X##_STR(T, name)                /* the model */                                                          \
+    X##_STR(T, source)              /* the .ddp file it was built from */                                    \
+    X##_I64(T, dtype)               /* ddp_dtype of parameters and activations */                            \
+    X##_I64(T, input_rank)                                                                                   \
+    X##_I64S(T, input_shape, 8)     /* per sample */                                                         \
+    X##_I64(T, output_elems)        /* per sample */                                                         \
+    X##_I64(T, label_dtype)         /* DDP_I32 class indices, else the output's dtype */                     \
+    X##_I64(T, param_count)                                                                                  \
+    X##_I64(T, stats_count)                                                                                  \
+    X##_I64S(T, region_bytes, DDP_REGION_COUNT)                                                              \
+    X##_REFS(T, ddp_param, params, nparams)                                                                  \
+    X##_I64(T, nparams)             /* trainable first, then statistics */                                   \
+    X##_REFS(T, ddp_buffer, buffers, nbuffers)                                                               \
+    X##_I64(T, nbuffers)                                                                                     \
+    X##_I64(T, input_slot)                                                                                   \
+    X##_I64(T, label_slot)                                                                                   \
+    X##_I64(T, sample_id_slot)                                                                               \
+    X##_I64(T, accum_slot)                                                                                   \
+    X##_REFS(T, ddp_kernel, kernels, nkernels)                                                               \
+    X##_I64(T, nkernels)                                                                                     \
+    X##_FNS(T, cpu_baseline, 0)     /* one per kernel: any x86-64 */                                         \
+    X##_FNS(T, cpu_wide, 1)         /* one per kernel: AVX2 and FMA, if the CPU has them */                  \
+    X##_REFS(T, ddp_gemm, gemms, ngemms)                                                                     \
+    X##_I64(T, ngemms)                                                                                       \
+    X##_SUBS(T, ddp_phase, phases, DDP_PHASE_COUNT)                                                          \
+    X##_REFS(T, ddp_bucket, buckets, nbuckets)                                                               \
+    X##_I64(T, nbuckets)                                                                                     \
+    X##_I64(T, accum_pairs)                                                                                  \
+    X##_STR(T, ptx)                 /* every kernel for the GPU, one module; NULL if not built */            \
+    X##_SUB(T, ddp_settings, settings)
+DDP_CONTRACT(ddp_program)
 
 /* The symbol a built program defines. */
 extern const ddp_program ddp_program_desc;

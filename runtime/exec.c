@@ -34,6 +34,13 @@ static int default_threads(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* ddp_open's failure: what it made is freed. */
+static ddp_runtime *open_failed(ddp_runtime *rt, const char *why, char *err, size_t errlen) {
+    snprintf(err, errlen, "%s", why);
+    ddp_close(rt);
+    return NULL;
+}
+
 ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, size_t errlen) {
     if (p->abi_version != DDP_ABI_VERSION) {
         snprintf(err, errlen, "this program was built for runtime version %lld, and this runtime is "
@@ -61,14 +68,18 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
             return NULL;
         }
     }
-    rt->buffers = calloc((size_t)p->nbuffers + 1, sizeof(void *));
+    if (!(rt->buffers = calloc((size_t)p->nbuffers + 1, sizeof(void *))))
+        return open_failed(rt, "out of memory for the buffer table", err, errlen);
     for (int64_t i = 0; i < p->nbuffers; i++)
         rt->buffers[i] = (char *)rt->region[p->buffers[i].region] + p->buffers[i].offset;
     for (int ph = 0; ph < DDP_PHASE_COUNT; ph++) {
-        rt->step_args[ph] = calloc((size_t)p->phases[ph].count + 1, sizeof(void **));
+        if (!(rt->step_args[ph] = calloc((size_t)p->phases[ph].count + 1, sizeof(void **))))
+            return open_failed(rt, "out of memory for the schedule", err, errlen);
         for (int64_t s = 0; s < p->phases[ph].count; s++) {
             const ddp_step *step = &p->phases[ph].steps[s];
             void **args = calloc((size_t)step->nargs + 1, sizeof(void *));
+            if (!args)
+                return open_failed(rt, "out of memory for the schedule", err, errlen);
             for (int64_t a = 0; a < step->nargs; a++)
                 args[a] = rt->buffers[step->args[a]];
             rt->step_args[ph][s] = args;
@@ -77,7 +88,8 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     bool wide = !o->baseline_cpu && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     rt->kernels = wide ? p->cpu_wide : p->cpu_baseline;
     int threads = o->threads > 0 ? o->threads : default_threads();
-    rt->pool = ddp_pool_new(threads);
+    if (!(rt->pool = ddp_pool_new(threads)))
+        return open_failed(rt, "cannot start the compute threads: out of memory", err, errlen);
     openblas_set_num_threads(1); /* the pool splits products itself */
     rt->scalars[DDP_S_SEED].i = p->settings.seed;
     return rt;
@@ -108,12 +120,6 @@ void ddp_set_batch(ddp_runtime *rt, int64_t local, int64_t global) {
 }
 
 /* --------------------------------------------------------- initial values */
-
-uint64_t ddp_fnv1a(const void *data, size_t len, uint64_t h) {
-    for (const unsigned char *c = data; len--; c++)
-        h = (h ^ *c) * 1099511628211ull;
-    return h;
-}
 
 /* Element e of parameter p: a draw keyed by the seed, the parameter's name (key) and e. */
 static double initial_value(const ddp_param *p, uint64_t seed, uint64_t key, int64_t e) {

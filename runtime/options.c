@@ -283,13 +283,8 @@ bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err,
         return refuse(err, errlen, "--device gpu: this version of the runtime trains on CPUs only; "
                                    "use --device cpu or auto");
     /* the features the settings ask for, by ddp_support.h's table (ddpc warns of the same) */
-    const bool asked[DDP_FEATURE_COUNT] = {
-        [DDP_FEATURE_BF16] = s->precision == DDP_PRECISION_BF16,
-        [DDP_FEATURE_FP16] = s->precision == DDP_PRECISION_FP16,
-        [DDP_FEATURE_NCCL] = s->communication == DDP_COMM_NCCL,
-        [DDP_FEATURE_GPUS_PER_WORKER] = s->gpus_per_worker > 1,
-        [DDP_FEATURE_CHECKPOINT] = s->checkpoint_dir != NULL,
-    };
+    bool asked[DDP_FEATURE_COUNT];
+    ddp_features_asked(s, asked);
     for (int f = 0; f < DDP_FEATURE_COUNT; f++)
         if (asked[f] && !ddp_features[f].supported)
             return refuse(err, errlen, ddp_features[f].refusal);

@@ -106,12 +106,18 @@ ddp_pool *ddp_pool_new(int threads) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start, NULL);
     pthread_cond_init(&p->done, NULL);
-    p->threads = calloc((size_t)p->n, sizeof(pthread_t));
+    if (!(p->threads = calloc((size_t)p->n, sizeof(pthread_t)))) {
+        p->n = 1;
+        ddp_pool_free(p);
+        return NULL;
+    }
     for (int i = 1; i < p->n; i++) {
         Worker *w = malloc(sizeof *w);
-        w->pool = p;
-        w->index = i;
-        if (pthread_create(&p->threads[i], NULL, worker_main, w) != 0) {
+        if (w) {
+            w->pool = p;
+            w->index = i;
+        }
+        if (!w || pthread_create(&p->threads[i], NULL, worker_main, w) != 0) {
             free(w);
             p->n = i; /* run with the threads that started */
             break;

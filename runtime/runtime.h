@@ -3,8 +3,9 @@
  * The runtime knows the machine and never the model: it allocates the regions the
  * program's descriptor asks for, fills the buffer table, and walks the schedule of a
  * phase, running generated kernels on its threads and matrix products with BLAS. The
- * minimal executor here trains on one CPU worker; the data, cluster and transport
- * layers plug into its hooks. */
+ * layers around it: the data and their loader, the cluster resolver, the coordinator
+ * and its links, the ring that sums gradients between CPU workers, the training loop
+ * and its reports. */
 #ifndef DDP_RUNTIME_H
 #define DDP_RUNTIME_H
 
@@ -14,6 +15,7 @@
 
 #include "ddp_abi.h"
 #include "ddp_support.h"
+#include "fnv.h"
 
 /* --------------------------------------------------------------- philox.c */
 
@@ -123,9 +125,6 @@ typedef struct ddp_options {
     bool poison;           /* fill planned memory with NaN outside each value's life */
 } ddp_options;
 
-/* FNV-1a over len bytes, continuing from h (DDP_FNV_START for a fresh hash). */
-#define DDP_FNV_START 1469598103934665603ull
-uint64_t ddp_fnv1a(const void *data, size_t len, uint64_t h);
 
 /* Called by the executor at the schedule's markers; NULL for one worker. */
 typedef struct ddp_hooks {
@@ -293,17 +292,17 @@ void ddp_auth_with_key(ddp_auth *a, const unsigned char key[32], const char *sco
 bool ddp_auth_accept(const ddp_auth *a, int fd, double deadline, char *err, size_t errlen);
 bool ddp_auth_connect(const ddp_auth *a, int fd, double deadline, char *err, size_t errlen);
 
-/* ---------------------------------------------------------------- store.c */
+/* ---------------------------------------------------------- coordinator.c */
 
-typedef struct ddp_store ddp_store;
-typedef struct ddp_store_config {
-    int listener;               /* listening on the coordinator's port; the store closes it */
+typedef struct ddp_coordinator ddp_coordinator;
+typedef struct ddp_coordinator_config {
+    int listener;               /* listening on the coordinator's port; the coordinator closes it */
     int world;
     ddp_auth auth;
     int peer_timeout_ms, beat_ms;
     double join_deadline;       /* every worker must have joined by then */
     int rendezvous_timeout_s;   /* for the message when one did not */
-} ddp_store_config;
+} ddp_coordinator_config;
 
 /* How often a wait at the rendezvous is reported, by the coordinator and by the
  * workers: every 30 s, sooner where the rendezvous timeout is short. */
@@ -312,11 +311,11 @@ static inline double ddp_wait_notice_ms(int rendezvous_timeout_s) {
     return ms > 30000 ? 30000 : ms < 1000 ? 1000 : ms;
 }
 
-ddp_store *ddp_store_start(const ddp_store_config *cfg, char *err, size_t errlen);
+ddp_coordinator *ddp_coordinator_start(const ddp_coordinator_config *cfg, char *err, size_t errlen);
 /* Serves until every worker has said goodbye or the deadline passes, then stops. */
-void ddp_store_stop(ddp_store *s, double deadline);
+void ddp_coordinator_stop(ddp_coordinator *s, double deadline);
 
-/* ----------------------------------------------------------------- link.c */
+/* ----------------------------------------------------- coordinator_link.c */
 
 typedef struct ddp_link ddp_link;
 typedef struct ddp_link_config {
@@ -583,7 +582,7 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
 /* A built program's main: returns its exit status. */
 int ddp_main(const ddp_program *p, int argc, char **argv);
 
-/* ------------------------------------------------------------- schedule.c */
+/* -------------------------------------------------------- learning_rate.c */
 
 double ddp_rt_eval(const ddp_rt_expr *e, double replicas, double workers, double global_batch);
 /* The learning rate of step (0-based) of a run of epochs of steps_per_epoch steps;

@@ -21,7 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     c->diag.max_errors = 50;
     c->no_imports = true;
     c->stdlib_dir = DDP_SOURCE_STDLIB;
-    if (ddpc_check_memory(c, "fuzz.ddp", (const char *)data, size))
+    Pipeline p = {.path = "fuzz.ddp", .source = (const char *)data, .source_len = size, .upto = UPTO_CHECK};
+    if (pipeline_run(c, &p, NULL))
         for (int i = 0; i < c->graphs.len; i++)
             graph_print(c, sink, c->graphs.items[i]);
     ast_dump(c, sink, &c->main_items);

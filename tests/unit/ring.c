@@ -42,12 +42,6 @@ static bool open_listeners(int world, int *listeners, int *ports) {
     return true;
 }
 
-static uint64_t fnv(const void *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *c = p; n--; c++)
-        h = (h ^ *c) * 1099511628211ull;
-    return h;
-}
 
 typedef enum { NORMAL, OUT_OF_STEP, DIES, OTHER_PROGRAM, STRAY, WRONG_KEY } Scenario;
 
@@ -118,7 +112,8 @@ static int worker(int rank, int world, int *ports, int *listeners, Scenario scen
                 near += 1.0 / (double)(i + w + 3);
             bad += fabs(rounding[i] - near) > 1e-15 * near;
         }
-        uint64_t h[2] = {fnv(exact, sizeof(float) * (size_t)n), fnv(rounding, sizeof(double) * (size_t)n)};
+        uint64_t h[2] = {ddp_fnv1a(exact, sizeof(float) * (size_t)n, DDP_FNV_START),
+                         ddp_fnv1a(rounding, sizeof(double) * (size_t)n, DDP_FNV_START)};
         if (write(out, h, sizeof h) != (ssize_t)sizeof h)
             bad++;
         free(exact);

@@ -1,4 +1,4 @@
-/* graph.c: `ddpc emit --stage=graph`, the layer graph as a stable text table.
+/* graph_print.c: `ddpc emit --stage=graph`, the layer graph as a stable text table.
  *
  * One row per layer instance after expansion: its number, full name, layer, the rows
  * it reads, input and output shapes per sample, parameters, multiply-accumulates per
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ddpc.h"
+#include "../runtime/ddp_abi.h"
 
 enum { COLS = 8 };
 
@@ -56,10 +57,10 @@ static const char *details(Ddpc *c, GNode *n) {
             sb_printf(&sb, ", no bias");
         if (a->activation)
             sb_printf(&sb, ", %s", a->activation);
-        if (strcmp(a->init, "glorot_uniform") != 0)
-            sb_printf(&sb, ", init %s", a->init);
-        if (a->bias && strcmp(a->bias_init, "zeros") != 0)
-            sb_printf(&sb, ", bias_init %s", a->bias_init);
+        if (a->init != DDP_INIT_GLOROT_UNIFORM)
+            sb_printf(&sb, ", init %s", init_words[a->init]);
+        if (a->bias && a->bias_init != DDP_INIT_ZEROS)
+            sb_printf(&sb, ", bias_init %s", init_words[a->bias_init]);
     }
     const char *s = arena_strdup(c->arena, sb.data ? sb.data : "");
     sb_free(&sb);

@@ -1,4 +1,4 @@
-/* schedule.c: the run-time scalar expressions and the learning rate of each step.
+/* learning_rate.c: the run-time scalar expressions and the learning rate of each step.
  *
  * replicas, workers and global_batch are known once the job has started; learning
  * rates and weight decay that depend on them were compiled as small stack programs

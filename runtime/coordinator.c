@@ -1,4 +1,4 @@
-/* store.c: the coordinator, a thread of worker 0 serving every worker of the job
+/* coordinator.c: the coordinator, a thread of worker 0 serving every worker of the job
  * (worker 0's own link included) on the coordinator's port.
  *
  * What it does, in the order a job meets it:
@@ -66,8 +66,8 @@ typedef struct Pending {
     char *key;
 } Pending;
 
-struct ddp_store {
-    ddp_store_config cfg;
+struct ddp_coordinator {
+    ddp_coordinator_config cfg;
     pthread_t thread;
     int wake[2];                /* handshakes done (their fds), and the stop request (-1) */
     pthread_mutex_t lock;       /* handshakes, stopping */
@@ -75,7 +75,7 @@ struct ddp_store {
     int handshake_fds[MAX_HANDSHAKES]; /* theirs, -1 where none: shut down when the coordinator stops */
     bool full_logged;           /* that connections wait for a handshake to end */
     int port;                   /* the coordinator's, for the log */
-    bool stopping;              /* asked by ddp_store_stop */
+    bool stopping;              /* asked by ddp_coordinator_stop */
     bool stop_seen;             /* the loop's copy, read without the lock */
     double stop_deadline;
     Conn *conns;
@@ -94,7 +94,7 @@ struct ddp_store {
     unsigned char ring_key[32];
 };
 
-__attribute__((format(printf, 2, 3))) static void log_line(ddp_store *s, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void log_line(ddp_coordinator *s, const char *fmt, ...) {
     char text[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -105,7 +105,7 @@ __attribute__((format(printf, 2, 3))) static void log_line(ddp_store *s, const c
 
 /* --------------------------------------------------------------- sending */
 
-static void queue(ddp_store *s, int c, int type, const void *payload, size_t len) {
+static void queue(ddp_coordinator *s, int c, int type, const void *payload, size_t len) {
     Conn *k = &s->conns[c];
     ddp_frame_header h = ddp_frame_header_for(type, len);
     size_t need = k->out_len + sizeof h + len;
@@ -124,7 +124,7 @@ static void queue(ddp_store *s, int c, int type, const void *payload, size_t len
     k->out_len = need;
 }
 
-static void queue_text(ddp_store *s, int c, int type, const char *text) {
+static void queue_text(ddp_coordinator *s, int c, int type, const char *text) {
     queue(s, c, type, text, strlen(text));
 }
 
@@ -138,7 +138,7 @@ static void flush_out(Conn *k) {
     }
 }
 
-static void drop(ddp_store *s, int c) {
+static void drop(ddp_coordinator *s, int c) {
     Conn *k = &s->conns[c];
     if (k->fd >= 0)
         close(k->fd);
@@ -160,13 +160,13 @@ static void drop(ddp_store *s, int c) {
 }
 
 /* Every worker still there gets the same text. */
-static void tell_all(ddp_store *s, int type, const char *text, int except_rank) {
+static void tell_all(ddp_coordinator *s, int type, const char *text, int except_rank) {
     for (int c = 0; c < s->nconns; c++)
         if (s->conns[c].fd >= 0 && s->conns[c].rank != except_rank && !s->conns[c].left)
             queue_text(s, c, type, text);
 }
 
-static void refuse_all(ddp_store *s, const char *text) {
+static void refuse_all(ddp_coordinator *s, const char *text) {
     if (!s->refusal[0])
         snprintf(s->refusal, sizeof s->refusal, "%s", text);
     tell_all(s, DDP_MSG_REFUSED, s->refusal, -1);
@@ -174,10 +174,12 @@ static void refuse_all(ddp_store *s, const char *text) {
 
 /* Rank r is gone: every other worker hears it once. Once worker 0 stops the
  * coordinator, connections that close are goodbyes, not losses; a failure a worker
- * reported (failed) is still told. */
-static void lose(ddp_store *s, int rank, const char *reason, bool failed) {
+ * reported (failed) is still told. A job refused before it formed has told every
+ * worker why: the failures and goodbyes that follow are that refusal's echoes, and
+ * telling them too would race it (a worker hearing of a loss before the refusal). */
+static void lose(ddp_coordinator *s, int rank, const char *reason, bool failed) {
     Worker *w = &s->workers[rank];
-    if (w->lost || (s->stop_seen && !failed))
+    if (w->lost || (s->stop_seen && !failed) || (s->refusal[0] && !s->table_sent))
         return;
     w->lost = true;
     char text[TEXT];
@@ -190,13 +192,13 @@ static void lose(ddp_store *s, int rank, const char *reason, bool failed) {
 /* ------------------------------------------------------------ handshakes */
 
 typedef struct Handshake {
-    ddp_store *store;
+    ddp_coordinator *store;
     int fd;
     char peer[64];
 } Handshake;
 
 /* Keeps or forgets a running handshake's fd; under the lock. */
-static void track_handshake(ddp_store *s, int fd, bool running) {
+static void track_handshake(ddp_coordinator *s, int fd, bool running) {
     for (int i = 0; i < MAX_HANDSHAKES; i++)
         if (s->handshake_fds[i] == (running ? -1 : fd)) {
             s->handshake_fds[i] = running ? fd : -1;
@@ -207,7 +209,7 @@ static void track_handshake(ddp_store *s, int fd, bool running) {
 static void *handshake(void *arg) {
     pthread_setname_np(pthread_self(), "ddp-handshake");
     Handshake *h = arg;
-    ddp_store *s = h->store;
+    ddp_coordinator *s = h->store;
     char why[512];
     bool ok = ddp_auth_accept(&s->cfg.auth, h->fd, ddp_now_ms() + DDP_HANDSHAKE_MS, why, sizeof why);
     if (!ok)
@@ -224,7 +226,7 @@ static void *handshake(void *arg) {
     return NULL;
 }
 
-static void accept_new(ddp_store *s) {
+static void accept_new(ddp_coordinator *s) {
     struct sockaddr_in a;
     socklen_t alen = sizeof a;
     int fd = accept4(s->cfg.listener, (struct sockaddr *)&a, &alen, SOCK_CLOEXEC);
@@ -263,7 +265,7 @@ static void accept_new(ddp_store *s) {
 /* Whether a new connection can be taken now. While MAX_HANDSHAKES are under way (a
  * flood of strays, each dropped after DDP_HANDSHAKE_MS) the others wait in the
  * listener's queue, and a worker among them is taken when a place frees. */
-static bool handshake_room(ddp_store *s) {
+static bool handshake_room(ddp_coordinator *s) {
     pthread_mutex_lock(&s->lock);
     bool room = s->handshakes < MAX_HANDSHAKES;
     pthread_mutex_unlock(&s->lock);
@@ -274,7 +276,7 @@ static bool handshake_room(ddp_store *s) {
     return room;
 }
 
-static void add_conn(ddp_store *s, int fd) {
+static void add_conn(ddp_coordinator *s, int fd) {
     if (s->nconns == s->capconns) {
         int cap = s->capconns ? 2 * s->capconns : 16;
         Conn *grown = realloc(s->conns, sizeof *grown * (size_t)cap);
@@ -332,7 +334,7 @@ static void setting_value(const char *join, const char *name, char *out, size_t 
 }
 
 /* Every worker has joined: the same program and settings, then the table. */
-static void finish_rendezvous(ddp_store *s) {
+static void finish_rendezvous(ddp_coordinator *s) {
     int world = s->cfg.world;
     const char *reference = s->workers[0].join;
     char name[128], theirs[512], ours[512], text[TEXT];
@@ -380,7 +382,7 @@ static void finish_rendezvous(ddp_store *s) {
 }
 
 /* HELLO: rank, world, host. */
-static bool hello(ddp_store *s, int c, const char *text) {
+static bool hello(ddp_coordinator *s, int c, const char *text) {
     Conn *k = &s->conns[c];
     int64_t rank, world;
     char host[256] = "?", msg[TEXT];
@@ -415,7 +417,7 @@ static bool hello(ddp_store *s, int c, const char *text) {
 
 /* ------------------------------------------------------------ the store */
 
-static Entry *find_entry(ddp_store *s, const char *key) {
+static Entry *find_entry(ddp_coordinator *s, const char *key) {
     for (int i = 0; i < s->nentries; i++)
         if (strcmp(s->entries[i].key, key) == 0)
             return &s->entries[i];
@@ -423,7 +425,7 @@ static Entry *find_entry(ddp_store *s, const char *key) {
 }
 
 /* SET: "key\0value" */
-static bool set_value(ddp_store *s, ddp_frame *f) {
+static bool set_value(ddp_coordinator *s, ddp_frame *f) {
     size_t klen = strnlen(f->data, f->len);
     if (klen == f->len || klen == 0)
         return false;
@@ -462,7 +464,7 @@ static bool set_value(ddp_store *s, ddp_frame *f) {
     return true;
 }
 
-static bool get_value(ddp_store *s, int c, const char *key) {
+static bool get_value(ddp_coordinator *s, int c, const char *key) {
     Entry *e = find_entry(s, key);
     if (e) {
         queue(s, c, DDP_MSG_VALUE, e->value.data, e->value.len);
@@ -482,7 +484,7 @@ static bool get_value(ddp_store *s, int c, const char *key) {
 /* ------------------------------------------------------------- the loop */
 
 /* One frame from connection c; false: a protocol error, the connection is dropped. */
-static bool handle(ddp_store *s, int c, ddp_frame *f) {
+static bool handle(ddp_coordinator *s, int c, ddp_frame *f) {
     Conn *k = &s->conns[c];
     k->last_heard = ddp_now_ms();
     if (f->type == DDP_MSG_HELLO)
@@ -514,7 +516,7 @@ static bool handle(ddp_store *s, int c, ddp_frame *f) {
     }
 }
 
-static void read_conn(ddp_store *s, int c) {
+static void read_conn(ddp_coordinator *s, int c) {
     for (;;) {
         ddp_frame f = {0};
         const char *problem;
@@ -541,7 +543,7 @@ static void read_conn(ddp_store *s, int c) {
 }
 
 /* "rank 3, rank 5 (connected, still starting)": the workers that have not joined */
-static void missing_ranks(const ddp_store *s, char *text, size_t len) {
+static void missing_ranks(const ddp_coordinator *s, char *text, size_t len) {
     int n = 0, missing = 0;
     text[0] = 0;
     for (int r = 0; r < s->cfg.world && n < (int)len - 80; r++)
@@ -552,7 +554,7 @@ static void missing_ranks(const ddp_store *s, char *text, size_t len) {
         snprintf(text + n, len - (size_t)n, ", ...");
 }
 
-static void tick(ddp_store *s) {
+static void tick(ddp_coordinator *s) {
     double now = ddp_now_ms();
     if (now - s->last_beat >= s->cfg.beat_ms) {
         char clock[32];
@@ -590,7 +592,7 @@ static void tick(ddp_store *s) {
 
 /* Everyone is gone, or told: a job that never formed waits for every rank to have
  * come and heard why, so late workers are not left to their rendezvous timeout. */
-static bool everyone_left(const ddp_store *s) {
+static bool everyone_left(const ddp_coordinator *s) {
     for (int r = 0; !s->table_sent && (s->refusal[0] || s->failure[0]) && r < s->cfg.world; r++)
         if (!s->workers[r].seen)
             return false;
@@ -602,7 +604,7 @@ static bool everyone_left(const ddp_store *s) {
 
 static void *serve(void *arg) {
     pthread_setname_np(pthread_self(), "ddp-coordinator");
-    ddp_store *s = arg;
+    ddp_coordinator *s = arg;
     struct pollfd *fds = NULL;
     int cap = 0;
     for (;;) {
@@ -654,8 +656,8 @@ static void *serve(void *arg) {
 
 /* ---------------------------------------------------------- start, stop */
 
-ddp_store *ddp_store_start(const ddp_store_config *cfg, char *err, size_t errlen) {
-    ddp_store *s = calloc(1, sizeof *s);
+ddp_coordinator *ddp_coordinator_start(const ddp_coordinator_config *cfg, char *err, size_t errlen) {
+    ddp_coordinator *s = calloc(1, sizeof *s);
     if (!s) {
         ddp_fail(err, errlen, "out of memory");
         return NULL;
@@ -691,7 +693,7 @@ ddp_store *ddp_store_start(const ddp_store_config *cfg, char *err, size_t errlen
     return NULL;
 }
 
-void ddp_store_stop(ddp_store *s, double deadline) {
+void ddp_coordinator_stop(ddp_coordinator *s, double deadline) {
     if (!s)
         return;
     pthread_mutex_lock(&s->lock);

@@ -1,4 +1,4 @@
-/* link.c: each worker's connection to the coordinator (store.c), and the thread
+/* coordinator_link.c: each worker's link to the coordinator (coordinator.c), and the thread
  * that keeps it: heartbeats out every beat, the coordinator's heartbeats and notices
  * in, replies handed to the main thread.
  *
@@ -32,7 +32,7 @@ struct ddp_link {
     int fd, rank, world;
     char coordinator[300];      /* host:port, for messages */
     char coordinator_host[256];
-    ddp_store *store;           /* worker 0's */
+    ddp_coordinator *served;          /* worker 0's: the coordinator it serves */
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t send_lock;  /* the main thread's frames and the beats */
@@ -232,9 +232,9 @@ static bool connect_coordinator(ddp_link *l, const ddp_link_config *cfg, char *e
         int listener = ddp_listen((int)c->port_base, why, sizeof why);
         if (listener < 0)
             return ddp_fail(err, errlen, "the coordinator cannot listen: %s", why);
-        ddp_store_config sc = {listener, (int)c->world, *cfg->auth, cfg->peer_timeout_s * 1000, l->beat_ms,
+        ddp_coordinator_config sc = {listener, (int)c->world, *cfg->auth, cfg->peer_timeout_s * 1000, l->beat_ms,
                                deadline, cfg->rendezvous_timeout_s};
-        if (!(l->store = ddp_store_start(&sc, err, errlen))) {
+        if (!(l->served = ddp_coordinator_start(&sc, err, errlen))) {
             close(listener);
             return false;
         }
@@ -445,7 +445,7 @@ static void finish(ddp_link *l, int type, const char *text, double linger_ms) {
     if (l->thread_started)
         pthread_join(l->thread, NULL);
     /* worker 0 serves until every other worker has said goodbye, or the time is up */
-    ddp_store_stop(l->store, ddp_now_ms() + linger_ms);
+    ddp_coordinator_stop(l->served, ddp_now_ms() + linger_ms);
     if (l->fd >= 0)
         close(l->fd);
     if (l->wake_fd >= 0)

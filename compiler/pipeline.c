@@ -1,5 +1,25 @@
-/* driver.c: the front end as one call: parse (with imports), resolve, check.
- * Used by ddpc's commands, by the fuzzer, and by anything that embeds the compiler. */
+/* pipeline.c: the compiler's passes, in the order they run, in one place
+ * (pipeline_run). Each pass is a file of its own:
+ *
+ *   parse          parse.c      the source and its imports (grammar/: re2c, Lemon)
+ *   -D             here         settings from the command line replace the source's
+ *   resolve        resolve.c    every name bound, every call's arguments matched
+ *   settings       settings.c   the strategy's and train's settings evaluated
+ *   expand         expand.c     the trained model, and every other that can stand
+ *                               alone, layer by layer with shapes (shape.c)
+ *   check          settings.c   the settings against the expanded model
+ *   configuration  config.c     the checked configuration, typed: the contract's
+ *                               ddp_settings, all that the passes below read
+ *   lower          ir.c         the forward pass, loss and metrics as tensor ops
+ *   autodiff       autodiff.c   the backward pass
+ *   update         ir.c         the optimizer's step, the evaluation pass
+ *   fuse           fuse.c       pointwise chains and row reductions into kernels
+ *   plan           plan.c       flat vectors, gradient buckets, the memory plan
+ *   code           build.c      the kernels for the CPU and the GPU (kernels.c, llvm.c),
+ *                               the program's description (program.c)
+ *   link           build.c      with the runtime library, into one executable
+ *
+ * ddpc's commands, the fuzzer and the tests run them up to the stage they need. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,32 +115,50 @@ static void apply_defines(Ddpc *c) {
     }
 }
 
-/* After parsing: a lost line or a missing import would make later passes report
- * errors that are not there (its names unknown, its settings missing), so they run
- * only on a program that parsed completely. */
+/* The front end, after parsing: a lost line or a missing import would make later
+ * passes report errors that are not there (its names unknown, its settings missing),
+ * so they run only on a program that parsed completely. */
 static bool check_parsed(Ddpc *c, int errors_before) {
     if (c->diag.errors == errors_before)
         apply_defines(c);
     c->syntax_errors = c->diag.errors > errors_before;
     if (!c->syntax_errors && !c->import_failed && !c->diag.stopped) {
         resolve_program(c);
-        check_program(c);
+        settings_evaluate(c);
+        expand_program(c);
+        settings_check(c); /* and the configuration, c->config */
     }
     diag_flush(c);
     return c->diag.errors == errors_before;
 }
 
-bool ddpc_check_file(Ddpc *c, const char *path) {
+bool pipeline_run(Ddpc *c, const Pipeline *p, Ir **ir) {
     int before = c->diag.errors;
-    if (!parse_program(c, path) && !c->main_file) {
+    if (ir)
+        *ir = NULL;
+    if (p->source) {
+        parse_program_from_memory(c, p->path, p->source, p->source_len);
+    } else if (!parse_program(c, p->path) && !c->main_file) {
         diag_flush(c);
         return false;
     }
-    return check_parsed(c, before);
-}
-
-bool ddpc_check_memory(Ddpc *c, const char *name, const char *data, size_t len) {
-    int before = c->diag.errors;
-    parse_program_from_memory(c, name, data, len);
-    return check_parsed(c, before);
+    if (!check_parsed(c, before))
+        return false;
+    if (p->upto == UPTO_CHECK)
+        return true;
+    if (!c->config) {
+        fprintf(stderr, "ddpc: %s trains no model; there is no training step to %s\n", p->path,
+                p->upto == UPTO_LINK ? "build" : "show");
+        return false;
+    }
+    Ir *lowered = ir_lower(c, c->spec->graph, c->config, p->dtype, p->bucket_bytes, p->no_reuse);
+    autodiff(c, lowered);
+    ir_lower_update(c, lowered);
+    fuse(c, lowered);
+    plan(c, lowered);
+    if (ir)
+        *ir = lowered;
+    if (p->upto == UPTO_PLAN)
+        return true;
+    return build_program(c, lowered, p->build, p->path) == 0; /* code generation and link */
 }

@@ -1,0 +1,181 @@
+/* config.c: the checked program's configuration as one typed structure: the
+ * contract's ddp_settings (runtime/ddp_abi.h), every default filled in, every choice
+ * (loss, optimizer, schedule, metric, dataset kind, cluster, communication,
+ * precision) as the contract's code. It is the last stage that reads settings and
+ * the arguments of built-ins by name; the lowering, code generation and the program's
+ * description read c->config, and the runtime reads the copy emitted into the program. */
+#include <string.h>
+
+#include "ddpc.h"
+#include "../runtime/ddp_abi.h"
+
+/* ---------------------------------------------------------------- values */
+
+static double num_arg(Value obj, const char *name, double otherwise) {
+    Value v = object_arg(obj, name);
+    return v.kind == V_NUM || v.kind == V_BOOL ? v.num : otherwise;
+}
+
+static const char *str_arg(Value obj, const char *name) {
+    Value v = object_arg(obj, name);
+    return v.kind == V_STR ? v.str : NULL;
+}
+
+static ddp_duration duration_of(Value v) {
+    if (v.kind != V_DURATION)
+        return (ddp_duration){.value = 0, .unit = 0};
+    return (ddp_duration){.value = (int64_t)v.num, .unit = v.unit == UNIT_EPOCHS ? DDP_UNIT_EPOCHS : DDP_UNIT_STEPS};
+}
+
+static int count_instrs(const RtExpr *x) {
+    return x->kind == RT_CONST || x->kind == RT_SCALAR ? 1
+           : x->kind == RT_NEG                        ? 1 + count_instrs(x->a)
+                                                      : 1 + count_instrs(x->a) + count_instrs(x->b);
+}
+
+/* x in postfix order into code from *at */
+static void rt_code(const RtExpr *x, ddp_rt_instr *code, int *at) {
+    static const int64_t ops[] = {[OP_ADD] = DDP_RT_ADD, [OP_SUB] = DDP_RT_SUB, [OP_MUL] = DDP_RT_MUL,
+                                  [OP_DIV] = DDP_RT_DIV};
+    static const int64_t scalars[] = {[RT_REPLICAS] = DDP_RT_REPLICAS, [RT_WORKERS] = DDP_RT_WORKERS,
+                                      [RT_GLOBAL_BATCH] = DDP_RT_GLOBAL_BATCH};
+    switch (x->kind) {
+    case RT_CONST: code[(*at)++] = (ddp_rt_instr){.op = DDP_RT_CONST, .value = x->num}; break;
+    case RT_SCALAR: code[(*at)++] = (ddp_rt_instr){.op = scalars[x->scalar]}; break;
+    case RT_NEG:
+        rt_code(x->a, code, at);
+        code[(*at)++] = (ddp_rt_instr){.op = DDP_RT_NEG};
+        break;
+    case RT_BINARY:
+        rt_code(x->a, code, at);
+        rt_code(x->b, code, at);
+        code[(*at)++] = (ddp_rt_instr){.op = ops[x->op]};
+        break;
+    }
+}
+
+/* A number, or an expression of replicas, workers and global_batch, as a program of
+ * the runtime's stack machine; a missing value is 0. */
+static ddp_rt_expr rt_expr_of(Ddpc *c, Value v) {
+    int n = v.kind == V_RUNTIME ? count_instrs(v.rt) : 1, at = 0;
+    ddp_rt_instr *code = arena_alloc(c->arena, sizeof *code * (size_t)n);
+    if (v.kind == V_RUNTIME)
+        rt_code(v.rt, code, &at);
+    else
+        code[0] = (ddp_rt_instr){.op = DDP_RT_CONST, .value = v.kind == V_NUM ? v.num : 0};
+    return (ddp_rt_expr){.code = code, .count = n};
+}
+
+/* ------------------------------------------------------------- the parts */
+
+static ddp_schedule schedule_of(Ddpc *c, Value lr) {
+    Value none = {.kind = V_NONE};
+    if (lr.kind != V_OBJECT)
+        return (ddp_schedule){.kind = DDP_SCHEDULE_CONSTANT, .rate = rt_expr_of(c, lr), .drop = rt_expr_of(c, none),
+                              .final = rt_expr_of(c, none)};
+    int64_t kind = lr.builtin->code;
+    return (ddp_schedule){.kind = kind, .rate = rt_expr_of(c, lr.args[0]), .drop = rt_expr_of(c, object_arg(lr, "drop")),
+                          .final = rt_expr_of(c, object_arg(lr, "final")),
+                          .period = duration_of(object_arg(lr, kind == DDP_SCHEDULE_STEP ? "every" : "warmup"))};
+}
+
+static ddp_optimizer optimizer_of(Ddpc *c, Value opt) {
+    ddp_optimizer o = {.kind = opt.builtin->code,
+                       .learning_rate = schedule_of(c, object_arg(opt, "learning_rate")),
+                       .weight_decay = rt_expr_of(c, object_arg(opt, "weight_decay")),
+                       .momentum = num_arg(opt, "momentum", 0),
+                       .beta1 = num_arg(opt, "beta1", 0),
+                       .beta2 = num_arg(opt, "beta2", 0),
+                       .epsilon = num_arg(opt, "epsilon", 0),
+                       .nesterov = (int64_t)num_arg(opt, "nesterov", 0)};
+    /* sgd keeps a velocity only with momentum; adam and adamw their two moments */
+    o.state_vectors = o.kind != DDP_OPT_SGD ? 2 : o.momentum > 0 ? 1 : 0;
+    return o;
+}
+
+static ddp_dataset dataset_of(Ddpc *c, Value ds) {
+    ddp_dataset d = {.name = "", .kind = -1, .scale = 1};
+    if (ds.kind != V_OBJECT)
+        return d;
+    static const char *const paths[][2] = {[DDP_DATA_IDX] = {"images", "labels"}, [DDP_DATA_CIFAR10] = {"dir", NULL},
+                                           [DDP_DATA_NPY] = {"inputs", "labels"}, [DDP_DATA_CSV] = {"path", NULL},
+                                           [DDP_DATA_SYNTHETIC] = {NULL, NULL}};
+    d.name = ds.decl ? ds.decl->name : "";
+    d.kind = ds.builtin->code;
+    for (int i = 0; i < 2; i++)
+        d.path[i] = paths[d.kind][i] ? str_arg(ds, paths[d.kind][i]) : NULL;
+    d.scale = num_arg(ds, "scale", 1);
+    Value part = object_arg(ds, "part");
+    d.part = part.kind == V_WORD ? word_code(part_words, part.str) : 0;
+    d.header = (int64_t)num_arg(ds, "header", 0);
+    Value features = object_arg(ds, "features");
+    if (features.kind == V_LIST) {
+        const char **names = arena_alloc(c->arena, sizeof *names * (size_t)(features.len + 1));
+        for (int i = 0; i < features.len; i++)
+            names[i] = features.items[i].str;
+        d.features = names;
+        d.nfeatures = features.len;
+    }
+    d.target = str_arg(ds, "target");
+    d.classes = (int64_t)num_arg(ds, "classes", 0);
+    d.samples = (int64_t)num_arg(ds, "samples", 0);
+    return d;
+}
+
+/* The metrics; each pair of accumulators after the loss's own (pair 0). */
+static void metrics_of(Ddpc *c, Value ms, ddp_settings *s) {
+    ddp_metric *m = arena_alloc(c->arena, sizeof *m * (size_t)(ms.len + 1));
+    for (int i = 0; i < ms.len; i++) {
+        const Builtin *b = ms.items[i].builtin;
+        m[i] = (ddp_metric){.name = b->name, .kind = b->code, .k = (int64_t)num_arg(ms.items[i], "k", 0),
+                            .pair = b->code == DDP_METRIC_LOSS ? 0 : 1 + i};
+    }
+    s->metrics = m;
+    s->nmetrics = ms.len;
+}
+
+static int64_t word_setting(const TrainSpec *spec, const char *name, const char *const *words) {
+    Value v = spec_setting(spec, name);
+    int code = v.kind == V_WORD ? word_code(words, v.str) : -1;
+    return code < 0 ? 0 : code;
+}
+
+static int64_t int_setting(const TrainSpec *spec, const char *name, int64_t otherwise) {
+    Value v = spec_setting(spec, name);
+    return v.kind == V_NUM || v.kind == V_BOOL ? (int64_t)v.num : otherwise;
+}
+
+/* ----------------------------------------------------------------- build */
+
+const ddp_settings *config_build(Ddpc *c, const TrainSpec *spec) {
+    ddp_settings *s = arena_alloc(c->arena, sizeof *s);
+    Value cluster = spec_setting(spec, "cluster");
+    s->cluster = cluster.kind == V_OBJECT ? cluster.builtin->code : word_setting(spec, "cluster", cluster_words);
+    s->port_base = (int64_t)num_arg(cluster, "port_base", -1);
+    Value range = object_arg(cluster, "port_range");
+    s->port_range[0] = range.kind == V_LIST ? (int64_t)range.items[0].num : 10000;
+    s->port_range[1] = range.kind == V_LIST ? (int64_t)range.items[1].num : 20000;
+    s->communication = word_setting(spec, "communication", communication_words);
+    s->batch_per_replica = int_setting(spec, "batch_per_replica", 1);
+    s->gpus_per_worker = int_setting(spec, "gpus_per_worker", 1);
+    s->seed = int_setting(spec, "seed", 0);
+    s->shuffle = int_setting(spec, "shuffle", 1);
+    s->drop_remainder = int_setting(spec, "drop_remainder", 1);
+    s->precision = word_setting(spec, "precision", precision_words);
+    s->epochs = int_setting(spec, "epochs", 1);
+    s->steps_per_epoch = int_setting(spec, "steps_per_epoch", -1);
+    s->validate_every = duration_of(spec_setting(spec, "validate_every"));
+    Value checkpoint = spec_setting(spec, "checkpoint");
+    s->checkpoint_dir = str_arg(checkpoint, "dir");
+    s->checkpoint_every = duration_of(object_arg(checkpoint, "every"));
+    s->checkpoint_keep = (int64_t)num_arg(checkpoint, "keep", 0);
+    s->train = dataset_of(c, spec->dataset);
+    s->validation = dataset_of(c, spec_setting(spec, "validation"));
+    Value loss = spec_setting(spec, "loss");
+    s->loss = loss.builtin->code;
+    s->from_logits = (int64_t)num_arg(loss, "from_logits", 0);
+    s->label_smoothing = num_arg(loss, "label_smoothing", 0);
+    metrics_of(c, spec_setting(spec, "metrics"), s);
+    s->optimizer = optimizer_of(c, spec_setting(spec, "optimizer")); /* the learning rate in effect */
+    return s;
+}
