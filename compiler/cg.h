@@ -24,6 +24,7 @@ typedef struct Cg {
     LLVMModuleRef mod;
     LLVMBuilderRef b;
     LLVMTargetMachineRef tm;
+    int opt_level;
     LLVMTypeRef void_t, i1, i8, i32, i64, f32, f64, real, ptr, kernel_type;
     /* the kernel being generated */
     LLVMValueRef fn, bufs, scalars, begin, end;
@@ -39,10 +40,22 @@ typedef struct Cg {
 
 bool cg_init(Cg *cg, Ddpc *c, Ir *ir, Target target, int opt_level, const char **error);
 void cg_dispose(Cg *cg);
-/* Runs the optimisation pipeline and writes the module as an object file (CPU) or
- * PTX text (GPU) into the arena. */
+/* Runs the optimisation pipeline and writes the CPU module as an object file into the
+ * arena. */
 bool cg_emit(Cg *cg, int opt_level, char **out, size_t *len, const char **error);
 char *cg_module_text(Cg *cg); /* the LLVM IR, for --stage=llvm */
+/* The GPU module lowered twice (llvm.c says how): PTX text, whose first line names the
+ * module's hash, and a host object of the same kernels, named *_gpu, for the emulated
+ * device. */
+bool cg_emit_gpu(Cg *cg, char **ptx, size_t *ptx_len, char **obj, size_t *obj_len, uint64_t *hash,
+                 const char **error);
+/* A GPU thread's place in its launch, and its block's barrier and shared memory (the
+ * GPU module only): i32 values, and an i8 pointer. */
+LLVMValueRef cg_gpu_block(Cg *cg);
+LLVMValueRef cg_gpu_threads(Cg *cg);
+LLVMValueRef cg_gpu_thread(Cg *cg);
+void cg_gpu_barrier(Cg *cg);
+LLVMValueRef cg_gpu_shared(Cg *cg);
 
 LLVMValueRef cg_kernel_begin(Cg *cg, const char *name);
 /* Emits body(i) for every index of [begin, end) of the kernel being generated. */
@@ -125,11 +138,16 @@ int op_arguments(Ir *ir, const IrOp *op, Tensor **out, int cap);
 /* Whether an op runs as a generated kernel (not a library call or a marker). */
 bool op_has_kernel(const IrOp *op);
 const char *kernel_name(Ddpc *c, const IrOp *op, int index);
+/* How an op's kernel is launched on a GPU (ddp_abi.h's ddp_launch). */
+typedef struct GpuLaunch {
+    int64_t kind, threads, shared_bytes;
+} GpuLaunch;
+GpuLaunch kernel_launch(const IrOp *op);
 
 /* ------------------------------------------------------------ program.c */
 
 /* Emits ddp_program_desc: the descriptor of ddp_abi.h, into the baseline module. */
-void cg_program(Cg *cg, const char *source, const char *ptx, uint64_t hash);
+void cg_program(Cg *cg, const char *source, const char *ptx, uint64_t hash, uint64_t gpu_hash);
 uint64_t program_hash(Ddpc *c, Ir *ir);
 
 #endif

@@ -869,6 +869,11 @@ bool op_has_kernel(const IrOp *op) {
            op->kind != OP_METRICS_READY && op->kind != OP_FILL;
 }
 
+GpuLaunch kernel_launch(const IrOp *op) {
+    (void)op;
+    return (GpuLaunch){.kind = DDP_LAUNCH_INDEX, .threads = 256, .shared_bytes = 0};
+}
+
 const char *kernel_name(Ddpc *c, const IrOp *op, int index) {
     return arena_printf(c->arena, "ddp_k%d_%s", index, op_kind_name(op->kind));
 }

@@ -1,6 +1,13 @@
 /* llvm.c: LLVM modules, target machines, and the small builder the kernel generators
  * are written with: loops, conditionals, typed loads and stores through the buffer
- * table, run-time scalars.
+ * table, run-time scalars, and a GPU thread's place in its launch.
+ *
+ * The GPU module is made target-neutral: a kernel asks for its block, its thread, a
+ * barrier or its block's shared memory through the ddp_gpu_* functions. It is then
+ * lowered twice from that one module (cg_emit_gpu): to PTX, where ddp_gpu_* become the
+ * special registers, bar.sync and dynamic shared memory; and to a host object for the
+ * emulated device, where the runtime's emulator defines them. Both carry the hash of
+ * the module's text, so the runtime can check they came from the same module.
  *
  * A kernel's function has two blocks up front: `entry`, which gathers the allocas and
  * the buffer pointers a kernel loads from the table (so they are loaded once, outside
@@ -14,6 +21,7 @@
 
 #include "cg.h"
 #include "../runtime/ddp_abi.h"
+#include "../runtime/fnv.h"
 
 static const struct {
     const char *triple, *cpu, *features;
@@ -38,6 +46,29 @@ static void init_llvm_targets(void) {
     LLVMInitializeNVPTXAsmPrinter();
 }
 
+static LLVMTargetMachineRef target_machine(Target target, int opt_level) {
+    LLVMTargetRef t;
+    char *msg = NULL;
+    if (LLVMGetTargetFromTriple(targets[target].triple, &t, &msg)) {
+        LLVMDisposeMessage(msg);
+        return NULL;
+    }
+    LLVMCodeGenOptLevel level = opt_level <= 0 ? LLVMCodeGenLevelNone
+                                : opt_level == 1 ? LLVMCodeGenLevelLess
+                                : opt_level == 2 ? LLVMCodeGenLevelDefault : LLVMCodeGenLevelAggressive;
+    return LLVMCreateTargetMachine(t, targets[target].triple, targets[target].cpu, targets[target].features, level,
+                                   target == TARGET_GPU ? LLVMRelocDefault : LLVMRelocPIC, LLVMCodeModelDefault);
+}
+
+static void set_target(LLVMModuleRef m, LLVMTargetMachineRef tm, const char *triple) {
+    LLVMSetTarget(m, triple);
+    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
+    char *rep = LLVMCopyStringRepOfTargetData(layout);
+    LLVMSetDataLayout(m, rep);
+    LLVMDisposeMessage(rep);
+    LLVMDisposeTargetData(layout);
+}
+
 bool cg_init(Cg *cg, Ddpc *c, Ir *ir, Target target, int opt_level, const char **error) {
     memset(cg, 0, sizeof *cg);
     init_llvm_targets();
@@ -54,19 +85,10 @@ bool cg_init(Cg *cg, Ddpc *c, Ir *ir, Target target, int opt_level, const char *
         LLVMDisposeMessage(msg);
         return false;
     }
-    LLVMCodeGenOptLevel level = opt_level <= 0 ? LLVMCodeGenLevelNone
-                                : opt_level == 1 ? LLVMCodeGenLevelLess
-                                : opt_level == 2 ? LLVMCodeGenLevelDefault : LLVMCodeGenLevelAggressive;
-    cg->tm = LLVMCreateTargetMachine(t, targets[target].triple, targets[target].cpu,
-                                     targets[target].features, level,
-                                     target == TARGET_GPU ? LLVMRelocDefault : LLVMRelocPIC,
-                                     LLVMCodeModelDefault);
-    LLVMSetTarget(cg->mod, targets[target].triple);
-    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(cg->tm);
-    char *rep = LLVMCopyStringRepOfTargetData(layout);
-    LLVMSetDataLayout(cg->mod, rep);
-    LLVMDisposeMessage(rep);
-    LLVMDisposeTargetData(layout);
+    cg->opt_level = opt_level;
+    cg->tm = target_machine(target, opt_level);
+    if (target != TARGET_GPU) /* the GPU module stays neutral until it is lowered */
+        set_target(cg->mod, cg->tm, targets[target].triple);
 
     cg->void_t = LLVMVoidTypeInContext(cg->ctx);
     cg->i1 = LLVMInt1TypeInContext(cg->ctx);
@@ -105,42 +127,6 @@ char *cg_module_text(Cg *cg) {
     char *copy = arena_strdup(cg->c->arena, s);
     LLVMDisposeMessage(s);
     return copy;
-}
-
-bool cg_emit(Cg *cg, int opt_level, char **out, size_t *len, const char **error) {
-    char *msg = NULL;
-    if (LLVMVerifyModule(cg->mod, LLVMReturnStatusAction, &msg)) {
-        *error = arena_printf(cg->c->arena, "generated code failed verification: %s", msg);
-        LLVMDisposeMessage(msg);
-        return false;
-    }
-    LLVMDisposeMessage(msg);
-    if (opt_level > 0) {
-        LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
-        const char *pipeline = opt_level == 1 ? "default<O1>" : opt_level == 2 ? "default<O2>" : "default<O3>";
-        LLVMErrorRef err = LLVMRunPasses(cg->mod, pipeline, cg->tm, options);
-        LLVMDisposePassBuilderOptions(options);
-        if (err) {
-            char *m = LLVMGetErrorMessage(err);
-            *error = arena_printf(cg->c->arena, "optimising the generated code failed: %s", m);
-            LLVMDisposeErrorMessage(m);
-            return false;
-        }
-    }
-    LLVMMemoryBufferRef buf;
-    LLVMCodeGenFileType type = cg->target == TARGET_GPU ? LLVMAssemblyFile : LLVMObjectFile;
-    if (LLVMTargetMachineEmitToMemoryBuffer(cg->tm, cg->mod, type, &msg, &buf)) {
-        *error = arena_printf(cg->c->arena, "LLVM could not emit the %s code: %s",
-                              cg->target == TARGET_GPU ? "GPU" : "CPU", msg);
-        LLVMDisposeMessage(msg);
-        return false;
-    }
-    *len = LLVMGetBufferSize(buf);
-    *out = arena_alloc(cg->c->arena, *len + 1);
-    memcpy(*out, LLVMGetBufferStart(buf), *len);
-    (*out)[*len] = '\0';
-    LLVMDisposeMemoryBuffer(buf);
-    return true;
 }
 
 /* ----------------------------------------------------------------- values */
@@ -202,14 +188,6 @@ LLVMValueRef cg_kernel_begin(Cg *cg, const char *name) {
     cg->entry = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "entry");
     LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "start");
     LLVMPositionBuilderAtEnd(cg->b, start);
-    if (cg->target == TARGET_GPU) {
-        LLVMSetFunctionCallConv(cg->fn, 71); /* PTX_Kernel */
-        LLVMMetadataRef md[] = {LLVMValueAsMetadata(cg->fn),
-                             LLVMMDStringInContext2(cg->ctx, "kernel", 6),
-                             LLVMValueAsMetadata(LLVMConstInt(cg->i32, 1, 0))};
-        LLVMAddNamedMetadataOperand(cg->mod, "nvvm.annotations",
-                                    LLVMMetadataAsValue(cg->ctx, LLVMMDNodeInContext2(cg->ctx, md, 3)));
-    }
     return cg->fn;
 }
 
@@ -329,12 +307,189 @@ void cg_if_end(Cg *cg, If *f) {
     LLVMPositionBuilderAtEnd(cg->b, f->done);
 }
 
-static LLVMValueRef sreg(Cg *cg, const char *name) {
-    LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
-    LLVMTypeRef type = LLVMFunctionType(cg->i32, NULL, 0, 0);
+/* ------------------------------------------------------------- the GPU */
+
+/* The GPU's builtins, as the neutral module declares them. */
+static const char *const gpu_builtins[] = {"ddp_gpu_block", "ddp_gpu_threads", "ddp_gpu_thread",
+                                           "ddp_gpu_barrier", "ddp_gpu_shared"};
+enum { GPU_BLOCK, GPU_THREADS, GPU_THREAD, GPU_BARRIER, GPU_SHARED, GPU_BUILTINS };
+
+static LLVMTypeRef builtin_type(LLVMContextRef ctx, int which) {
+    LLVMTypeRef ret = which == GPU_BARRIER  ? LLVMVoidTypeInContext(ctx)
+                      : which == GPU_SHARED ? LLVMPointerType(LLVMInt8TypeInContext(ctx), 0)
+                                            : LLVMInt32TypeInContext(ctx);
+    return LLVMFunctionType(ret, NULL, 0, 0);
+}
+
+static LLVMValueRef call_builtin(Cg *cg, int which) {
+    LLVMTypeRef type = builtin_type(cg->ctx, which);
+    LLVMValueRef f = LLVMGetNamedFunction(cg->mod, gpu_builtins[which]);
     if (!f)
-        f = LLVMAddFunction(cg->mod, name, type);
-    return LLVMBuildZExt(cg->b, LLVMBuildCall2(cg->b, type, f, NULL, 0, ""), cg->i64, "");
+        f = LLVMAddFunction(cg->mod, gpu_builtins[which], type);
+    return LLVMBuildCall2(cg->b, type, f, NULL, 0, "");
+}
+
+LLVMValueRef cg_gpu_block(Cg *cg) {
+    return LLVMBuildZExt(cg->b, call_builtin(cg, GPU_BLOCK), cg->i64, "block");
+}
+
+LLVMValueRef cg_gpu_threads(Cg *cg) {
+    return LLVMBuildZExt(cg->b, call_builtin(cg, GPU_THREADS), cg->i64, "threads");
+}
+
+LLVMValueRef cg_gpu_thread(Cg *cg) {
+    return LLVMBuildZExt(cg->b, call_builtin(cg, GPU_THREAD), cg->i64, "thread");
+}
+
+void cg_gpu_barrier(Cg *cg) {
+    call_builtin(cg, GPU_BARRIER);
+}
+
+LLVMValueRef cg_gpu_shared(Cg *cg) {
+    return call_builtin(cg, GPU_SHARED);
+}
+
+/* In the PTX copy: each builtin defined, inline, with what the GPU has. */
+static void define_builtins_for_ptx(LLVMModuleRef m, LLVMContextRef ctx) {
+    static const char *const registers[] = {[GPU_BLOCK] = "llvm.nvvm.read.ptx.sreg.ctaid.x",
+                                            [GPU_THREADS] = "llvm.nvvm.read.ptx.sreg.ntid.x",
+                                            [GPU_THREAD] = "llvm.nvvm.read.ptx.sreg.tid.x"};
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(ctx);
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(ctx);
+    unsigned inline_kind = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
+    for (int w = 0; w < GPU_BUILTINS; w++) {
+        LLVMValueRef f = LLVMGetNamedFunction(m, gpu_builtins[w]);
+        if (!f)
+            continue;
+        LLVMTypeRef type = builtin_type(ctx, w);
+        LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(ctx, f, "entry"));
+        if (w == GPU_SHARED) {
+            /* the launch's dynamic shared memory, as a generic pointer */
+            LLVMTypeRef bytes = LLVMArrayType(i8, 0);
+            LLVMValueRef shared = LLVMAddGlobalInAddressSpace(m, bytes, "ddp_gpu_shared_memory", 3);
+            LLVMSetAlignment(shared, 16);
+            LLVMValueRef p = LLVMBuildBitCast(b, shared, LLVMPointerType(i8, 3), "");
+            LLVMBuildRet(b, LLVMBuildAddrSpaceCast(b, p, LLVMPointerType(i8, 0), ""));
+        } else {
+            const char *name = w == GPU_BARRIER ? "llvm.nvvm.barrier0" : registers[w];
+            LLVMValueRef intrinsic = LLVMGetNamedFunction(m, name);
+            if (!intrinsic)
+                intrinsic = LLVMAddFunction(m, name, type);
+            LLVMValueRef v = LLVMBuildCall2(b, type, intrinsic, NULL, 0, "");
+            if (w == GPU_BARRIER)
+                LLVMBuildRetVoid(b);
+            else
+                LLVMBuildRet(b, v);
+        }
+        LLVMSetLinkage(f, LLVMInternalLinkage);
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(ctx, inline_kind, 0));
+    }
+    LLVMDisposeBuilder(b);
+}
+
+/* Whether f is one of the program's kernels (and not a helper or a builtin). */
+static bool is_kernel(Cg *cg, LLVMValueRef f) {
+    size_t len;
+    const char *name = LLVMGetValueName2(f, &len);
+    for (int k = 0; k < cg->ir->kernel_ops.len; k++)
+        if (strcmp(name, kernel_name(cg->c, cg->ir->kernel_ops.items[k], k)) == 0)
+            return true;
+    return false;
+}
+
+/* Runs the optimisation pipeline on m and emits it for tm. */
+static bool emit_module(Cg *cg, LLVMModuleRef m, LLVMTargetMachineRef tm, LLVMCodeGenFileType type, const char *what,
+                        char **out, size_t *len, const char **error) {
+    char *msg = NULL;
+    if (LLVMVerifyModule(m, LLVMReturnStatusAction, &msg)) {
+        *error = arena_printf(cg->c->arena, "generated %s code failed verification: %s", what, msg);
+        LLVMDisposeMessage(msg);
+        return false;
+    }
+    LLVMDisposeMessage(msg);
+    if (cg->opt_level > 0) {
+        LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
+        const char *pipeline = cg->opt_level == 1   ? "default<O1>"
+                               : cg->opt_level == 2 ? "default<O2>" : "default<O3>";
+        LLVMErrorRef err = LLVMRunPasses(m, pipeline, tm, options);
+        LLVMDisposePassBuilderOptions(options);
+        if (err) {
+            char *e = LLVMGetErrorMessage(err);
+            *error = arena_printf(cg->c->arena, "optimising the generated %s code failed: %s", what, e);
+            LLVMDisposeErrorMessage(e);
+            return false;
+        }
+    }
+    LLVMMemoryBufferRef buf;
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, m, type, &msg, &buf)) {
+        *error = arena_printf(cg->c->arena, "LLVM could not emit the %s code: %s", what, msg);
+        LLVMDisposeMessage(msg);
+        return false;
+    }
+    *len = LLVMGetBufferSize(buf);
+    *out = arena_alloc(cg->c->arena, *len + 1);
+    memcpy(*out, LLVMGetBufferStart(buf), *len);
+    (*out)[*len] = '\0';
+    LLVMDisposeMemoryBuffer(buf);
+    return true;
+}
+
+bool cg_emit(Cg *cg, int opt_level, char **out, size_t *len, const char **error) {
+    cg->opt_level = opt_level;
+    return emit_module(cg, cg->mod, cg->tm, LLVMObjectFile, "CPU", out, len, error);
+}
+
+bool cg_emit_gpu(Cg *cg, char **ptx, size_t *ptx_len, char **obj, size_t *obj_len, uint64_t *hash,
+                 const char **error) {
+    char *text = LLVMPrintModuleToString(cg->mod);
+    *hash = ddp_fnv1a(text, strlen(text), DDP_FNV_START);
+    LLVMDisposeMessage(text);
+
+    /* PTX: the builtins defined with the GPU's registers; kernels with the kernel
+     * calling convention, annotated as kernels */
+    LLVMModuleRef device = LLVMCloneModule(cg->mod);
+    set_target(device, cg->tm, targets[TARGET_GPU].triple);
+    define_builtins_for_ptx(device, cg->ctx);
+    for (LLVMValueRef f = LLVMGetFirstFunction(device); f; f = LLVMGetNextFunction(f)) {
+        if (!is_kernel(cg, f))
+            continue;
+        LLVMSetFunctionCallConv(f, 71); /* PTX_Kernel */
+        LLVMMetadataRef md[] = {LLVMValueAsMetadata(f), LLVMMDStringInContext2(cg->ctx, "kernel", 6),
+                                LLVMValueAsMetadata(LLVMConstInt(cg->i32, 1, 0))};
+        LLVMAddNamedMetadataOperand(device, "nvvm.annotations",
+                                    LLVMMetadataAsValue(cg->ctx, LLVMMDNodeInContext2(cg->ctx, md, 3)));
+    }
+    char *code;
+    size_t code_len;
+    bool ok = emit_module(cg, device, cg->tm, LLVMAssemblyFile, "GPU", &code, &code_len, error);
+    LLVMDisposeModule(device);
+    if (!ok)
+        return false;
+    char header[64];
+    int n = snprintf(header, sizeof header, "// ddp gpu module %016llx\n", (unsigned long long)*hash);
+    *ptx_len = (size_t)n + code_len;
+    *ptx = arena_alloc(cg->c->arena, *ptx_len + 1);
+    memcpy(*ptx, header, (size_t)n);
+    memcpy(*ptx + n, code, code_len + 1);
+
+    /* the host: the same module, kernels renamed, the builtins left to the emulator */
+    LLVMTargetMachineRef host_tm = target_machine(TARGET_CPU_BASE, cg->opt_level);
+    LLVMModuleRef host = LLVMCloneModule(cg->mod);
+    set_target(host, host_tm, targets[TARGET_CPU_BASE].triple);
+    for (LLVMValueRef f = LLVMGetFirstFunction(host); f; f = LLVMGetNextFunction(f))
+        if (is_kernel(cg, f)) {
+            size_t len;
+            const char *name = LLVMGetValueName2(f, &len);
+            const char *renamed = arena_printf(cg->c->arena, "%s_gpu", name);
+            LLVMSetValueName2(f, renamed, strlen(renamed));
+        }
+    LLVMValueRef stamp = LLVMAddGlobal(host, cg->i64, "ddp_gpu_module_hash");
+    LLVMSetInitializer(stamp, LLVMConstInt(cg->i64, *hash, 0));
+    LLVMSetGlobalConstant(stamp, 1);
+    ok = emit_module(cg, host, host_tm, LLVMObjectFile, "emulated GPU", obj, obj_len, error);
+    LLVMDisposeModule(host);
+    LLVMDisposeTargetMachine(host_tm);
+    return ok;
 }
 
 void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody body) {
@@ -344,9 +499,7 @@ void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody body) {
         cg_loop_end(cg, &l);
         return;
     }
-    LLVMValueRef block = sreg(cg, "llvm.nvvm.read.ptx.sreg.ctaid.x");
-    LLVMValueRef width = sreg(cg, "llvm.nvvm.read.ptx.sreg.ntid.x");
-    LLVMValueRef thread = sreg(cg, "llvm.nvvm.read.ptx.sreg.tid.x");
+    LLVMValueRef block = cg_gpu_block(cg), width = cg_gpu_threads(cg), thread = cg_gpu_thread(cg);
     LLVMValueRef i = LLVMBuildAdd(cg->b, cg->begin,
                                   LLVMBuildAdd(cg->b, LLVMBuildMul(cg->b, block, width, ""), thread, ""), "i");
     If f = cg_if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntSLT, i, cg->end, ""));

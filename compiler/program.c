@@ -62,16 +62,17 @@ static void f_str(Emit *e, Fields *f, const char *s) {
 
 /* ---------------------------------------------------------------- emitting */
 
-/* The kernels of one variant, in index order; the wide ones are defined in another
- * object and declared here. */
-static LLVMValueRef functions_table(Emit *e, bool wide) {
+/* The kernels of one variant (0 the baseline, 1 the wide, 2 the GPU's for the emulated
+ * device), in index order; all but the baseline are defined in other objects and
+ * declared here. */
+static LLVMValueRef functions_table(Emit *e, int variant) {
+    static const char *const suffix[] = {"", "_wide", "_gpu"};
     Cg *cg = e->cg;
     Ir *ir = cg->ir;
     Fields f = {0};
     for (int k = 0; k < ir->kernel_ops.len; k++) {
-        const char *name = kernel_name(cg->c, ir->kernel_ops.items[k], k);
-        if (wide)
-            name = arena_printf(cg->c->arena, "%s_wide", name);
+        const char *name = arena_printf(cg->c->arena, "%s%s", kernel_name(cg->c, ir->kernel_ops.items[k], k),
+                                        suffix[variant]);
         LLVMValueRef fn = LLVMGetNamedFunction(cg->mod, name);
         if (!fn)
             fn = LLVMAddFunction(cg->mod, name, cg->kernel_type);
@@ -126,7 +127,7 @@ static void f_struct(Emit *e, Fields *f, const ContractType *t, const char *obj)
         case FIELD_REFS:
         case FIELD_I64REFS:
         case FIELD_STRREFS: f_ptr(e, f, pointed_at(e, fd, obj)); break;
-        case FIELD_FNS: f_ptr(e, f, functions_table(e, fd->n != 0)); break;
+        case FIELD_FNS: f_ptr(e, f, functions_table(e, fd->n)); break;
         }
     }
 }
@@ -176,7 +177,9 @@ static const ddp_kernel *kernels_table(Ddpc *c, Ir *ir) {
     ddp_kernel *out = NEW_ARRAY(c, ddp_kernel, ir->kernel_ops.len);
     for (int k = 0; k < ir->kernel_ops.len; k++) {
         IrOp *op = ir->kernel_ops.items[k];
-        out[k] = (ddp_kernel){.name = kernel_name(c, op, k), .flags = op->kind == OP_ACCUMULATE ? DDP_KERNEL_SERIAL : 0};
+        GpuLaunch g = kernel_launch(op);
+        out[k] = (ddp_kernel){.name = kernel_name(c, op, k), .flags = op->kind == OP_ACCUMULATE ? DDP_KERNEL_SERIAL : 0,
+                              .launch = g.kind, .threads = g.threads, .shared_bytes = g.shared_bytes};
     }
     return out;
 }
@@ -232,11 +235,12 @@ static ddp_phase phase_steps(Ddpc *c, Ir *ir, Phase ph) {
 }
 
 /* The built program as a C instance of the contract's ddp_program. */
-static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const char *ptx, uint64_t hash) {
+static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const char *ptx, uint64_t hash,
+                                    uint64_t gpu_hash) {
     ddp_program p = {.abi_version = DDP_ABI_VERSION, .hash = hash, .name = ir->graph->model, .source = source,
                      .dtype = abi_dtype(ir->dtype), .input_rank = ir->graph->input.rank,
                      .output_elems = ir->output->per_sample, .label_dtype = abi_dtype(ir->label->dtype),
-                     .param_count = ir->param_count, .stats_count = ir->stats_count, .ptx = ptx,
+                     .param_count = ir->param_count, .stats_count = ir->stats_count, .ptx = ptx, .gpu_hash = gpu_hash,
                      .settings = *c->config};
     for (int i = 0; i < ir->graph->input.rank && i < 8; i++)
         p.input_shape[i] = ir->graph->input.dim[i];
@@ -271,9 +275,9 @@ static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const c
     return p;
 }
 
-void cg_program(Cg *cg, const char *source, const char *ptx, uint64_t hash) {
+void cg_program(Cg *cg, const char *source, const char *ptx, uint64_t hash, uint64_t gpu_hash) {
     Emit e = {cg, 0};
-    ddp_program p = program_instance(cg->c, cg->ir, source, ptx, hash);
+    ddp_program p = program_instance(cg->c, cg->ir, source, ptx, hash, gpu_hash);
     Fields f = {0};
     f_struct(&e, &f, &contract_ddp_program, (const char *)&p);
     global_of(&e, &f, "ddp_program_desc");

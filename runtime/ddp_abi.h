@@ -119,9 +119,20 @@ enum ddp_scalar_slot {
     X##_I64(T, per_sample)
 DDP_CONTRACT(ddp_dim)
 
+/* A kernel and its launch on a GPU. DDP_LAUNCH_INDEX: one thread per index of the
+ * step's range, `threads` to a block, as many blocks as it takes. DDP_LAUNCH_BLOCK: one
+ * block of `threads` per index, which its threads share (a tree reduction over shared
+ * memory with barriers), `shared_bytes` of shared memory each; the grid is the range's
+ * length, so it follows the problem and never the GPU. On the CPU each index is one
+ * iteration of a loop either way. */
+enum ddp_launch { DDP_LAUNCH_INDEX, DDP_LAUNCH_BLOCK };
+
 #define DDP_FIELDS_ddp_kernel(X, T)                                                                          \
     X##_STR(T, name)        /* "ddp_k12_pointwise": its symbol, for the GPU, traces, errors */              \
-    X##_I64(T, flags)       /* DDP_KERNEL_* */
+    X##_I64(T, flags)       /* DDP_KERNEL_* */                                                               \
+    X##_I64(T, launch)      /* ddp_launch */                                                                 \
+    X##_I64(T, threads)     /* a block's threads: a power of two up to 1024 */                               \
+    X##_I64(T, shared_bytes) /* a block's shared memory, 48 KB at most */
 DDP_CONTRACT(ddp_kernel)
 
 enum { DDP_KERNEL_SERIAL = 1 }; /* must run as one call (a reduction in a fixed order) */
@@ -385,6 +396,8 @@ enum ddp_phase_kind { DDP_PHASE_FORWARD, DDP_PHASE_BACKWARD, DDP_PHASE_OPTIMIZER
     X##_I64(T, nbuckets)                                                                                     \
     X##_I64(T, accum_pairs)                                                                                  \
     X##_STR(T, ptx)                 /* every kernel for the GPU, one module; NULL if not built */            \
+    X##_U64(T, gpu_hash)            /* the hash of the GPU module both the PTX and gpu_emulated come from */ \
+    X##_FNS(T, gpu_emulated, 2)     /* one per kernel: the GPU's code for the host, for the emulated device */ \
     X##_SUB(T, ddp_settings, settings)
 DDP_CONTRACT(ddp_program)
 

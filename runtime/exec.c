@@ -98,6 +98,7 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
 void ddp_close(ddp_runtime *rt) {
     if (!rt)
         return;
+    ddp_gpu_detach(rt);
     for (int r = 0; r < DDP_REGION_COUNT; r++)
         free(rt->region[r]);
     for (int ph = 0; ph < DDP_PHASE_COUNT; ph++) {
@@ -246,12 +247,14 @@ static void sequence_of(const ddp_program *p, int phase, int64_t *sequence, int6
         *first += p->phases[ph].count;
 }
 
-void ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
+bool ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
     const ddp_program *p = rt->program;
     const ddp_phase *ph = &p->phases[phase];
     int64_t sequence, position;
     sequence_of(p, phase, &sequence, &position);
     position += first;
+    if (rt->gpu)
+        return ddp_gpu_run_steps(rt, phase, first, count, sequence, position);
     if (rt->options.poison && first == 0 && (phase == DDP_PHASE_FORWARD || phase == DDP_PHASE_EVAL))
         poison_sequence_start(rt);
     for (int64_t i = first; i < first + count && i < ph->count; i++, position++) {
@@ -286,20 +289,22 @@ void ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
         if (rt->options.poison)
             poison_after(rt, sequence, position);
     }
+    return true;
 }
 
-void ddp_run_phase(ddp_runtime *rt, int phase) {
-    ddp_run_steps(rt, phase, 0, rt->program->phases[phase].count);
+bool ddp_run_phase(ddp_runtime *rt, int phase) {
+    return ddp_run_steps(rt, phase, 0, rt->program->phases[phase].count);
 }
 
-void ddp_train_step(ddp_runtime *rt) {
-    ddp_run_phase(rt, DDP_PHASE_FORWARD);
-    ddp_run_phase(rt, DDP_PHASE_BACKWARD);
-    ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);
+bool ddp_train_step(ddp_runtime *rt) {
+    return ddp_run_phase(rt, DDP_PHASE_FORWARD) && ddp_run_phase(rt, DDP_PHASE_BACKWARD) &&
+           ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);
 }
 
 void ddp_zero_accumulators(ddp_runtime *rt) {
     memset(rt->region[DDP_REGION_ACCUM], 0, (size_t)rt->program->region_bytes[DDP_REGION_ACCUM]);
+    if (rt->gpu)
+        ddp_gpu_zero(rt, DDP_REGION_ACCUM);
 }
 
 double *ddp_accumulators(ddp_runtime *rt) {

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "runtime.h"
 
 struct ddp_report {
@@ -169,8 +170,14 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     char line[2048];
     printf("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, cfg->evaluate ? "evaluating" : "training",
            p->name, p->source, (unsigned long long)p->hash);
-    printf("  device      cpu, %d threads (%s), %s kernels\n", ddp_pool_threads(rt->pool), cfg->threads_from,
-           rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64");
+    const ddp_device_info *gpu = ddp_gpu_info(rt);
+    if (gpu)
+        printf("  device      %s: %s, %s (bus %s), %.1f GiB free%s\n", strcmp(ddp_gpu_backend(rt), "cuda") == 0 ? "gpu"
+               : ddp_gpu_backend(rt), gpu->name, gpu->uuid, gpu->bus, (double)gpu->free_bytes / (1 << 30),
+               gpu->driver_version ? "" : " (a test instrument: correct, not fast)");
+    else
+        printf("  device      cpu, %d threads (%s), %s kernels\n", ddp_pool_threads(rt->pool), cfg->threads_from,
+               rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64");
     const ddp_cluster *c = &cfg->cluster;
     if (c->world == 1)
         printf("  cluster     %s: one worker on %s\n", c->source, c->host);

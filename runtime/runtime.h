@@ -148,6 +148,8 @@ typedef struct ddp_runtime {
     int replicas, workers;
     int64_t epochs;                /* of the run, for schedules (the program's unless changed) */
     double rate_override;          /* NAN: the program's learning rate */
+    struct ddp_gpu *gpu;           /* the GPU that runs the schedule (gpu.c); NULL: the CPU */
+    char device_error[2048];       /* why the GPU failed */
 } ddp_runtime;
 
 /* Allocates and prepares a program's regions; NULL with a message in err. */
@@ -157,11 +159,14 @@ void ddp_close(ddp_runtime *rt);
  * every machine and for any number of workers. */
 void ddp_init_params(ddp_runtime *rt, uint64_t seed);
 void ddp_set_batch(ddp_runtime *rt, int64_t local, int64_t global);
-void ddp_run_phase(ddp_runtime *rt, int phase);
+/* The steps of a phase. On a GPU they are queued, and run once the host waits for
+ * them (ddp_to_host, ddp_gpu_synchronize); false with rt->device_error when the GPU
+ * failed (the CPU never does). */
+bool ddp_run_phase(ddp_runtime *rt, int phase);
 /* steps [first, first + count) of a phase */
-void ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count);
+bool ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count);
 /* forward, backward, optimizer: one training step on the batch in the input region */
-void ddp_train_step(ddp_runtime *rt);
+bool ddp_train_step(ddp_runtime *rt);
 void ddp_zero_accumulators(ddp_runtime *rt);
 double ddp_accumulator(ddp_runtime *rt, int pair, double *count);
 /* The accumulators themselves: accum_pairs (sum, count) pairs, for saving around a
@@ -473,7 +478,7 @@ int64_t ddp_loader_next(ddp_loader *l, void *x, void *y, int64_t *ids);
 
 /* -------------------------------------------------------------- options.c */
 
-enum ddp_device_kind { DDP_DEVICE_AUTO, DDP_DEVICE_CPU, DDP_DEVICE_GPU };
+enum ddp_device_kind { DDP_DEVICE_AUTO, DDP_DEVICE_CPU, DDP_DEVICE_GPU, DDP_DEVICE_EMULATED };
 
 /* A run's settings: the program's, then the command line's over them. */
 typedef struct ddp_config {
@@ -581,6 +586,31 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
 
 /* A built program's main: returns its exit status. */
 int ddp_main(const ddp_program *p, int argc, char **argv);
+
+/* ------------------------------------------------------------------ gpu.c */
+
+struct ddp_device;
+typedef struct ddp_gpu ddp_gpu;
+/* The schedule run on dev from now on (the runtime owns dev then, even on failure):
+ * regions on the device, the host's mirrors of them pinned where copies overlap work. */
+bool ddp_gpu_attach(ddp_runtime *rt, struct ddp_device *dev, char *err, size_t len);
+void ddp_gpu_detach(ddp_runtime *rt);
+bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count, int64_t sequence,
+                       int64_t position);
+/* A region's host mirror onto the device (queued, in order with the steps), or the
+ * device's region into the mirror (waits for it); both no-ops on the CPU. False with
+ * rt->device_error. */
+bool ddp_to_device(ddp_runtime *rt, int region);
+bool ddp_to_host(ddp_runtime *rt, int region);
+/* Before the loader writes a batch into the input region's mirror: the last upload
+ * has read it. After: the batch goes up while the current step runs. */
+bool ddp_batch_writable(ddp_runtime *rt);
+bool ddp_batch_uploaded(ddp_runtime *rt);
+bool ddp_gpu_zero(ddp_runtime *rt, int region);
+/* Waits for every queued step; true on the CPU. */
+bool ddp_gpu_synchronize(ddp_runtime *rt);
+const struct ddp_device_info *ddp_gpu_info(const ddp_runtime *rt); /* NULL on the CPU */
+const char *ddp_gpu_backend(const ddp_runtime *rt);                  /* "cuda", "emulated", "cpu" */
 
 /* -------------------------------------------------------- learning_rate.c */
 

@@ -5,7 +5,8 @@
  * datasets read and checked; the executor prepared with parameters from the seed or
  * a saved file; the rendezvous (same program, same settings, same data sizes on every
  * worker), the ring, and a check that every worker holds the same parameters (S5);
- * then the training loop.
+ * then the training loop. The device is chosen before the data are read: the GPU
+ * visible to this task, the CPU, or the emulated GPU.
  *
  * Exit status: 0 done, 1 a run-time error (data, files, numbers, a job that cannot
  * form), 2 bad usage, 3 another worker of the job was lost. */
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "runtime.h"
 
 static int fail(ddp_job *job, const char *message) {
@@ -47,12 +49,90 @@ static const ddp_dataset *synthetic_like(const ddp_program *p, const ddp_config 
     return d;
 }
 
+/* ----------------------------------------------------------------- devices */
+
+/* Variables that say this task was given GPUs: inside such a job, not using one is an
+ * error, not a silent CPU run. */
+static const char *gpus_given(void) {
+    static const char *const vars[] = {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v && strcmp(v, "NoDevFiles") != 0)
+            return vars[i];
+    }
+    return NULL;
+}
+
+/* Which GPU of those visible: the only one, or the local rank's when there is one per
+ * task of the node (S4); -1 with why not. */
+static int gpu_ordinal(const ddp_cluster *c, int visible, char *err, size_t len) {
+    if (visible == 1)
+        return 0;
+    if (visible >= c->local_world)
+        return (int)c->local_rank;
+    ddp_fail(err, len, "this task sees %d GPUs, but %lld tasks of the job share its node: give each task its own "
+                       "GPU (srun --gpus-per-task=1), or let every task see one GPU per task of the node",
+             visible, (long long)c->local_world);
+    return -1;
+}
+
+/* The device this worker trains on: *dev NULL for the CPU; false with why. */
+static bool choose_device(ddp_config *cfg, const ddp_program *p, ddp_device **dev, char *err, size_t len) {
+    *dev = NULL;
+    if (cfg->device == DDP_DEVICE_CPU)
+        return true;
+    if (cfg->device == DDP_DEVICE_EMULATED)
+        return ddp_device_open_emulated(p, dev, err, len);
+    char why[1024];
+    int visible = ddp_cuda_device_count(why, sizeof why);
+    const char *given = gpus_given();
+    if (visible <= 0) {
+        if (cfg->device == DDP_DEVICE_AUTO && !given) {
+            cfg->device = DDP_DEVICE_CPU;
+            return true;
+        }
+        const char *because = visible == 0 ? "the CUDA driver sees no GPU" : why;
+        if (cfg->device == DDP_DEVICE_GPU)
+            return ddp_fail(err, len, "--device gpu: no usable GPU: %s", because);
+        return ddp_fail(err, len, "this task was given GPUs (%s=%s), but none is usable: %s. Pass --device cpu to "
+                                  "train on the CPU instead", given, getenv(given), because);
+    }
+    int ordinal = gpu_ordinal(&cfg->cluster, visible, err, len);
+    if (ordinal < 0 || !ddp_device_open_cuda(p, ordinal, dev, err, len))
+        return false;
+    cfg->device = DDP_DEVICE_GPU;
+    return true;
+}
+
+/* The GPU, said: on stderr by every worker of a job (each its own), in the banner by
+ * worker 0; the plan's memory checked against what the device has free. */
+static bool attach_device(ddp_runtime *rt, ddp_device *dev, const ddp_config *cfg, char *err, size_t len) {
+    const ddp_program *p = rt->program;
+    int64_t needed = 0;
+    for (int r = 0; r < DDP_REGION_COUNT; r++)
+        needed += p->region_bytes[r];
+    needed += p->region_bytes[DDP_REGION_INPUT]; /* the next batch's staging */
+    const ddp_device_info *info = &dev->info;
+    if (info->free_bytes > 0 && needed > info->free_bytes) {
+        ddp_fail(err, len, "%s (%s) has %.2f GiB free, but the program's memory plan needs %.2f GiB: lower "
+                           "batch_per_replica, or free the GPU", info->name, info->uuid,
+                 (double)info->free_bytes / (1 << 30), (double)needed / (1 << 30));
+        ddp_device_close(dev);
+        return false;
+    }
+    if (cfg->cluster.world > 1)
+        ddp_error("training on %s %s, %s (bus %s)", dev->ops->name, info->name, info->uuid, info->bus);
+    return ddp_gpu_attach(rt, dev, err, len);
+}
+
 /* ------------------------------------------------------------------ the job */
 
 /* What must be the same on every worker, as "setting NAME VALUE" lines the
  * coordinator compares (flags that change the collectives or the numbers). */
 static int join_text(char *out, size_t len, const ddp_config *cfg, const ddp_program *p, const ddp_data *train,
                      const ddp_data *validation, int port, const char *address) {
+    static const char *const devices[] = {[DDP_DEVICE_AUTO] = "auto", [DDP_DEVICE_CPU] = "cpu",
+                                          [DDP_DEVICE_GPU] = "gpu", [DDP_DEVICE_EMULATED] = "emulated"};
     char rate[64] = "the program's";
     if (!isnan(cfg->learning_rate))
         snprintf(rate, sizeof rate, "%.17g", cfg->learning_rate);
@@ -60,12 +140,13 @@ static int join_text(char *out, size_t len, const ddp_config *cfg, const ddp_pro
                     "rank %lld\nport %d\naddress %s\nsetting program %016llx\nsetting epochs %lld\n"
                     "setting steps_per_epoch %lld\nsetting seed %llu\nsetting learning_rate %s\n"
                     "setting evaluate %s\nsetting synthetic %s\nsetting load %s\nsetting trace %s\n"
-                    "setting peer_timeout %lld\nsetting train_samples %lld\nsetting validation_samples %lld",
+                    "setting peer_timeout %lld\nsetting train_samples %lld\nsetting validation_samples %lld\n"
+                    "setting device %s",
                     (long long)cfg->cluster.rank, port, address, (unsigned long long)p->hash, (long long)cfg->epochs,
                     (long long)cfg->steps_per_epoch, (unsigned long long)cfg->seed, rate,
                     cfg->evaluate ? "yes" : "no", cfg->synthetic ? "yes" : "no", cfg->load_path ? "yes" : "no",
                     cfg->trace_path ? "yes" : "no", (long long)cfg->peer_timeout, (long long)train->samples,
-                    (long long)validation->samples);
+                    (long long)validation->samples, devices[cfg->device]);
 }
 
 /* Joins the rendezvous and forms the ring of every worker of the job; false with
@@ -171,6 +252,7 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     ddp_data train = {0}, validation = {0};
     ddp_runtime *rt = NULL;
     ddp_report *report = NULL;
+    ddp_device *device = NULL; /* chosen early (a missing GPU before the data are read), the runtime's later */
     status = 1;
     if (c->warning[0])
         ddp_error("warning: %s", c->warning);
@@ -178,7 +260,7 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
         fail(&job, err);
         goto done;
     }
-    if (!ddp_check_supported(&cfg, p, err, sizeof err)) {
+    if (!ddp_check_supported(&cfg, p, err, sizeof err) || !choose_device(&cfg, p, &device, err, sizeof err)) {
         fail(&job, err);
         goto done;
     }
@@ -196,6 +278,12 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
         fail(&job, err);
         goto done;
     }
+    ddp_device *attaching = device;
+    device = NULL; /* the runtime's now, even if attaching fails */
+    if (attaching && !attach_device(rt, attaching, &cfg, err, sizeof err)) {
+        fail(&job, err);
+        goto done;
+    }
     rt->epochs = cfg.epochs;
     rt->rate_override = cfg.learning_rate;
     rt->replicas = rt->workers = (int)c->world;
@@ -203,6 +291,11 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     ddp_init_params(rt, cfg.seed);
     if (cfg.load_path && !ddp_load_params(rt, cfg.load_path, note, sizeof note, err, sizeof err)) {
         fail(&job, err);
+        goto done;
+    }
+    if (!ddp_to_device(rt, DDP_REGION_PARAMS) || !ddp_to_device(rt, DDP_REGION_STATS) ||
+        !ddp_to_device(rt, DDP_REGION_STATE)) {
+        fail(&job, rt->device_error);
         goto done;
     }
     bool lost = false;
@@ -223,6 +316,7 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
 done:
     leave_job(&job, status);
     ddp_report_close(report);
+    ddp_device_close(device);
     ddp_close(rt);
     ddp_data_free(&train);
     ddp_data_free(&validation);

@@ -14,7 +14,12 @@
  * at them, so every worker takes the same decisions (S11, S12); batch normalisation's
  * running statistics are averaged before validation and saving; only worker 0 prints
  * and writes files. With --trace every phase of every step is a span, and worker 0
- * gathers every worker's spans into the file at the end. */
+ * gathers every worker's spans into the file at the end.
+ *
+ * On a GPU the phases are queued and the host meets the device only where it needs
+ * to: the batch goes up as it is ready, and the accumulators, gradients (several
+ * workers), statistics and parameters come down (or go back up) where the host reads
+ * or changes them; every such crossing is a call of gpu.c, a no-op on the CPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,9 +136,21 @@ static ddp_figures read_figures(const ddp_program *p, const double *acc) {
     return f;
 }
 
+/* A region's host mirror made current (a GPU's region downloaded), or the device made
+ * to hold the mirror; false with the device's reason. */
+static bool region_down(Run *r, int region, char *err, size_t errlen) {
+    return ddp_to_host(r->rt, region) || ddp_fail(err, errlen, "%s", r->rt->device_error);
+}
+
+static bool region_up(Run *r, int region, char *err, size_t errlen) {
+    return ddp_to_device(r->rt, region) || ddp_fail(err, errlen, "%s", r->rt->device_error);
+}
+
 /* The job's accumulators, summed over the workers, into sums. */
 static bool sum_accumulators(Run *r, double *sums, char *err, size_t errlen) {
     int64_t n = 2 * r->rt->program->accum_pairs;
+    if (!region_down(r, DDP_REGION_ACCUM, err, errlen))
+        return false;
     memcpy(sums, ddp_accumulators(r->rt), sizeof(double) * (size_t)n);
     return !r->ring || ddp_ring_allreduce(r->ring, sums, n, true, err, errlen);
 }
@@ -145,7 +162,8 @@ static bool average_statistics(Run *r, char *err, size_t errlen) {
         return true;
     void *stats = r->rt->region[DDP_REGION_STATS];
     bool f64 = p->dtype == DDP_F64;
-    if (!ddp_ring_allreduce(r->ring, stats, p->stats_count, f64, err, errlen))
+    if (!region_down(r, DDP_REGION_STATS, err, errlen) ||
+        !ddp_ring_allreduce(r->ring, stats, p->stats_count, f64, err, errlen))
         return false;
     for (int64_t i = 0; i < p->stats_count; i++) {
         if (f64)
@@ -153,7 +171,7 @@ static bool average_statistics(Run *r, char *err, size_t errlen) {
         else
             ((float *)stats)[i] /= (float)r->workers;
     }
-    return true;
+    return region_up(r, DDP_REGION_STATS, err, errlen);
 }
 
 bool ddp_parameters_agree(ddp_runtime *rt, ddp_ring *ring, const char *when, const char *hint, char *err,
@@ -195,18 +213,21 @@ bool ddp_parameters_agree(ddp_runtime *rt, ddp_ring *ring, const char *when, con
 
 /* ------------------------------------------------------------------ batches */
 
-/* The loader's next batch into the input buffers; the wait for it is traced with the
- * samples it held. */
-static int64_t next_batch(Run *r, ddp_loader *loader, int64_t global_size, const char *name) {
+/* The loader's next batch into the input buffers (and on its way to a GPU); the wait
+ * for it is traced with the samples it held. False with the device's reason. */
+static bool next_batch(Run *r, ddp_loader *loader, int64_t global_size, const char *name, char *err,
+                       size_t errlen) {
     ddp_runtime *rt = r->rt;
     const ddp_program *p = rt->program;
     double begin = ddp_trace_clock();
+    if (!ddp_batch_writable(rt))
+        return ddp_fail(err, errlen, "%s", rt->device_error);
     int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
     int64_t rows = ddp_loader_next(loader, ddp_buffer_ptr(rt, p->input_slot), ddp_buffer_ptr(rt, p->label_slot), ids);
     ddp_set_batch(rt, rows, global_size);
     ddp_trace_event e = {name, DDP_LANE_COMPUTE, r->step, -1, 0, begin, ddp_trace_clock(), ids, rows};
     ddp_trace_span(r->trace, &e);
-    return rows;
+    return ddp_batch_uploaded(rt) || ddp_fail(err, errlen, "%s", rt->device_error);
 }
 
 /* Every validation sample through the evaluation phase, each worker its shard. The
@@ -216,24 +237,24 @@ static bool validate(Run *r, char *err, size_t errlen) {
     ddp_runtime *rt = r->rt;
     int64_t pairs = rt->program->accum_pairs;
     double saved[2 * 64], sums[2 * 64];
-    if (!average_statistics(r, err, errlen))
+    if (!average_statistics(r, err, errlen) || !region_down(r, DDP_REGION_ACCUM, err, errlen))
         return false;
     memcpy(saved, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * pairs));
     ddp_zero_accumulators(rt);
     Pass *pass = &r->validation_pass;
     double begin = ddp_trace_clock();
     ddp_loader_begin(r->validation_loader, pass->order, pass->starts, pass->sizes, pass->batches);
-    for (int64_t b = 0; b < pass->batches; b++) {
-        next_batch(r, r->validation_loader, pass->global_sizes[b], "validation data wait");
-        ddp_run_phase(rt, DDP_PHASE_EVAL);
-    }
-    bool ok = sum_accumulators(r, sums, err, errlen);
+    bool ok = true;
+    for (int64_t b = 0; ok && b < pass->batches; b++)
+        ok = next_batch(r, r->validation_loader, pass->global_sizes[b], "validation data wait", err, errlen) &&
+             (ddp_run_phase(rt, DDP_PHASE_EVAL) || ddp_fail(err, errlen, "%s", rt->device_error));
+    ok = ok && sum_accumulators(r, sums, err, errlen);
     span(r, "validation", begin);
     r->last_validation = read_figures(rt->program, sums);
     r->validated = ok;
     r->validated_step = r->step;
     memcpy(ddp_accumulators(rt), saved, sizeof(double) * (size_t)(2 * pairs));
-    return ok;
+    return ok && region_up(r, DDP_REGION_ACCUM, err, errlen);
 }
 
 /* ----------------------------------------------------------------- a step */
@@ -256,6 +277,10 @@ static bool finite_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len)
     double loss = r->global[0];
     int64_t bad = -1;
     int n;
+    if (rt->gpu && !r->ring && !ddp_to_host(rt, DDP_REGION_GRADS)) { /* (with a ring they are down already) */
+        say_where(r, epoch, b, false, "checking the gradients", rt->device_error, why, len);
+        return false;
+    }
     if (isfinite(loss) && (bad = ddp_first_nonfinite(rt, DDP_REGION_GRADS, p->param_count)) < 0)
         return true;
     say_where(r, epoch, b, false, NULL, "", why, len);
@@ -277,31 +302,46 @@ static bool finite_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len)
 }
 
 /* The gradients summed over the job: the buckets the communication thread took
- * during backward, or (a program without buckets) the whole vector now. */
+ * during backward, or (a program without buckets, or on a GPU) the whole vector now. */
 static bool sum_gradients(Run *r, char *err, size_t len) {
     const ddp_program *p = r->rt->program;
     if (r->comm)
         return ddp_comm_wait(r->comm, err, len);
-    return !r->ring || ddp_ring_allreduce(r->ring, r->rt->region[DDP_REGION_GRADS], p->param_count,
-                                          p->dtype == DDP_F64, err, len);
+    return !r->ring || (region_down(r, DDP_REGION_GRADS, err, len) &&
+                        ddp_ring_allreduce(r->ring, r->rt->region[DDP_REGION_GRADS], p->param_count,
+                                           p->dtype == DDP_F64, err, len) &&
+                        region_up(r, DDP_REGION_GRADS, err, len));
+}
+
+/* A phase run (on a GPU: queued); false saying where when the device failed. */
+static bool run_phase(Run *r, int phase, int64_t epoch, int64_t b, const char *doing, char *why, size_t len) {
+    if (ddp_run_phase(r->rt, phase))
+        return true;
+    say_where(r, epoch, b, false, doing, r->rt->device_error, why, len);
+    return false;
 }
 
 static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
     ddp_runtime *rt = r->rt;
     int64_t global = r->train_pass.global_sizes[b];
     ddp_link_at_step(r->job->link, r->step + 1);
-    next_batch(r, r->train_loader, global, "data wait");
+    char lost[768];
+    if (!next_batch(r, r->train_loader, global, "data wait", lost, sizeof lost)) {
+        say_where(r, epoch, b, false, "reading the batch", lost, why, len);
+        return false;
+    }
     rt->scalars[DDP_S_EPOCH].i = epoch;
     ddp_prepare_step(rt, r->step, r->plan.steps);
     double t = ddp_trace_clock();
-    ddp_run_phase(rt, DDP_PHASE_FORWARD);
+    if (!run_phase(r, DDP_PHASE_FORWARD, epoch, b, "forward", why, len))
+        return false;
     span(r, "forward", t);
     if (r->comm)
         ddp_comm_begin_step(r->comm, r->step);
     t = ddp_trace_clock();
-    ddp_run_phase(rt, DDP_PHASE_BACKWARD);
+    if (!run_phase(r, DDP_PHASE_BACKWARD, epoch, b, "backward", why, len))
+        return false;
     span(r, "backward", t);
-    char lost[768];
     t = ddp_trace_clock();
     bool summed = sum_gradients(r, lost, sizeof lost);
     span(r, "gradient wait", t);
@@ -316,7 +356,8 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
     if (!finite_step(r, epoch, b, why, len))
         return false;
     t = ddp_trace_clock();
-    ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);
+    if (!run_phase(r, DDP_PHASE_OPTIMIZER, epoch, b, "the optimizer", why, len))
+        return false;
     span(r, "optimizer", t);
     r->step++;
     r->samples += global;
@@ -439,6 +480,8 @@ static bool finish_training(Run *r, char *why, size_t len) {
     bool validating = r->cfg->epochs == 0 && r->validation;
     if (validating ? !validate(r, err, sizeof err) : !average_statistics(r, err, sizeof err))
         return failed_after(r, validating ? "validating" : "averaging the running statistics", err, why, len);
+    if (!region_down(r, DDP_REGION_PARAMS, err, sizeof err) || !region_down(r, DDP_REGION_STATS, err, sizeof err))
+        return failed_after(r, "copying the parameters from the GPU", err, why, len);
     if (r->ring && !ddp_parameters_agree(r->rt, r->ring, "after training", "the workers' updates were not the "
                                          "same, which is a fault of ddp's runtime: please report it", err, sizeof err))
         return failed_after(r, "comparing the parameters", err, why, len);
@@ -455,7 +498,9 @@ static int train_all(Run *r) {
             continue;
         /* the update of the failed step never ran, so worker 0 holds the job's last
          * parameters, whatever went wrong elsewhere */
-        if (r->cfg->save_path && r->rank == 0 && ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+        if (r->cfg->save_path && r->rank == 0 && region_down(r, DDP_REGION_PARAMS, err, sizeof err) &&
+            region_down(r, DDP_REGION_STATS, err, sizeof err) &&
+            ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
             snprintf(why + strlen(why), sizeof why - strlen(why), ". The parameters from before it are in %s%s",
                      r->cfg->save_path, r->ring && r->rt->program->stats_count ? " (with worker 0's own "
                      "batch-normalisation statistics)" : "");
@@ -554,7 +599,7 @@ static bool write_trace(Run *r, char *err, size_t len) {
 static bool start_comm(Run *r, char *err, size_t len) {
     ddp_runtime *rt = r->rt;
     const ddp_program *p = rt->program;
-    if (!r->ring || p->nbuckets == 0)
+    if (!r->ring || p->nbuckets == 0 || rt->gpu) /* a GPU's gradients are summed once backward is done */
         return true;
     r->comm = ddp_comm_start(r->ring, rt->region[DDP_REGION_GRADS], p->dtype == DDP_F64, p->buckets, p->nbuckets,
                              r->trace);

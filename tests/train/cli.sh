@@ -37,9 +37,9 @@ expect 2 "\-\-epochs wants a whole number" "$dir/tiny" --epochs=-1
 expect 2 "\-\-steps-per-epoch wants a positive" "$dir/tiny" --steps-per-epoch 0
 expect 2 "\-\-threads wants a number of threads" "$dir/tiny" --threads 0
 expect 2 "\-\-lr wants a positive number, not \`fast\`" "$dir/tiny" --lr fast
-expect 2 "\-\-device is cpu, gpu or auto, not \`tpu\`" "$dir/tiny" --device tpu
+expect 2 "\-\-device is auto, cpu, gpu or emulated, not \`tpu\`" "$dir/tiny" --device tpu
 expect 2 "\-\-evaluate needs a validation dataset" "$dir/zeros" --evaluate
-expect 1 "trains on CPUs only" $tiny --device gpu
+expect 1 "\-\-device gpu: no usable GPU: the CUDA driver DDP_CUDA_DRIVER=/nonexistent/libcuda.so.1 cannot be loaded" env DDP_CUDA_DRIVER=/nonexistent/libcuda.so.1 $tiny --device gpu
 expect 1 "tiny.csv: no such file" "$dir/tiny"
 expect 1 "steps_per_epoch is 5, but 8 samples make only 1 global batch of 8" $tiny --steps-per-epoch 5
 expect 1 "checkpoint(...) is not supported" "$dir/tiny_checkpoint" --data-root "$root"

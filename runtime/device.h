@@ -1,0 +1,91 @@
+/* device.h: a GPU as the runtime's GPU executor (gpu.c) sees it, whichever backend
+ * serves it: CUDA (device_cuda.c: the driver and cuBLAS, found and loaded at run time)
+ * or the emulated device (device_emulated.c: the GPU module's own kernels compiled for
+ * this machine, run with the GPU's launch geometry and held to the GPU's rules).
+ *
+ * The rules, which the emulated device enforces where a GPU would fail:
+ *   - device memory is an address the host cannot touch: data cross only by copies;
+ *   - work is queued on a stream and runs in the stream's order, but not before the
+ *     call that queues it returns: its results reach the host once an event recorded
+ *     after them has completed, or the device has been synchronised; a copy from
+ *     pinned host memory reads it when it runs, one from ordinary memory when queued;
+ *   - a kernel runs as a grid of blocks of threads; a block's threads share its shared
+ *     memory and meet at barriers, at most 1024 threads and 48 KB a block;
+ *   - matrix products follow cuBLAS: column-major, each operand with its leading
+ *     dimension, checked as cuBLAS checks them.
+ * Every operation returns false on failure, with the reason in the device's `error`. */
+#ifndef DDP_DEVICE_H
+#define DDP_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddp_abi.h"
+
+typedef uint64_t ddp_dptr;      /* a device address */
+
+enum { DDP_STREAM_COMPUTE, DDP_STREAM_UPLOAD, DDP_STREAMS };
+enum { DDP_EVENTS = 8 };        /* events are numbered 0..DDP_EVENTS-1 */
+enum { DDP_MAX_BLOCK_THREADS = 1024, DDP_MAX_SHARED_BYTES = 48 * 1024 };
+
+typedef struct ddp_device_info {
+    char name[128];
+    char uuid[48];              /* "GPU-8c3e..." */
+    char bus[32];               /* "0000:1b:00.0" */
+    int64_t free_bytes, total_bytes;
+    int driver_version;         /* 13000 for CUDA 13.0 */
+} ddp_device_info;
+
+/* C = alpha op(A) op(B) + beta C, column-major as cuBLAS's gemm: op(A) is m x k. */
+typedef struct ddp_device_gemm {
+    bool transa, transb;
+    int m, n, k;
+    double alpha, beta;
+    ddp_dptr a, b, c;
+    int lda, ldb, ldc;
+    bool f64;
+} ddp_device_gemm;
+
+typedef struct ddp_device ddp_device;
+
+typedef struct ddp_device_backend {
+    const char *name;           /* "cuda", "emulated" */
+    void (*close)(ddp_device *d);
+    bool (*alloc)(ddp_device *d, size_t bytes, ddp_dptr *p);
+    void *(*host_alloc)(ddp_device *d, size_t bytes); /* pinned, zeroed; NULL when it cannot */
+    void (*host_free)(ddp_device *d, void *p);
+    bool (*upload)(ddp_device *d, int stream, ddp_dptr to, const void *from, size_t bytes);
+    bool (*download)(ddp_device *d, int stream, void *to, ddp_dptr from, size_t bytes);
+    bool (*copy)(ddp_device *d, int stream, ddp_dptr to, ddp_dptr from, size_t bytes);
+    bool (*fill)(ddp_device *d, int stream, ddp_dptr to, unsigned char byte, size_t bytes);
+    /* kernel k of the program, on grid blocks of threads with shared bytes each */
+    bool (*launch)(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t threads, uint32_t shared,
+                   ddp_dptr args, ddp_dptr scalars, int64_t begin, int64_t end);
+    bool (*gemm)(ddp_device *d, int stream, const ddp_device_gemm *g);
+    bool (*record)(ddp_device *d, int stream, int event);
+    bool (*wait)(ddp_device *d, int stream, int event); /* later work on stream waits for event */
+    bool (*synchronize_event)(ddp_device *d, int event);
+    bool (*synchronize)(ddp_device *d);
+} ddp_device_backend;
+
+struct ddp_device {
+    const ddp_device_backend *ops;
+    const ddp_program *program;
+    ddp_device_info info;
+    char error[2048];           /* why the last operation failed */
+    void *state;                /* the backend's */
+};
+
+/* The CUDA device `ordinal` of those visible to this process; false with why not. */
+bool ddp_device_open_cuda(const ddp_program *p, int ordinal, ddp_device **out, char *err, size_t len);
+/* How many CUDA devices this process sees; -1 with why when the driver is unusable. */
+int ddp_cuda_device_count(char *err, size_t len);
+/* The emulated device, running the program's GPU module compiled for the host. */
+bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err, size_t len);
+void ddp_device_close(ddp_device *d);
+
+/* ddp_device_fail(d, fmt, ...): the reason into d->error; false. */
+bool ddp_device_fail(ddp_device *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

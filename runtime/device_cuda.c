@@ -1,0 +1,530 @@
+/* device_cuda.c: an NVIDIA GPU through the CUDA driver and cuBLAS, both loaded when a
+ * GPU run is asked for, so a built program starts with only libc and libm and runs
+ * on machines without them.
+ *
+ * The driver is libcuda.so.1 (the loader's own search, then the usual folders, or
+ * exactly the file DDP_CUDA_DRIVER names); its
+ * entry points come from cuGetProcAddress at the ABI of CUDA 12.0. A driver older than
+ * the PTX needs (ISA 7.5: CUDA 11.5) is refused with both versions named. The PTX is
+ * loaded with its JIT log shown on failure. cuBLAS is libcublas.so.13, else .so.12,
+ * whichever the driver supports, from CUDA's folders, LD_LIBRARY_PATH and Python's
+ * nvidia/cublas/lib wheel folders (DDP_CUDA_LIBRARY_PATH, a list of folders, replaces
+ * them all); a missing one is named with every place searched. Two streams (compute,
+ * uploads), each with its cuBLAS handle and workspace. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "runtime.h"
+
+enum { PTX_NEEDS = 11050, CUBLAS_WORKSPACE = 32 << 20 };
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUevent, *cublasHandle_t;
+typedef struct {
+    char bytes[16];
+} CUuuid;
+
+/* The driver's entry points this file uses, by their base names. */
+#define DRIVER_CALLS(X)                                                                                      \
+    X(cuInit, (unsigned))                                                                                    \
+    X(cuDriverGetVersion, (int *))                                                                           \
+    X(cuDeviceGetCount, (int *))                                                                             \
+    X(cuDeviceGet, (CUdevice *, int))                                                                        \
+    X(cuDeviceGetName, (char *, int, CUdevice))                                                              \
+    X(cuDeviceGetUuid, (CUuuid *, CUdevice))                                                                 \
+    X(cuDeviceGetPCIBusId, (char *, int, CUdevice))                                                          \
+    X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                     \
+    X(cuDevicePrimaryCtxRelease, (CUdevice))                                                                 \
+    X(cuCtxSetCurrent, (CUcontext))                                                                          \
+    X(cuCtxSynchronize, (void))                                                                              \
+    X(cuMemGetInfo, (size_t *, size_t *))                                                                    \
+    X(cuModuleLoadDataEx, (CUmodule *, const void *, unsigned, int *, void **))                              \
+    X(cuModuleUnload, (CUmodule))                                                                            \
+    X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                                           \
+    X(cuMemAlloc, (CUdeviceptr *, size_t))                                                                   \
+    X(cuMemFree, (CUdeviceptr))                                                                              \
+    X(cuMemHostAlloc, (void **, size_t, unsigned))                                                           \
+    X(cuMemFreeHost, (void *))                                                                               \
+    X(cuMemcpyHtoDAsync, (CUdeviceptr, const void *, size_t, CUstream))                                      \
+    X(cuMemcpyDtoHAsync, (void *, CUdeviceptr, size_t, CUstream))                                            \
+    X(cuMemcpyDtoDAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                       \
+    X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))                                       \
+    X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,     \
+                       CUstream, void **, void **))                                                          \
+    X(cuStreamCreate, (CUstream *, unsigned))                                                                \
+    X(cuStreamDestroy, (CUstream))                                                                           \
+    X(cuStreamWaitEvent, (CUstream, CUevent, unsigned))                                                      \
+    X(cuEventCreate, (CUevent *, unsigned))                                                                  \
+    X(cuEventDestroy, (CUevent))                                                                             \
+    X(cuEventRecord, (CUevent, CUstream))                                                                    \
+    X(cuEventSynchronize, (CUevent))                                                                         \
+    X(cuGetErrorName, (CUresult, const char **))                                                             \
+    X(cuGetErrorString, (CUresult, const char **))
+
+#define DECLARE(name, args) CUresult (*name) args;
+static struct {
+    DRIVER_CALLS(DECLARE)
+    void *library;
+    char path[512];
+} cu;
+#undef DECLARE
+
+typedef int (*cublas_fn)();
+static struct {
+    int (*create)(cublasHandle_t *);
+    int (*destroy)(cublasHandle_t);
+    int (*set_stream)(cublasHandle_t, CUstream);
+    int (*set_workspace)(cublasHandle_t, void *, size_t);
+    int (*sgemm)(cublasHandle_t, int, int, int, int, int, const float *, const float *, int, const float *, int,
+                 const float *, float *, int);
+    int (*dgemm)(cublasHandle_t, int, int, int, int, int, const double *, const double *, int, const double *,
+                 int, const double *, double *, int);
+    void *library;
+    char path[1024];
+} blas;
+
+typedef struct Cuda {
+    CUdevice device;
+    CUcontext context;
+    CUmodule module;
+    CUfunction *functions;      /* by kernel index */
+    CUstream streams[DDP_STREAMS];
+    CUevent events[DDP_EVENTS];
+    cublasHandle_t handles[DDP_STREAMS];
+    CUdeviceptr workspaces[DDP_STREAMS];
+} Cuda;
+
+/* ------------------------------------------------------------- messages */
+
+static const char *describe(CUresult r) {
+    static char text[256];
+    const char *name = "?", *what = "";
+    if (cu.cuGetErrorName)
+        cu.cuGetErrorName(r, &name);
+    if (cu.cuGetErrorString)
+        cu.cuGetErrorString(r, &what);
+    snprintf(text, sizeof text, "%s (%d): %s", name ? name : "?", r, what ? what : "");
+    return text;
+}
+
+static bool check(ddp_device *d, CUresult r, const char *what) {
+    return r == 0 || ddp_device_fail(d, "%s: %s", what, describe(r));
+}
+
+/* ------------------------------------------------------------- the driver */
+
+static bool load_driver(char *err, size_t len) {
+    if (cu.library)
+        return true;
+    const char *chosen = getenv("DDP_CUDA_DRIVER");
+    if (chosen && *chosen) {
+        if (!(cu.library = dlopen(chosen, RTLD_NOW | RTLD_LOCAL)))
+            return ddp_fail(err, len, "the CUDA driver DDP_CUDA_DRIVER=%s cannot be loaded: %s", chosen, dlerror());
+        snprintf(cu.path, sizeof cu.path, "%s", chosen);
+    }
+    static const char *const places[] = {"libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1",
+                                         "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+                                         "/usr/lib/wsl/lib/libcuda.so.1"};
+    for (size_t i = 0; i < sizeof places / sizeof *places && !cu.library; i++)
+        if ((cu.library = dlopen(places[i], RTLD_NOW | RTLD_LOCAL)))
+            snprintf(cu.path, sizeof cu.path, "%s", places[i]);
+    if (!cu.library)
+        return ddp_fail(err, len, "the CUDA driver (libcuda.so.1) is not installed, or not where the loader, "
+                                  "/usr/local/nvidia/lib64, /usr/lib/x86_64-linux-gnu and /usr/lib64 have it: "
+                                  "this machine cannot run GPU code");
+    typedef CUresult (*proc_v2)(const char *, void **, int, unsigned long long, int *);
+    typedef CUresult (*proc_v1)(const char *, void **, int, unsigned long long);
+    proc_v2 get2 = (proc_v2)dlsym(cu.library, "cuGetProcAddress_v2");
+    proc_v1 get1 = (proc_v1)dlsym(cu.library, "cuGetProcAddress");
+    if (!get2 && !get1)
+        return ddp_fail(err, len, "the CUDA driver %s has no cuGetProcAddress: it is older than CUDA 11.3, and "
+                                  "the program's PTX needs CUDA 11.5 or newer: update the NVIDIA driver", cu.path);
+#define RESOLVE(name, args)                                                                                  \
+    if (get2 ? get2(#name, (void **)&cu.name, 12000, 0, NULL) : get1(#name, (void **)&cu.name, 12000, 0))    \
+        cu.name = NULL;
+    DRIVER_CALLS(RESOLVE)
+#undef RESOLVE
+    if (!cu.cuDriverGetVersion || !cu.cuInit)
+        return ddp_fail(err, len, "the CUDA driver %s does not give its entry points for CUDA 12.0", cu.path);
+    return true;
+}
+
+/* Whether every entry point resolved; false naming the first missing. */
+static bool driver_complete(char *err, size_t len) {
+#define PRESENT(name, args)                                                                                  \
+    if (!cu.name)                                                                                            \
+        return ddp_fail(err, len, "the CUDA driver %s lacks %s (a driver for CUDA 12.0 or newer has it)",      \
+                        cu.path, #name);
+    DRIVER_CALLS(PRESENT)
+#undef PRESENT
+    return true;
+}
+
+/* The driver, ready, and the version it supports; false with why it cannot run the
+ * program's PTX. */
+static bool driver_ready(int *version, char *err, size_t len) {
+    if (!load_driver(err, len))
+        return false;
+    CUresult r;
+    if ((r = cu.cuDriverGetVersion(version)) != 0)
+        return ddp_fail(err, len, "the CUDA driver %s cannot say its version: %s", cu.path, describe(r));
+    if (*version < PTX_NEEDS)
+        return ddp_fail(err, len, "the CUDA driver %s supports CUDA %d.%d, but the program's PTX (ISA 7.5, sm_80) "
+                                  "needs CUDA %d.%d or newer: update the NVIDIA driver", cu.path, *version / 1000,
+                        *version % 1000 / 10, PTX_NEEDS / 1000, PTX_NEEDS % 1000 / 10);
+    if ((r = cu.cuInit(0)) != 0)
+        return ddp_fail(err, len, "the CUDA driver %s does not start: %s", cu.path, describe(r));
+    return driver_complete(err, len);
+}
+
+int ddp_cuda_device_count(char *err, size_t len) {
+    int version, count = 0;
+    if (!driver_ready(&version, err, len))
+        return -1;
+    CUresult r = cu.cuDeviceGetCount(&count);
+    if (r != 0) {
+        ddp_fail(err, len, "the CUDA driver cannot count the GPUs: %s", describe(r));
+        return -1;
+    }
+    return count;
+}
+
+/* ---------------------------------------------------------------- cuBLAS */
+
+/* Appends dir to the list of places searched. */
+static void searched(char *list, size_t len, const char *dir) {
+    size_t n = strlen(list);
+    if (n < len - 1)
+        snprintf(list + n, len - n, "%s%s", n ? ", " : "", dir);
+}
+
+static bool try_blas(const char *dir, const char *name, char *tried, size_t tried_len) {
+    char path[1024];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return false;
+    searched(tried, tried_len, dir);
+    if (!(blas.library = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
+        return false;
+    snprintf(blas.path, sizeof blas.path, "%s", path);
+    return true;
+}
+
+/* Python's wheel folders below a prefix: lib/python3.*\/site-packages/nvidia/cublas/lib. */
+static bool try_wheels(const char *prefix, const char *name, char *tried, size_t tried_len) {
+    char pattern[512];
+    glob_t g;
+    const char *kinds[] = {"site-packages", "dist-packages"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(pattern, sizeof pattern, "%s/lib/python3*/%s/nvidia/cublas/lib", prefix, kinds[k]);
+        if (glob(pattern, 0, NULL, &g) != 0)
+            continue;
+        bool found = false;
+        for (size_t i = 0; i < g.gl_pathc && !found; i++)
+            found = try_blas(g.gl_pathv[i], name, tried, tried_len);
+        globfree(&g);
+        if (found)
+            return true;
+    }
+    return false;
+}
+
+/* Every folder of a colon-separated list. */
+static bool try_list(const char *list, const char *name, char *tried, size_t tried_len) {
+    if (!list)
+        return false;
+    char *copy = strdup(list), *save = NULL;
+    bool found = false;
+    for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir && !found; dir = strtok_r(NULL, ":", &save))
+        found = *dir && try_blas(dir, name, tried, tried_len);
+    free(copy);
+    return found;
+}
+
+static bool find_blas(const char *name, char *tried, size_t tried_len) {
+    const char *only = getenv("DDP_CUDA_LIBRARY_PATH");
+    if (only)
+        return try_list(only, name, tried, tried_len);
+    const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+    char dir[512];
+    for (int i = 0; i < 3; i++) {
+        if (!homes[i] || !*homes[i])
+            continue;
+        snprintf(dir, sizeof dir, "%s/lib64", homes[i]);
+        if (try_blas(dir, name, tried, tried_len))
+            return true;
+        snprintf(dir, sizeof dir, "%s/targets/x86_64-linux/lib", homes[i]);
+        if (try_blas(dir, name, tried, tried_len))
+            return true;
+    }
+    if (try_list(getenv("LD_LIBRARY_PATH"), name, tried, tried_len))
+        return true;
+    /* Python environments: the active one, those on PATH, the system's */
+    const char *prefixes[] = {getenv("VIRTUAL_ENV"), getenv("CONDA_PREFIX"), "/usr/local", "/usr"};
+    for (int i = 0; i < 4; i++)
+        if (prefixes[i] && *prefixes[i] && try_wheels(prefixes[i], name, tried, tried_len))
+            return true;
+    char *path = getenv("PATH") ? strdup(getenv("PATH")) : NULL, *save = NULL;
+    bool found = false;
+    for (char *bin = path ? strtok_r(path, ":", &save) : NULL; bin && !found; bin = strtok_r(NULL, ":", &save)) {
+        char prefix[512];
+        snprintf(prefix, sizeof prefix, "%s", bin);
+        char *slash = strrchr(prefix, '/');
+        if (slash && strcmp(slash, "/bin") == 0 && slash != prefix) {
+            *slash = 0;
+            found = try_wheels(prefix, name, tried, tried_len);
+        }
+    }
+    free(path);
+    if (found)
+        return true;
+    /* last, the loader's own search (its cache, RUNPATH) */
+    searched(tried, tried_len, "the loader's search");
+    if ((blas.library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+        snprintf(blas.path, sizeof blas.path, "%s", name);
+    return blas.library != NULL;
+}
+
+static bool load_blas(int driver_version, char *err, size_t len) {
+    if (blas.library)
+        return true;
+    /* the newest cuBLAS the driver runs: 13 needs a CUDA 13 driver */
+    const char *names[] = {"libcublas.so.13", "libcublas.so.12"};
+    char tried[2048] = "";
+    for (int i = driver_version >= 13000 ? 0 : 1; i < 2 && !blas.library; i++)
+        find_blas(names[i], tried, sizeof tried);
+    if (!blas.library)
+        return ddp_fail(err, len, "cuBLAS (%s) is not installed, or not in any place searched: %.1500s. Install "
+                                  "the CUDA toolkit's cuBLAS, or `pip install nvidia-cublas-cu%d`, or name its "
+                                  "folder in DDP_CUDA_LIBRARY_PATH", driver_version >= 13000 ? "libcublas.so.13 or "
+                                  "libcublas.so.12" : "libcublas.so.12", tried, driver_version >= 13000 ? 13 : 12);
+    *(void **)&blas.create = dlsym(blas.library, "cublasCreate_v2");
+    *(void **)&blas.destroy = dlsym(blas.library, "cublasDestroy_v2");
+    *(void **)&blas.set_stream = dlsym(blas.library, "cublasSetStream_v2");
+    *(void **)&blas.set_workspace = dlsym(blas.library, "cublasSetWorkspace_v2");
+    *(void **)&blas.sgemm = dlsym(blas.library, "cublasSgemm_v2");
+    *(void **)&blas.dgemm = dlsym(blas.library, "cublasDgemm_v2");
+    if (!blas.create || !blas.destroy || !blas.set_stream || !blas.set_workspace || !blas.sgemm || !blas.dgemm)
+        return ddp_fail(err, len, "%s lacks the functions of cuBLAS 12 (cublasCreate_v2, cublasSgemm_v2, ...)",
+                        blas.path);
+    return true;
+}
+
+/* --------------------------------------------------------------- the ops */
+
+static Cuda *cuda(ddp_device *d) {
+    return d->state;
+}
+
+static bool alloc(ddp_device *d, size_t bytes, ddp_dptr *p) {
+    CUdeviceptr ptr;
+    CUresult r = cu.cuMemAlloc(&ptr, bytes ? bytes : 1);
+    if (r != 0)
+        return ddp_device_fail(d, "allocating %zu bytes on the GPU: %s", bytes, describe(r));
+    *p = ptr;
+    return true;
+}
+
+static void *host_alloc(ddp_device *d, size_t bytes) {
+    (void)d;
+    void *p = NULL;
+    if (cu.cuMemHostAlloc(&p, bytes ? bytes : 1, 0) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void host_free(ddp_device *d, void *p) {
+    (void)d;
+    if (p)
+        cu.cuMemFreeHost(p);
+}
+
+static bool upload(ddp_device *d, int stream, ddp_dptr to, const void *from, size_t bytes) {
+    return bytes == 0 ||
+           check(d, cu.cuMemcpyHtoDAsync(to, from, bytes, cuda(d)->streams[stream]), "a copy to the GPU");
+}
+
+static bool download(ddp_device *d, int stream, void *to, ddp_dptr from, size_t bytes) {
+    return bytes == 0 ||
+           check(d, cu.cuMemcpyDtoHAsync(to, from, bytes, cuda(d)->streams[stream]), "a copy from the GPU");
+}
+
+static bool copy(ddp_device *d, int stream, ddp_dptr to, ddp_dptr from, size_t bytes) {
+    return bytes == 0 ||
+           check(d, cu.cuMemcpyDtoDAsync(to, from, bytes, cuda(d)->streams[stream]), "a copy on the GPU");
+}
+
+static bool fill(ddp_device *d, int stream, ddp_dptr to, unsigned char byte, size_t bytes) {
+    return bytes == 0 || check(d, cu.cuMemsetD8Async(to, byte, bytes, cuda(d)->streams[stream]), "a fill");
+}
+
+static bool launch(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t threads, uint32_t shared,
+                   ddp_dptr args, ddp_dptr scalars, int64_t begin, int64_t end) {
+    CUdeviceptr a = args, s = scalars;
+    void *params[] = {&a, &s, &begin, &end};
+    CUresult r = cu.cuLaunchKernel(cuda(d)->functions[k], grid, 1, 1, threads, 1, 1, shared, cuda(d)->streams[stream],
+                                   params, NULL);
+    return r == 0 || ddp_device_fail(d, "launching %s (%u blocks of %u threads, %u bytes shared): %s",
+                                     d->program->kernels[k].name, grid, threads, shared, describe(r));
+}
+
+static bool gemm(ddp_device *d, int stream, const ddp_device_gemm *g) {
+    cublasHandle_t h = cuda(d)->handles[stream];
+    int status;
+    if (g->f64) {
+        double alpha = g->alpha, beta = g->beta;
+        status = blas.dgemm(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const double *)(uintptr_t)g->a, g->lda,
+                            (const double *)(uintptr_t)g->b, g->ldb, &beta, (double *)(uintptr_t)g->c, g->ldc);
+    } else {
+        float alpha = (float)g->alpha, beta = (float)g->beta;
+        status = blas.sgemm(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const float *)(uintptr_t)g->a, g->lda,
+                            (const float *)(uintptr_t)g->b, g->ldb, &beta, (float *)(uintptr_t)g->c, g->ldc);
+    }
+    return status == 0 || ddp_device_fail(d, "cuBLAS %cgemm(%s, %s, m %d, n %d, k %d, lda %d, ldb %d, ldc %d) "
+                                             "failed with status %d", g->f64 ? 'd' : 's', g->transa ? "T" : "N",
+                                          g->transb ? "T" : "N", g->m, g->n, g->k, g->lda, g->ldb, g->ldc, status);
+}
+
+static bool record(ddp_device *d, int stream, int event) {
+    return check(d, cu.cuEventRecord(cuda(d)->events[event], cuda(d)->streams[stream]), "recording an event");
+}
+
+static bool wait_event(ddp_device *d, int stream, int event) {
+    return check(d, cu.cuStreamWaitEvent(cuda(d)->streams[stream], cuda(d)->events[event], 0), "waiting for an event");
+}
+
+static bool synchronize_event(ddp_device *d, int event) {
+    return check(d, cu.cuEventSynchronize(cuda(d)->events[event]), "running on the GPU");
+}
+
+static bool synchronize(ddp_device *d) {
+    return check(d, cu.cuCtxSynchronize(), "running on the GPU");
+}
+
+static void close_device(ddp_device *d) {
+    Cuda *c = cuda(d);
+    if (!c)
+        return;
+    if (c->context) {
+        cu.cuCtxSynchronize();
+        for (int s = 0; s < DDP_STREAMS; s++) {
+            if (c->handles[s])
+                blas.destroy(c->handles[s]);
+            if (c->workspaces[s])
+                cu.cuMemFree(c->workspaces[s]);
+            if (c->streams[s])
+                cu.cuStreamDestroy(c->streams[s]);
+        }
+        for (int e = 0; e < DDP_EVENTS; e++)
+            if (c->events[e])
+                cu.cuEventDestroy(c->events[e]);
+        if (c->module)
+            cu.cuModuleUnload(c->module);
+        cu.cuDevicePrimaryCtxRelease(c->device);
+    }
+    free(c->functions);
+    free(c);
+    d->state = NULL;
+}
+
+static const ddp_device_backend cuda_backend = {
+    "cuda", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm,
+    record, wait_event, synchronize_event, synchronize,
+};
+
+/* ---------------------------------------------------------------- opening */
+
+/* The PTX into a module, its JIT log shown when the GPU refuses it, every kernel's
+ * function looked up. */
+static bool load_module(ddp_device *d, Cuda *c) {
+    const ddp_program *p = d->program;
+    char log[16384] = "";
+    int options[] = {5 /* CU_JIT_ERROR_LOG_BUFFER */, 6 /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES */};
+    void *values[] = {log, (void *)(uintptr_t)sizeof log};
+    CUresult r = cu.cuModuleLoadDataEx(&c->module, p->ptx, 2, options, values);
+    if (r != 0)
+        return ddp_device_fail(d, "the GPU's compiler refused the program's PTX: %s%s%.8000s", describe(r),
+                               log[0] ? "; its log:\n" : "", log);
+    if (!(c->functions = calloc((size_t)p->nkernels + 1, sizeof *c->functions)))
+        return ddp_device_fail(d, "out of memory");
+    for (int64_t k = 0; k < p->nkernels; k++)
+        if ((r = cu.cuModuleGetFunction(&c->functions[k], c->module, p->kernels[k].name)) != 0)
+            return ddp_device_fail(d, "the program's PTX has no kernel %s: %s", p->kernels[k].name, describe(r));
+    return true;
+}
+
+static bool start_streams(ddp_device *d, Cuda *c) {
+    for (int s = 0; s < DDP_STREAMS; s++) {
+        if (!check(d, cu.cuStreamCreate(&c->streams[s], 1 /* CU_STREAM_NON_BLOCKING */), "creating a stream") ||
+            !check(d, cu.cuMemAlloc(&c->workspaces[s], CUBLAS_WORKSPACE), "allocating cuBLAS's workspace"))
+            return false;
+        int status = blas.create(&c->handles[s]);
+        if (status == 0)
+            status = blas.set_stream(c->handles[s], c->streams[s]);
+        if (status == 0)
+            status = blas.set_workspace(c->handles[s], (void *)(uintptr_t)c->workspaces[s], CUBLAS_WORKSPACE);
+        if (status != 0)
+            return ddp_device_fail(d, "starting cuBLAS (%s): status %d", blas.path, status);
+    }
+    for (int e = 0; e < DDP_EVENTS; e++)
+        if (!check(d, cu.cuEventCreate(&c->events[e], 2 /* CU_EVENT_DISABLE_TIMING */), "creating an event"))
+            return false;
+    return true;
+}
+
+static void describe_device(ddp_device *d, CUdevice dev, int version) {
+    ddp_device_info *info = &d->info;
+    info->driver_version = version;
+    cu.cuDeviceGetName(info->name, sizeof info->name, dev);
+    CUuuid u;
+    if (cu.cuDeviceGetUuid(&u, dev) == 0) {
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        snprintf(info->uuid, sizeof info->uuid,
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+                 b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    }
+    cu.cuDeviceGetPCIBusId(info->bus, sizeof info->bus, dev);
+}
+
+bool ddp_device_open_cuda(const ddp_program *p, int ordinal, ddp_device **out, char *err, size_t len) {
+    *out = NULL;
+    int version;
+    if (!p->ptx)
+        return ddp_fail(err, len, "this program was built without GPU code");
+    if (!driver_ready(&version, err, len) || !load_blas(version, err, len))
+        return false;
+    ddp_device *d = calloc(1, sizeof *d);
+    Cuda *c = calloc(1, sizeof *c);
+    if (!d || !c) {
+        free(d);
+        free(c);
+        return ddp_fail(err, len, "out of memory");
+    }
+    d->ops = &cuda_backend;
+    d->program = p;
+    d->state = c;
+    bool ok = check(d, cu.cuDeviceGet(&c->device, ordinal), "choosing the GPU");
+    if (ok)
+        describe_device(d, c->device, version);
+    ok = ok && check(d, cu.cuDevicePrimaryCtxRetain(&c->context, c->device), "starting the GPU's context") &&
+         check(d, cu.cuCtxSetCurrent(c->context), "starting the GPU's context");
+    size_t free_bytes = 0, total = 0;
+    if (ok && cu.cuMemGetInfo(&free_bytes, &total) == 0)
+        d->info.free_bytes = (int64_t)free_bytes, d->info.total_bytes = (int64_t)total;
+    ok = ok && load_module(d, c) && start_streams(d, c);
+    if (!ok) {
+        ddp_fail(err, len, "GPU %d (%s): %s", ordinal, d->info.name[0] ? d->info.name : "?", d->error);
+        ddp_device_close(d);
+        return false;
+    }
+    *out = d;
+    return true;
+}

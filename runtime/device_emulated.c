@@ -1,0 +1,586 @@
+/* device_emulated.c: a GPU emulated on this machine, so that a machine without one
+ * runs the whole GPU path, and fails where a GPU would. It is a test instrument, as
+ * strict as a real device, never a fast path (`--device emulated`).
+ *
+ * - The kernels it runs are the GPU module's own (the module the PTX is made from,
+ *   compiled for this machine: program->gpu_emulated), checked by the module's hash.
+ *   They ask for their block, thread, barrier and shared memory through ddp_gpu_*,
+ *   defined here. A block's threads run one after another; in a launch of whole
+ *   blocks (DDP_LAUNCH_BLOCK) each thread is a coroutine that runs until it meets a
+ *   barrier or ends, and all meet there before any goes on, so a barrier left out
+ *   shows as wrong sums: shared memory starts each block filled with NaN. A barrier
+ *   some threads skip, more than 1024 threads or 48 KB of shared memory, a launch of
+ *   no blocks: each is refused as the GPU would refuse it.
+ * - Device memory is a reserved range of addresses that is unreadable and unwritable
+ *   except while queued work runs; host code that touches it (a copy left out) is
+ *   stopped with a message saying so.
+ * - Work is queued and runs only at synchronisation points, in the order it was
+ *   queued (which honours each stream's order and every event waited for); a copy
+ *   to the host fills its destination with 0xff (NaN) when queued, so a result read
+ *   before its synchronisation reads NaN. A copy from pinned memory reads it when it
+ *   runs, one from ordinary memory when it is queued, as CUDA's do.
+ * - Matrix products are a column-major reference taking cuBLAS's arguments, checked
+ *   as cuBLAS checks them (a leading dimension too small is refused). */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "runtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMULATOR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMULATOR_ASAN 1
+#endif
+#endif
+#ifdef EMULATOR_ASAN
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+#endif
+
+/* Defined in every built program's emulated GPU object; absent elsewhere. */
+extern const uint64_t ddp_gpu_module_hash __attribute__((weak));
+
+enum { RESERVE = 1ull << 36, ALIGN = 256, STACK = 64 << 10 };
+
+typedef enum { W_UPLOAD, W_DOWNLOAD, W_COPY, W_FILL, W_LAUNCH, W_GEMM, W_RECORD, W_WAIT } WorkKind;
+
+typedef struct Work {
+    WorkKind kind;
+    int stream;
+    ddp_dptr to, from;          /* device addresses (or host, for the host's side of a copy) */
+    void *host;                 /* upload: the source (pinned) or its snapshot; download: the destination */
+    bool snapshot;              /* host is ours to free */
+    size_t bytes;
+    unsigned char byte;
+    int64_t kernel, begin, end;
+    uint32_t grid, threads, shared;
+    ddp_dptr args, scalars;
+    ddp_device_gemm gemm;
+    int event;
+} Work;
+
+typedef struct Pinned {
+    void *p;
+    size_t bytes;
+} Pinned;
+
+typedef struct Emulator {
+    unsigned char *base;        /* the reserved device range */
+    size_t used, open_bytes;    /* allocated; readable and writable now */
+    Work *work;
+    size_t nwork, done, cap;
+    size_t recorded[DDP_EVENTS]; /* queue position + 1 of each event's last record; 0: never */
+    Pinned *pinned;
+    int npinned;
+    unsigned char *shared;      /* one block's shared memory */
+    unsigned char *stacks;      /* one coroutine stack per thread of a block */
+    struct Thread *team;        /* a block's threads, as coroutines */
+} Emulator;
+
+/* ----------------------------------------------------------- the builtins */
+
+typedef struct Thread {
+    ucontext_t context;
+    int state;                  /* RUNNING, AT_BARRIER or DONE */
+} Thread;
+typedef struct Thread Thread;
+enum { RUNNING, AT_BARRIER, DONE };
+
+/* The launch being run, and the thread within it, as the kernels' builtins see them. */
+static struct {
+    ddp_kernel_fn fn;
+    void *const *args;
+    const ddp_scalar *scalars;
+    int64_t begin, end;
+    uint32_t block, threads, thread;
+    unsigned char *shared;
+    bool cooperative;           /* each thread a coroutine: barriers allowed */
+    Thread *team;
+    ucontext_t scheduler;
+    const char *kernel_name;
+    bool barrier_misuse;
+#ifdef EMULATOR_ASAN
+    void *fake_stack;
+    const void *scheduler_bottom;
+    size_t scheduler_size;
+#endif
+} cur;
+
+uint32_t ddp_gpu_block(void) {
+    return cur.block;
+}
+
+uint32_t ddp_gpu_threads(void) {
+    return cur.threads;
+}
+
+uint32_t ddp_gpu_thread(void) {
+    return cur.thread;
+}
+
+void *ddp_gpu_shared(void) {
+    return cur.shared;
+}
+
+static void switch_to_scheduler(void) {
+#ifdef EMULATOR_ASAN
+    __sanitizer_start_switch_fiber(&cur.fake_stack, cur.scheduler_bottom, cur.scheduler_size);
+#endif
+    swapcontext(&cur.team[cur.thread].context, &cur.scheduler);
+#ifdef EMULATOR_ASAN
+    __sanitizer_finish_switch_fiber(cur.fake_stack, NULL, NULL);
+#endif
+}
+
+void ddp_gpu_barrier(void) {
+    if (!cur.cooperative) { /* a launch of one thread per index has no block to meet */
+        cur.barrier_misuse = true;
+        return;
+    }
+    cur.team[cur.thread].state = AT_BARRIER;
+    switch_to_scheduler();
+}
+
+static void thread_main(void) {
+#ifdef EMULATOR_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &cur.scheduler_bottom, &cur.scheduler_size);
+#endif
+    cur.fn(cur.args, cur.scalars, cur.begin, cur.end);
+    cur.team[cur.thread].state = DONE;
+    switch_to_scheduler();
+}
+
+/* ------------------------------------------------------------- memory */
+
+static Emulator *emulator(ddp_device *d) {
+    return d->state;
+}
+
+/* Device memory readable and writable while queued work runs, and only then. */
+static void open_memory(Emulator *e) {
+    size_t bytes = (e->used + 4095) & ~(size_t)4095;
+    if (bytes && mprotect(e->base, bytes, PROT_READ | PROT_WRITE) == 0)
+        e->open_bytes = bytes;
+}
+
+static void close_memory(Emulator *e) {
+    if (e->open_bytes)
+        mprotect(e->base, e->open_bytes, PROT_NONE);
+    e->open_bytes = 0;
+}
+
+static const unsigned char *device_range_lo, *device_range_hi;
+
+/* Host code that touched device memory: the bug is a copy left out. */
+static void on_segv(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    const unsigned char *at = info->si_addr;
+    if (at >= device_range_lo && at < device_range_hi) {
+        static const char msg[] = "ddp emulated GPU: host code read or wrote device memory (a copy to or from the "
+                                  "device is missing, or a result was used before its synchronisation)\n";
+        (void)!write(2, msg, sizeof msg - 1);
+        _exit(70);
+    }
+    signal(sig, SIG_DFL); /* not ours: the default action, when the access repeats */
+}
+
+static bool pinned(Emulator *e, const void *p, size_t bytes) {
+    for (int i = 0; i < e->npinned; i++)
+        if ((const char *)p >= (const char *)e->pinned[i].p &&
+            (const char *)p + bytes <= (const char *)e->pinned[i].p + e->pinned[i].bytes)
+            return true;
+    return false;
+}
+
+/* Whether [p, p + bytes) lies in allocated device memory. */
+static bool on_device(Emulator *e, ddp_dptr p, size_t bytes) {
+    const unsigned char *a = (const unsigned char *)(uintptr_t)p;
+    return a >= e->base && a + bytes <= e->base + e->used && a + bytes >= a;
+}
+
+/* --------------------------------------------------------------- the queue */
+
+static bool enqueue(ddp_device *d, Work w) {
+    Emulator *e = emulator(d);
+    if (e->nwork == e->cap) {
+        size_t cap = e->cap ? 2 * e->cap : 256;
+        Work *grown = realloc(e->work, cap * sizeof *grown);
+        if (!grown)
+            return ddp_device_fail(d, "out of memory for the emulated device's queue");
+        e->work = grown, e->cap = cap;
+    }
+    e->work[e->nwork++] = w;
+    return true;
+}
+
+static bool run_launch(ddp_device *d, const Work *w);
+static bool run_gemm(ddp_device *d, const ddp_device_gemm *g);
+
+static bool run_work(ddp_device *d, Work *w) {
+    void *to = (void *)(uintptr_t)w->to;
+    const void *from = (const void *)(uintptr_t)w->from;
+    switch (w->kind) {
+    case W_UPLOAD: memcpy(to, w->host, w->bytes); break;
+    case W_DOWNLOAD: memcpy(w->host, from, w->bytes); break;
+    case W_COPY: memmove(to, from, w->bytes); break;
+    case W_FILL: memset(to, w->byte, w->bytes); break;
+    case W_LAUNCH: return run_launch(d, w);
+    case W_GEMM: return run_gemm(d, &w->gemm);
+    case W_RECORD: case W_WAIT: break;
+    }
+    return true;
+}
+
+/* Runs the queued work up to position `upto` (exclusive), in the order it was queued. */
+static bool run_until(ddp_device *d, size_t upto) {
+    Emulator *e = emulator(d);
+    bool ok = true;
+    open_memory(e);
+    for (; ok && e->done < upto; e->done++) {
+        Work *w = &e->work[e->done];
+        ok = run_work(d, w);
+        if (w->snapshot)
+            free(w->host);
+        w->snapshot = false;
+    }
+    close_memory(e);
+    if (e->done == e->nwork) { /* everything ran: the queue starts over */
+        e->done = e->nwork = 0;
+        for (int i = 0; i < DDP_EVENTS; i++)
+            e->recorded[i] = 0;
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------ launches */
+
+static bool run_block(ddp_device *d, const Work *w, Emulator *e) {
+    memset(cur.shared, 0xff, w->shared); /* NaN: what a block finds there is garbage */
+    if (!cur.cooperative) {
+        for (uint32_t t = 0; t < w->threads; t++) {
+            cur.thread = t;
+            cur.fn(cur.args, cur.scalars, cur.begin, cur.end);
+        }
+        if (cur.barrier_misuse)
+            return ddp_device_fail(d, "kernel %s met a barrier, but it was launched one thread per index, without "
+                                      "a block's cooperation", cur.kernel_name);
+        return true;
+    }
+    for (uint32_t t = 0; t < w->threads; t++) {
+        Thread *th = &cur.team[t];
+        getcontext(&th->context);
+        th->context.uc_stack.ss_sp = e->stacks + (size_t)t * STACK;
+        th->context.uc_stack.ss_size = STACK;
+        th->context.uc_link = NULL;
+        makecontext(&th->context, thread_main, 0);
+        th->state = RUNNING;
+    }
+    for (;;) {
+        int at_barrier = 0, done = 0;
+        for (uint32_t t = 0; t < w->threads; t++) {
+            if (cur.team[t].state == DONE) {
+                done++;
+                continue;
+            }
+            cur.thread = t;
+            cur.team[t].state = RUNNING;
+#ifdef EMULATOR_ASAN
+            __sanitizer_start_switch_fiber(&cur.fake_stack, e->stacks + (size_t)t * STACK, STACK);
+#endif
+            swapcontext(&cur.scheduler, &cur.team[t].context);
+#ifdef EMULATOR_ASAN
+            __sanitizer_finish_switch_fiber(cur.fake_stack, NULL, NULL);
+#endif
+            if (cur.team[t].state == AT_BARRIER)
+                at_barrier++;
+            else
+                done++;
+        }
+        if (done == (int)w->threads)
+            return true;
+        if (at_barrier != (int)w->threads)
+            return ddp_device_fail(d, "kernel %s, block %u: %d of its %u threads wait at a barrier the others never "
+                                      "reach (the GPU would hang or go wrong)", cur.kernel_name, cur.block,
+                                   at_barrier, w->threads);
+    }
+}
+
+static bool run_launch(ddp_device *d, const Work *w) {
+    Emulator *e = emulator(d);
+    const ddp_program *p = d->program;
+    cur.fn = p->gpu_emulated[w->kernel];
+    cur.args = (void *const *)(uintptr_t)w->args;
+    cur.scalars = (const ddp_scalar *)(uintptr_t)w->scalars;
+    cur.begin = w->begin, cur.end = w->end;
+    cur.threads = w->threads;
+    cur.shared = e->shared;
+    cur.kernel_name = p->kernels[w->kernel].name;
+    cur.cooperative = p->kernels[w->kernel].launch == DDP_LAUNCH_BLOCK;
+    cur.barrier_misuse = false;
+    cur.team = e->team;
+    bool ok = true;
+    for (uint32_t b = 0; ok && b < w->grid; b++) {
+        cur.block = b;
+        ok = run_block(d, w, e);
+    }
+    cur.team = NULL;
+    return ok;
+}
+
+static bool launch(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t threads, uint32_t shared,
+                   ddp_dptr args, ddp_dptr scalars, int64_t begin, int64_t end) {
+    const ddp_program *p = d->program;
+    if (k < 0 || k >= p->nkernels || !p->gpu_emulated || !p->gpu_emulated[k])
+        return ddp_device_fail(d, "no kernel %lld in the program's GPU module", (long long)k);
+    const char *name = p->kernels[k].name;
+    if (grid == 0 || threads == 0)
+        return ddp_device_fail(d, "kernel %s launched with %u blocks of %u threads: the GPU refuses a launch of "
+                                  "nothing (invalid argument)", name, grid, threads);
+    if (threads > DDP_MAX_BLOCK_THREADS)
+        return ddp_device_fail(d, "kernel %s launched with %u threads a block: at most %d (invalid argument)", name,
+                               threads, DDP_MAX_BLOCK_THREADS);
+    if (shared > DDP_MAX_SHARED_BYTES)
+        return ddp_device_fail(d, "kernel %s asks for %u bytes of shared memory a block: at most %d without "
+                                  "opting in (too many resources requested for launch)", name, shared,
+                               DDP_MAX_SHARED_BYTES);
+    Emulator *e = emulator(d);
+    if (!on_device(e, args, sizeof(void *)) || !on_device(e, scalars, sizeof(ddp_scalar) * DDP_S_COUNT))
+        return ddp_device_fail(d, "kernel %s launched with host addresses for its arguments or scalars: they must "
+                                  "be in device memory", name);
+    Work w = {.kind = W_LAUNCH, .stream = stream, .kernel = k, .grid = grid, .threads = threads, .shared = shared,
+              .args = args, .scalars = scalars, .begin = begin, .end = end};
+    return enqueue(d, w);
+}
+
+/* ----------------------------------------------------------------- GEMM */
+
+/* cuBLAS's column-major gemm, element by element, with its argument checks. */
+static bool run_gemm(ddp_device *d, const ddp_device_gemm *g) {
+    int rows_a = g->transa ? g->k : g->m, rows_b = g->transb ? g->n : g->k;
+    if (g->m < 0 || g->n < 0 || g->k < 0 || g->lda < (rows_a > 1 ? rows_a : 1) ||
+        g->ldb < (rows_b > 1 ? rows_b : 1) || g->ldc < (g->m > 1 ? g->m : 1))
+        return ddp_device_fail(d, "gemm(%s, %s, m %d, n %d, k %d, lda %d, ldb %d, ldc %d): CUBLAS_STATUS_INVALID_VALUE "
+                                  "(a leading dimension is smaller than its operand's rows)",
+                               g->transa ? "T" : "N", g->transb ? "T" : "N", g->m, g->n, g->k, g->lda, g->ldb, g->ldc);
+    Emulator *e = emulator(d);
+    size_t width = g->f64 ? 8 : 4;
+    size_t span_a = (size_t)g->lda * (size_t)((g->transa ? g->m : g->k) - 1) + (size_t)rows_a;
+    size_t span_b = (size_t)g->ldb * (size_t)((g->transb ? g->k : g->n) - 1) + (size_t)rows_b;
+    size_t span_c = (size_t)g->ldc * (size_t)(g->n - 1) + (size_t)g->m;
+    if (g->m && g->n && ((g->k && (!on_device(e, g->a, span_a * width) || !on_device(e, g->b, span_b * width))) ||
+                         !on_device(e, g->c, span_c * width)))
+        return ddp_device_fail(d, "gemm: an operand lies outside device memory (m %d, n %d, k %d)", g->m, g->n, g->k);
+    const void *a = (const void *)(uintptr_t)g->a, *b = (const void *)(uintptr_t)g->b;
+    void *c = (void *)(uintptr_t)g->c;
+#define AT(p, i) (g->f64 ? ((const double *)(p))[i] : (double)((const float *)(p))[i])
+    for (int j = 0; j < g->n; j++)
+        for (int i = 0; i < g->m; i++) {
+            double acc = 0;
+            for (int l = 0; l < g->k; l++) {
+                double x = g->transa ? AT(a, (size_t)i * g->lda + l) : AT(a, (size_t)l * g->lda + i);
+                double y = g->transb ? AT(b, (size_t)l * g->ldb + j) : AT(b, (size_t)j * g->ldb + l);
+                acc += x * y;
+            }
+            size_t at = (size_t)j * g->ldc + i;
+            double v = g->alpha * acc + (g->beta != 0 ? g->beta * AT(c, at) : 0); /* beta 0: C is not read */
+            if (g->f64)
+                ((double *)c)[at] = v;
+            else
+                ((float *)c)[at] = (float)v;
+        }
+#undef AT
+    return true;
+}
+
+static bool gemm(ddp_device *d, int stream, const ddp_device_gemm *g) {
+    Work w = {.kind = W_GEMM, .stream = stream, .gemm = *g};
+    return enqueue(d, w);
+}
+
+/* --------------------------------------------------------- copies, events */
+
+static bool check_range(ddp_device *d, ddp_dptr p, size_t bytes, const char *what) {
+    if (bytes == 0 || on_device(emulator(d), p, bytes))
+        return true;
+    return ddp_device_fail(d, "%s: %zu bytes at %#llx are not device memory (a host address, or past an "
+                              "allocation)", what, bytes, (unsigned long long)p);
+}
+
+static bool upload(ddp_device *d, int stream, ddp_dptr to, const void *from, size_t bytes) {
+    if (!check_range(d, to, bytes, "a copy to the device"))
+        return false;
+    Emulator *e = emulator(d);
+    Work w = {.kind = W_UPLOAD, .stream = stream, .to = to, .bytes = bytes, .host = (void *)from};
+    if (!pinned(e, from, bytes)) { /* ordinary memory is copied at once, as CUDA stages it */
+        w.host = malloc(bytes ? bytes : 1);
+        if (!w.host)
+            return ddp_device_fail(d, "out of memory staging a copy to the device");
+        memcpy(w.host, from, bytes);
+        w.snapshot = true;
+    }
+    return enqueue(d, w);
+}
+
+static bool download(ddp_device *d, int stream, void *to, ddp_dptr from, size_t bytes) {
+    if (!check_range(d, from, bytes, "a copy to the host"))
+        return false;
+    memset(to, 0xff, bytes); /* what is read before the synchronisation is NaN */
+    Work w = {.kind = W_DOWNLOAD, .stream = stream, .from = from, .bytes = bytes, .host = to};
+    return enqueue(d, w);
+}
+
+static bool copy(ddp_device *d, int stream, ddp_dptr to, ddp_dptr from, size_t bytes) {
+    if (!check_range(d, to, bytes, "a copy on the device") || !check_range(d, from, bytes, "a copy on the device"))
+        return false;
+    Work w = {.kind = W_COPY, .stream = stream, .to = to, .from = from, .bytes = bytes};
+    return enqueue(d, w);
+}
+
+static bool fill(ddp_device *d, int stream, ddp_dptr to, unsigned char byte, size_t bytes) {
+    if (!check_range(d, to, bytes, "a fill"))
+        return false;
+    Work w = {.kind = W_FILL, .stream = stream, .to = to, .bytes = bytes, .byte = byte};
+    return enqueue(d, w);
+}
+
+static bool record(ddp_device *d, int stream, int event) {
+    Emulator *e = emulator(d);
+    if (event < 0 || event >= DDP_EVENTS)
+        return ddp_device_fail(d, "no event %d", event);
+    Work w = {.kind = W_RECORD, .stream = stream, .event = event};
+    if (!enqueue(d, w))
+        return false;
+    e->recorded[event] = e->nwork;
+    return true;
+}
+
+static bool wait_event(ddp_device *d, int stream, int event) {
+    Work w = {.kind = W_WAIT, .stream = stream, .event = event};
+    return enqueue(d, w); /* the queue runs in order: what the event follows has run */
+}
+
+static bool synchronize_event(ddp_device *d, int event) {
+    Emulator *e = emulator(d);
+    if (event < 0 || event >= DDP_EVENTS)
+        return ddp_device_fail(d, "no event %d", event);
+    return e->recorded[event] == 0 || run_until(d, e->recorded[event]);
+}
+
+static bool synchronize(ddp_device *d) {
+    return run_until(d, emulator(d)->nwork);
+}
+
+/* --------------------------------------------------------- allocations */
+
+static bool alloc(ddp_device *d, size_t bytes, ddp_dptr *p) {
+    Emulator *e = emulator(d);
+    size_t at = (e->used + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    if (bytes > RESERVE - at)
+        return ddp_device_fail(d, "out of device memory: %zu bytes asked, %zu left", bytes, (size_t)RESERVE - at);
+    e->used = at + (bytes ? bytes : 1);
+    *p = (ddp_dptr)(uintptr_t)(e->base + at);
+    return true;
+}
+
+static void *host_alloc(ddp_device *d, size_t bytes) {
+    Emulator *e = emulator(d);
+    Pinned *grown = realloc(e->pinned, sizeof *grown * (size_t)(e->npinned + 1));
+    if (!grown)
+        return NULL;
+    e->pinned = grown;
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p)
+        e->pinned[e->npinned++] = (Pinned){p, bytes};
+    return p;
+}
+
+static void host_free(ddp_device *d, void *p) {
+    Emulator *e = emulator(d);
+    for (int i = 0; i < e->npinned; i++)
+        if (e->pinned[i].p == p) {
+            e->pinned[i] = e->pinned[--e->npinned];
+            break;
+        }
+    free(p);
+}
+
+static void close_device(ddp_device *d) {
+    Emulator *e = emulator(d);
+    if (!e)
+        return;
+    for (size_t i = e->done; i < e->nwork; i++)
+        if (e->work[i].snapshot)
+            free(e->work[i].host);
+    free(e->work);
+    for (int i = 0; i < e->npinned; i++)
+        free(e->pinned[i].p);
+    free(e->pinned);
+    if (e->base)
+        munmap(e->base, RESERVE);
+    if (e->stacks)
+        munmap(e->stacks, (size_t)DDP_MAX_BLOCK_THREADS * STACK);
+    free(e->shared);
+    free(e->team);
+    device_range_lo = device_range_hi = NULL;
+    free(e);
+}
+
+static const ddp_device_backend emulated_backend = {
+    "emulated", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm,
+    record, wait_event, synchronize_event, synchronize,
+};
+
+bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err, size_t len) {
+    *out = NULL;
+    if (!&ddp_gpu_module_hash || !p->gpu_emulated)
+        return ddp_fail(err, len, "--device emulated: this program holds no GPU code for the emulated device; "
+                                  "build it again with this ddpc");
+    if (ddp_gpu_module_hash != p->gpu_hash)
+        return ddp_fail(err, len, "--device emulated: the emulated kernels (GPU module %016llx) are not those of "
+                                  "the program's PTX (%016llx): the program is damaged; build it again",
+                        (unsigned long long)ddp_gpu_module_hash, (unsigned long long)p->gpu_hash);
+    ddp_device *d = calloc(1, sizeof *d);
+    Emulator *e = calloc(1, sizeof *e);
+    if (!d || !e) {
+        free(d);
+        free(e);
+        return ddp_fail(err, len, "out of memory");
+    }
+    d->ops = &emulated_backend;
+    d->program = p;
+    d->state = e;
+    e->base = mmap(NULL, RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    e->stacks = mmap(NULL, (size_t)DDP_MAX_BLOCK_THREADS * STACK, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    e->shared = malloc(DDP_MAX_SHARED_BYTES);
+    e->team = calloc(DDP_MAX_BLOCK_THREADS, sizeof *e->team);
+    if (e->base == MAP_FAILED || e->stacks == MAP_FAILED || !e->shared || !e->team) {
+        if (e->base == MAP_FAILED)
+            e->base = NULL;
+        if (e->stacks == MAP_FAILED)
+            e->stacks = NULL;
+        close_device(d);
+        free(d);
+        return ddp_fail(err, len, "--device emulated: cannot reserve the emulated device's memory");
+    }
+    device_range_lo = e->base;
+    device_range_hi = e->base + RESERVE;
+    struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+    snprintf(d->info.name, sizeof d->info.name, "ddp emulated GPU (the GPU module on this CPU)");
+    snprintf(d->info.uuid, sizeof d->info.uuid, "EMU-%016llx", (unsigned long long)p->gpu_hash);
+    snprintf(d->info.bus, sizeof d->info.bus, "none");
+    d->info.free_bytes = d->info.total_bytes = (int64_t)RESERVE;
+    *out = d;
+    return true;
+}

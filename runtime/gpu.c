@@ -1,0 +1,308 @@
+/* gpu.c: the executor on a GPU (device.h): the program's regions allocated on the
+ * device once, every kernel step's arguments resident there, and each phase's
+ * schedule queued on the compute stream: kernels with their launch geometry, matrix
+ * products through the device's cuBLAS (row-major made column-major by swapping the
+ * operands), poisoning as on the CPU.
+ *
+ * The host keeps mirrors of what it reads or writes: the parameters and statistics
+ * (initialised, loaded, saved, compared), the gradients (summed over the ring with
+ * several workers), the accumulators (read for the figures) and the batch (assembled
+ * by the loader). Mirrors and device meet only through ddp_to_device, ddp_to_host and
+ * the batch's upload; arena and workspace have no mirror. The next batch goes up from
+ * pinned memory on its own stream into a staging area while the current step runs,
+ * and the compute stream copies it into place when the step before is done with the
+ * batch it used. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "runtime.h"
+
+enum { EVENT_UPLOADED = 0 };
+
+struct ddp_gpu {
+    ddp_device *dev;
+    ddp_dptr region[DDP_REGION_COUNT];
+    ddp_dptr *buffer;           /* by slot: each buffer's device address */
+    ddp_dptr scalars;
+    ddp_dptr *step_args[DDP_PHASE_COUNT]; /* by step: its kernel's argument array on the device */
+    ddp_dptr staging;           /* the next batch, as it arrives */
+    bool upload_queued;         /* a batch is on its way up: its mirror must not be written yet */
+    void *pinned[DDP_REGION_COUNT]; /* the mirrors the device allocated (pinned), to give back */
+};
+
+bool ddp_device_fail(ddp_device *d, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->error, sizeof d->error, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+void ddp_device_close(ddp_device *d) {
+    if (!d)
+        return;
+    d->ops->close(d);
+    free(d);
+}
+
+/* The device's failure as the runtime's: its message into rt->device_error. */
+static bool failed(ddp_runtime *rt, const char *doing) {
+    snprintf(rt->device_error, sizeof rt->device_error, "%.200s: %.1800s", doing, rt->gpu->dev->error);
+    return false;
+}
+
+/* ------------------------------------------------------------ attaching */
+
+/* The device addresses of every kernel step's arguments, uploaded once. */
+static bool place_arguments(ddp_runtime *rt, ddp_gpu *g) {
+    const ddp_program *p = rt->program;
+    ddp_device *d = g->dev;
+    int64_t total = 0;
+    for (int ph = 0; ph < DDP_PHASE_COUNT; ph++)
+        for (int64_t s = 0; s < p->phases[ph].count; s++)
+            total += p->phases[ph].steps[s].nargs + 1;
+    ddp_dptr *host = calloc((size_t)total + 1, sizeof *host), all;
+    if (!host)
+        return ddp_device_fail(d, "out of memory for the launches' arguments");
+    bool ok = d->ops->alloc(d, sizeof *host * (size_t)(total + 1), &all);
+    int64_t at = 0;
+    for (int ph = 0; ok && ph < DDP_PHASE_COUNT; ph++) {
+        if (!(g->step_args[ph] = calloc((size_t)p->phases[ph].count + 1, sizeof(ddp_dptr))))
+            ok = ddp_device_fail(d, "out of memory for the launches' arguments");
+        for (int64_t s = 0; ok && s < p->phases[ph].count; s++) {
+            const ddp_step *step = &p->phases[ph].steps[s];
+            g->step_args[ph][s] = all + (ddp_dptr)(at * (int64_t)sizeof *host);
+            for (int64_t a = 0; a < step->nargs; a++)
+                host[at + a] = g->buffer[step->args[a]];
+            at += step->nargs + 1;
+        }
+    }
+    ok = ok && d->ops->upload(d, DDP_STREAM_COMPUTE, all, host, sizeof *host * (size_t)(total + 1)) &&
+         d->ops->synchronize(d);
+    free(host);
+    return ok;
+}
+
+/* Mirrors the host needs that the device should pin (the copies that overlap work);
+ * the arena and workspace need none. */
+static bool replace_mirrors(ddp_runtime *rt, ddp_gpu *g) {
+    const ddp_program *p = rt->program;
+    ddp_device *d = g->dev;
+    int pinned[] = {DDP_REGION_INPUT, DDP_REGION_ACCUM};
+    for (size_t i = 0; i < sizeof pinned / sizeof *pinned; i++) {
+        int r = pinned[i];
+        void *m = d->ops->host_alloc(d, (size_t)(p->region_bytes[r] ? p->region_bytes[r] : 64));
+        if (!m)
+            return ddp_device_fail(d, "cannot pin %lld bytes of host memory for the %s",
+                                   (long long)p->region_bytes[r], r == DDP_REGION_INPUT ? "batch" : "figures");
+        free(rt->region[r]);
+        rt->region[r] = g->pinned[r] = m;
+    }
+    free(rt->region[DDP_REGION_ARENA]);
+    free(rt->region[DDP_REGION_WORKSPACE]);
+    rt->region[DDP_REGION_ARENA] = rt->region[DDP_REGION_WORKSPACE] = NULL;
+    for (int64_t i = 0; i < p->nbuffers; i++)
+        rt->buffers[i] = rt->region[p->buffers[i].region]
+                             ? (char *)rt->region[p->buffers[i].region] + p->buffers[i].offset
+                             : NULL;
+    return true;
+}
+
+bool ddp_gpu_attach(ddp_runtime *rt, ddp_device *dev, char *err, size_t len) {
+    const ddp_program *p = rt->program;
+    ddp_gpu *g = calloc(1, sizeof *g);
+    if (!g)
+        return ddp_fail(err, len, "out of memory");
+    g->dev = dev;
+    rt->gpu = g;
+    bool ok = (g->buffer = calloc((size_t)p->nbuffers + 1, sizeof *g->buffer)) != NULL ||
+              ddp_device_fail(dev, "out of memory");
+    /* zeroed, as the CPU's regions start */
+    for (int r = 0; ok && r < DDP_REGION_COUNT; r++)
+        ok = dev->ops->alloc(dev, (size_t)(p->region_bytes[r] ? p->region_bytes[r] : 64), &g->region[r]) &&
+             dev->ops->fill(dev, DDP_STREAM_COMPUTE, g->region[r], 0, (size_t)p->region_bytes[r]);
+    for (int64_t i = 0; ok && i < p->nbuffers; i++)
+        g->buffer[i] = g->region[p->buffers[i].region] + (ddp_dptr)p->buffers[i].offset;
+    ok = ok && dev->ops->alloc(dev, sizeof rt->scalars, &g->scalars) &&
+         dev->ops->alloc(dev, (size_t)(p->region_bytes[DDP_REGION_INPUT] ? p->region_bytes[DDP_REGION_INPUT] : 64),
+                         &g->staging) &&
+         place_arguments(rt, g) && replace_mirrors(rt, g);
+    if (!ok)
+        return ddp_fail(err, len, "setting up the %s GPU (%s): %s", dev->ops->name, dev->info.name, dev->error);
+    return true;
+}
+
+void ddp_gpu_detach(ddp_runtime *rt) {
+    ddp_gpu *g = rt->gpu;
+    if (!g)
+        return;
+    if (g->dev)
+        g->dev->ops->synchronize(g->dev);
+    for (int r = 0; r < DDP_REGION_COUNT; r++)
+        if (g->pinned[r]) {
+            g->dev->ops->host_free(g->dev, g->pinned[r]);
+            rt->region[r] = NULL;
+        }
+    for (int ph = 0; ph < DDP_PHASE_COUNT; ph++)
+        free(g->step_args[ph]);
+    free(g->buffer);
+    ddp_device_close(g->dev);
+    free(g);
+    rt->gpu = NULL;
+}
+
+/* ---------------------------------------------------------- transfers */
+
+bool ddp_to_device(ddp_runtime *rt, int region) {
+    ddp_gpu *g = rt->gpu;
+    if (!g)
+        return true;
+    ddp_device *d = g->dev;
+    size_t bytes = (size_t)rt->program->region_bytes[region];
+    return d->ops->upload(d, DDP_STREAM_COMPUTE, g->region[region], rt->region[region], bytes) ||
+           failed(rt, "copying to the GPU");
+}
+
+bool ddp_to_host(ddp_runtime *rt, int region) {
+    ddp_gpu *g = rt->gpu;
+    if (!g)
+        return true;
+    ddp_device *d = g->dev;
+    size_t bytes = (size_t)rt->program->region_bytes[region];
+    return (d->ops->download(d, DDP_STREAM_COMPUTE, rt->region[region], g->region[region], bytes) &&
+            d->ops->synchronize(d)) ||
+           failed(rt, "copying from the GPU");
+}
+
+bool ddp_batch_writable(ddp_runtime *rt) {
+    ddp_gpu *g = rt->gpu;
+    if (!g || !g->upload_queued)
+        return true;
+    g->upload_queued = false;
+    return g->dev->ops->synchronize_event(g->dev, EVENT_UPLOADED) || failed(rt, "uploading a batch");
+}
+
+bool ddp_batch_uploaded(ddp_runtime *rt) {
+    ddp_gpu *g = rt->gpu;
+    if (!g)
+        return true;
+    ddp_device *d = g->dev;
+    size_t bytes = (size_t)rt->program->region_bytes[DDP_REGION_INPUT];
+    g->upload_queued = true;
+    return (d->ops->upload(d, DDP_STREAM_UPLOAD, g->staging, rt->region[DDP_REGION_INPUT], bytes) &&
+            d->ops->record(d, DDP_STREAM_UPLOAD, EVENT_UPLOADED) &&
+            d->ops->wait(d, DDP_STREAM_COMPUTE, EVENT_UPLOADED) &&
+            d->ops->copy(d, DDP_STREAM_COMPUTE, g->region[DDP_REGION_INPUT], g->staging, bytes)) ||
+           failed(rt, "uploading a batch");
+}
+
+bool ddp_gpu_zero(ddp_runtime *rt, int region) {
+    ddp_gpu *g = rt->gpu;
+    size_t bytes = (size_t)rt->program->region_bytes[region];
+    return g->dev->ops->fill(g->dev, DDP_STREAM_COMPUTE, g->region[region], 0, bytes) ||
+           failed(rt, "clearing memory on the GPU");
+}
+
+/* --------------------------------------------------------------- the walk */
+
+static int64_t live(const ddp_runtime *rt, ddp_dim d) {
+    return d.fixed + d.per_sample * rt->scalars[DDP_S_LOCAL_BATCH].i;
+}
+
+/* A row-major product as cuBLAS's column-major one: C^T = op(B)^T op(A)^T, so the
+ * operands swap places and so do their transpositions and m and n. */
+static bool queue_gemm(ddp_runtime *rt, const ddp_gemm *gm) {
+    ddp_gpu *g = rt->gpu;
+    int64_t m = live(rt, gm->m), n = live(rt, gm->n), k = live(rt, gm->k);
+    if (m == 0 || n == 0)
+        return true;
+    ddp_device_gemm c = {.transa = gm->transpose_b, .transb = gm->transpose_a, .m = (int)n, .n = (int)m,
+                         .k = (int)k, .alpha = 1, .beta = gm->beta, .a = g->buffer[gm->b], .b = g->buffer[gm->a],
+                         .c = g->buffer[gm->c], .lda = (int)(gm->transpose_b ? k : n),
+                         .ldb = (int)(gm->transpose_a ? m : k), .ldc = (int)n,
+                         .f64 = rt->program->dtype == DDP_F64};
+    if (k == 0) { /* an empty batch: the product is zero */
+        if (gm->beta != 0)
+            return true;
+        return g->dev->ops->fill(g->dev, DDP_STREAM_COMPUTE, c.c, 0, (size_t)(m * n * rt->elem_size));
+    }
+    return g->dev->ops->gemm(g->dev, DDP_STREAM_COMPUTE, &c);
+}
+
+static bool queue_kernel(ddp_runtime *rt, int phase, int64_t i) {
+    ddp_gpu *g = rt->gpu;
+    const ddp_program *p = rt->program;
+    const ddp_step *s = &p->phases[phase].steps[i];
+    const ddp_kernel *k = &p->kernels[s->index];
+    int64_t end = live(rt, s->range);
+    if (end == 0) /* nothing to do (a worker's empty shard); the GPU refuses empty grids */
+        return true;
+    uint32_t threads = (uint32_t)k->threads;
+    int64_t blocks = k->launch == DDP_LAUNCH_BLOCK ? end : (end + threads - 1) / threads;
+    if (blocks > 0x7fffffff)
+        return ddp_device_fail(g->dev, "kernel %s: %lld blocks are more than a grid holds", k->name,
+                               (long long)blocks);
+    return g->dev->ops->launch(g->dev, DDP_STREAM_COMPUTE, s->index, (uint32_t)blocks, threads,
+                               (uint32_t)k->shared_bytes, g->step_args[phase][i], g->scalars, 0, end);
+}
+
+/* Poisoning (--poison): planned memory NaN before a sequence, each value's bytes NaN
+ * again after its last use. */
+static bool poison(ddp_runtime *rt, int phase, int64_t first, int64_t sequence, int64_t position, bool start) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    const ddp_program *p = rt->program;
+    if (start && first == 0 && (phase == DDP_PHASE_FORWARD || phase == DDP_PHASE_EVAL))
+        return d->ops->fill(d, DDP_STREAM_COMPUTE, g->region[DDP_REGION_ARENA], 0xff,
+                            (size_t)p->region_bytes[DDP_REGION_ARENA]) &&
+               d->ops->fill(d, DDP_STREAM_COMPUTE, g->region[DDP_REGION_WORKSPACE], 0xff,
+                            (size_t)p->region_bytes[DDP_REGION_WORKSPACE]);
+    for (int64_t b = 0; !start && b < p->nbuffers; b++) {
+        const ddp_buffer *buf = &p->buffers[b];
+        if (buf->sequence == sequence && buf->last_step == position &&
+            !d->ops->fill(d, DDP_STREAM_COMPUTE, g->buffer[b], 0xff, (size_t)buf->bytes))
+            return false;
+    }
+    return true;
+}
+
+bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count, int64_t sequence,
+                       int64_t position) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    const ddp_phase *ph = &rt->program->phases[phase];
+    /* the scalars travel from ordinary memory, so they are taken as they are now */
+    if (!d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars))
+        return failed(rt, "copying the step's scalars to the GPU");
+    if (rt->options.poison && !poison(rt, phase, first, sequence, position, true))
+        return failed(rt, "poisoning");
+    for (int64_t i = first; i < first + count && i < ph->count; i++, position++) {
+        const ddp_step *s = &ph->steps[i];
+        bool ok = true;
+        if (s->kind == DDP_STEP_KERNEL)
+            ok = queue_kernel(rt, phase, i);
+        else if (s->kind == DDP_STEP_GEMM)
+            ok = queue_gemm(rt, &rt->program->gemms[s->index]);
+        /* markers: the gradients are summed after the phase (train.c) */
+        if (!ok)
+            return failed(rt, s->kind == DDP_STEP_KERNEL ? rt->program->kernels[s->index].name : "a matrix product");
+        if (rt->options.poison && !poison(rt, phase, first, sequence, position, false))
+            return failed(rt, "poisoning");
+    }
+    return true;
+}
+
+bool ddp_gpu_synchronize(ddp_runtime *rt) {
+    return !rt->gpu || rt->gpu->dev->ops->synchronize(rt->gpu->dev) || failed(rt, "running on the GPU");
+}
+
+const ddp_device_info *ddp_gpu_info(const ddp_runtime *rt) {
+    return rt->gpu ? &rt->gpu->dev->info : NULL;
+}
+
+const char *ddp_gpu_backend(const ddp_runtime *rt) {
+    return rt->gpu ? rt->gpu->dev->ops->name : "cpu";
+}
