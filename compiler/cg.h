@@ -61,6 +61,9 @@ LLVMValueRef cg_kernel_begin(Cg *cg, const char *name);
 /* Emits body(i) for every index of [begin, end) of the kernel being generated. */
 typedef void (*IndexBody)(Cg *cg, IrOp *op, LLVMValueRef i);
 void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody body);
+/* The GPU's launch of a block per index: body(i) for the block's index i, every thread
+ * of the block running it together (ddp_abi.h's DDP_LAUNCH_BLOCK). */
+void cg_kernel_blocks(Cg *cg, IrOp *op, IndexBody body);
 void cg_kernel_end(Cg *cg);
 
 LLVMValueRef cg_i64(Cg *cg, int64_t v);

@@ -696,6 +696,8 @@ typedef enum {
     OP_METRIC,        /* output, labels -> each sample's value of the metric */
     OP_ACCUMULATE,    /* per-sample values -> (sum, count) pairs of the accumulators */
     OP_FILL,          /* out = 0 */
+    OP_FIND_NONFINITE, /* grads -> out [chunks]: each chunk's first NaN or infinity, + 1 (0: none) */
+    OP_NONFINITE_FLAG, /* chunks, accumulators -> the step's non-finite flag (ir->nonfinite) */
     OP_OPTIMIZER,     /* params, grads, state -> updated, over a range of the flat vector */
     OP_BUCKET_READY,  /* marker: a gradient bucket is final */
     OP_WAIT_BUCKETS,  /* marker: all-reduce of every bucket is done */
@@ -739,6 +741,8 @@ struct IrOp {
     int kernel_index;         /* after codegen: the kernel that runs it */
 };
 
+enum { NONFINITE_CHUNK = 4096 }; /* gradient elements per index of OP_FIND_NONFINITE */
+
 typedef struct Bucket {
     int64_t begin, end;       /* elements of the flat gradient vector */
 } Bucket;
@@ -755,6 +759,10 @@ typedef struct Ir {
     OpList ops[PH_COUNT];
     Tensor *input, *label, *sample_id, *output;
     Tensor *accum;            /* [2 * (1 + metrics)]: loss (sum, count), then each metric */
+    /* [1] f64, beside the accumulators: 0 while every summed gradient and the loss are
+     * finite; else 1 + the index of the first gradient element that is not, or 1 +
+     * param_count for the loss. Once set it stays set, and the optimizer skips. */
+    Tensor *nonfinite;
     TensorList params;        /* in the order of the flat vector */
     TensorList stats;
     int64_t param_count, stats_count;

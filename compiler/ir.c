@@ -31,7 +31,8 @@ const char *op_kind_name(OpKind k) {
         [OP_BN_BWD_SUMS] = "bn_bwd_sums", [OP_SOFTMAX] = "softmax",
         [OP_SOFTMAX_BWD] = "softmax_bwd", [OP_REDUCE_ROWS] = "reduce_rows",
         [OP_CONCAT] = "concat", [OP_SPLIT] = "split", [OP_LOSS] = "loss",
-        [OP_METRIC] = "metric", [OP_ACCUMULATE] = "accumulate", [OP_FILL] = "fill", [OP_OPTIMIZER] = "optimizer",
+        [OP_METRIC] = "metric", [OP_ACCUMULATE] = "accumulate", [OP_FILL] = "fill",
+        [OP_FIND_NONFINITE] = "find_nonfinite", [OP_NONFINITE_FLAG] = "nonfinite_flag", [OP_OPTIMIZER] = "optimizer",
         [OP_BUCKET_READY] = "bucket_ready", [OP_WAIT_BUCKETS] = "wait_buckets",
         [OP_METRICS_READY] = "metrics_ready",
     };
@@ -627,18 +628,30 @@ Ir *ir_lower(Ddpc *c, Graph *g, const ddp_settings *config, DType dtype, int64_t
 void ir_lower_update(Ddpc *c, Ir *ir) {
     Lower *L = ir->lowering;
     const ddp_optimizer *o = &ir->config->optimizer;
-    /* the optimizer updates the flat vectors in one pass once every bucket is summed */
+    DType dtype = ir->dtype;
+    Shape flat = {0, {0}}, one = {1, {1}};
+    ir->all_params = ir_tensor(c, ir, "params", T_PARAM, dtype, false, &flat);
+    ir->all_grads = ir_tensor(c, ir, "grads", T_GRAD, dtype, false, &flat);
+    /* once every bucket is summed: the non-finite rule on the device, so that no one
+     * waits for it (the flag is read with the figures), then the optimizer, which
+     * updates the flat vectors in one pass unless the flag is set */
     ir_op(c, ir, PH_OPTIMIZER, OP_WAIT_BUCKETS);
+    IrOp *find = ir_op(c, ir, PH_OPTIMIZER, OP_FIND_NONFINITE);
+    add_in(find, ir->all_grads);
+    add_out(find, ir_tensor(c, ir, "nonfinite_chunks", T_WORK, DT_F64, false, &flat));
+    IrOp *flag = ir_op(c, ir, PH_OPTIMIZER, OP_NONFINITE_FLAG);
+    add_in(flag, find->out[0]);
+    add_in(flag, ir->accum);
+    ir->nonfinite = ir_tensor(c, ir, "nonfinite", T_ACCUM, DT_F64, false, &one);
+    add_out(flag, ir->nonfinite);
+    flag->range = dim_fixed(1);
     IrOp *op = ir_op(c, ir, PH_OPTIMIZER, OP_OPTIMIZER);
     op->code = o->kind;
     op->what = builtin_of(B_OPTIMIZER, o->kind)->name;
     ir->state_vectors = (int)o->state_vectors;
-    DType dtype = ir->dtype;
-    Shape flat = {0, {0}};
-    ir->all_params = ir_tensor(c, ir, "params", T_PARAM, dtype, false, &flat);
-    ir->all_grads = ir_tensor(c, ir, "grads", T_GRAD, dtype, false, &flat);
     add_out(op, ir->all_params);
     add_in(op, ir->all_grads);
+    add_in(op, ir->nonfinite);
     for (int i = 0; i < ir->state_vectors; i++) {
         ir->states[i] = ir_tensor(c, ir, arena_printf(c->arena, "state%d", i), T_STATE, dtype,
                                   false, &flat);

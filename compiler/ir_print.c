@@ -126,7 +126,7 @@ static void tensor_list(StrBuf *sb, Tensor *const *ts, int n) {
 
 static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
     StrBuf sb = {0};
-    sb_printf(&sb, "  #%-4d %-13s", op->id, op_kind_name(op->kind));
+    sb_printf(&sb, "  #%-4d %-14s ", op->id, op_kind_name(op->kind));
     switch (op->kind) {
     case OP_POINTWISE:
     case OP_REDUCE_ROWS:

@@ -6,7 +6,14 @@
  * not depend on threads or on the device. Windows (im2col, pools) gather: each output
  * element reads what it needs, no two indices write the same place, and adjoints
  * (col2im, pool gradients) are gathers too, never scattered additions. Loss, metric and
- * accumulation kernels work per sample; sums of the accumulators are f64. */
+ * accumulation kernels work per sample; sums of the accumulators are f64.
+ *
+ * On a GPU the reductions (sums over rows: bias and batch-norm gradients, batch-norm
+ * statistics, global average pooling, the loss and metric sums) are launched one block
+ * per output (DDP_LAUNCH_BLOCK): the block's threads each sum a strided share of the
+ * rows in f64, then a tree over shared memory adds the shares, a barrier between its
+ * rounds, and thread 0 stores. The grid is the number of outputs, so it follows the
+ * problem and not the GPU, and there are no atomics: the same sums come out every run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -142,6 +149,192 @@ static void gen_reduce_rows(Cg *cg, IrOp *op, LLVMValueRef c) {
     cg_loop_end(cg, &l);
     for (int k = 0; k < op->nout; k++)
         store_f64(cg, op->out[k], c, load_var(cg, acc[k], cg->f64), op->accumulate);
+}
+
+/* --------------------------------------------------------- block reductions */
+
+/* The block's threads, and its slots of shared memory as f64. */
+typedef struct Block {
+    LLVMValueRef thread;        /* i64 */
+    int64_t threads;
+    LLVMValueRef shared;        /* double* */
+} Block;
+
+static Block block_of(Cg *cg, const IrOp *op) {
+    Block k = {cg_gpu_thread(cg), kernel_launch(op).threads, NULL};
+    k.shared = LLVMBuildBitCast(cg->b, cg_gpu_shared(cg), LLVMPointerType(cg->f64, 0), "shared");
+    return k;
+}
+
+static LLVMValueRef shared_at(Cg *cg, Block *k, LLVMValueRef i) {
+    return LLVMBuildInBoundsGEP2(cg->b, cg->f64, k->shared, &i, 1, "");
+}
+
+/* Calls visit(row) for the rows of [0, rows) this thread shares: tid, tid + T, ... */
+typedef void (*RowVisit)(Cg *cg, IrOp *op, LLVMValueRef row, void *arg);
+
+static void strided_rows(Cg *cg, IrOp *op, Block *k, LLVMValueRef rows, RowVisit visit, void *arg) {
+    LLVMValueRef t = I(cg, k->threads);
+    Loop l = cg_loop_begin(cg, I(cg, 0), divs(cg, add(cg, rows, I(cg, k->threads - 1)), t), "round");
+    LLVMValueRef row = add(cg, mul(cg, cg_loop_index(cg, &l), t), k->thread);
+    If f = cg_if_begin(cg, lt(cg, row, rows));
+    visit(cg, op, row, arg);
+    cg_if_end(cg, &f);
+    cg_loop_end(cg, &l);
+}
+
+typedef LLVMValueRef (*Combine)(Cg *cg, LLVMValueRef a, LLVMValueRef b);
+
+static LLVMValueRef smaller(Cg *cg, LLVMValueRef a, LLVMValueRef b) {
+    return sel(cg, fcmp(cg, LLVMRealOLT, b, a), b, a);
+}
+
+/* Every thread's part combined, in slot `slot` of shared memory: each stores its part,
+ * then log2 T rounds halve the live slots, a barrier after each; every thread gets the
+ * result, and a last barrier lets the slot be used again. */
+static LLVMValueRef block_combine(Cg *cg, Block *k, LLVMValueRef part, int slot, Combine combine) {
+    LLVMValueRef base = I(cg, (int64_t)slot * k->threads);
+    LLVMBuildStore(cg->b, part, shared_at(cg, k, add(cg, base, k->thread)));
+    cg_gpu_barrier(cg);
+    for (int64_t half = k->threads / 2; half > 0; half /= 2) {
+        If f = cg_if_begin(cg, lt(cg, k->thread, I(cg, half)));
+        LLVMValueRef mine = shared_at(cg, k, add(cg, base, k->thread));
+        LLVMValueRef other = shared_at(cg, k, add(cg, base, add(cg, k->thread, I(cg, half))));
+        LLVMBuildStore(cg->b, combine(cg, LLVMBuildLoad2(cg->b, cg->f64, mine, ""),
+                                      LLVMBuildLoad2(cg->b, cg->f64, other, "")), mine);
+        cg_if_end(cg, &f);
+        cg_gpu_barrier(cg);
+    }
+    LLVMValueRef total = LLVMBuildLoad2(cg->b, cg->f64, shared_at(cg, k, base), "total");
+    cg_gpu_barrier(cg);
+    return total;
+}
+
+static LLVMValueRef block_sum(Cg *cg, Block *k, LLVMValueRef part, int slot) {
+    return block_combine(cg, k, part, slot, fadd);
+}
+
+/* What thread 0 alone does (the stores of a block's results). */
+static If first_thread(Cg *cg, Block *k) {
+    return cg_if_begin(cg, eq(cg, k->thread, I(cg, 0)));
+}
+
+typedef struct RowSums {
+    LLVMValueRef acc[4], c;
+    Memo memo;
+} RowSums;
+
+static void reduce_rows_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
+    RowSums *s = arg;
+    LLVMValueRef i = add(cg, mul(cg, row, I(cg, op->channels)), s->c);
+    s->memo.n = 0; /* values of another row: computed afresh */
+    for (int k = 0; k < op->nout; k++)
+        set_var(cg, s->acc[k], fadd(cg, load_var(cg, s->acc[k], cg->f64),
+                                   cg_to_f64(cg, gen_expr(cg, op->expr[k], i, &s->memo))));
+}
+
+/* One channel c per block: out[k][c] (+)= the sum over rows of expr[k](row * C + c). */
+static void block_reduce_rows(Cg *cg, IrOp *op, LLVMValueRef c) {
+    Block k = block_of(cg, op);
+    RowSums s = {.c = c, .memo = {.per_sample = op->rows_per_sample * op->channels}};
+    for (int o = 0; o < op->nout; o++)
+        s.acc[o] = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    strided_rows(cg, op, &k, mul(cg, cg_local_batch(cg), I(cg, op->rows_per_sample)), reduce_rows_visit, &s);
+    LLVMValueRef total[4];
+    for (int o = 0; o < op->nout; o++)
+        total[o] = block_sum(cg, &k, load_var(cg, s.acc[o], cg->f64), o);
+    If f = first_thread(cg, &k);
+    for (int o = 0; o < op->nout; o++)
+        store_f64(cg, op->out[o], c, total[o], op->accumulate);
+    cg_if_end(cg, &f);
+}
+
+typedef struct ChannelSum {
+    LLVMValueRef acc, c, mean; /* mean: NULL for the first pass, then the squares' */
+} ChannelSum;
+
+static void channel_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
+    ChannelSum *s = arg;
+    LLVMValueRef v = load_f64(cg, op->in[0], add(cg, mul(cg, row, I(cg, op->channels)), s->c));
+    if (s->mean) {
+        LLVMValueRef d = fsub(cg, v, s->mean);
+        v = fmul(cg, d, d);
+    }
+    set_var(cg, s->acc, fadd(cg, load_var(cg, s->acc, cg->f64), v));
+}
+
+/* One channel c per block: mean, then (biased) variance, over every row of the live batch. */
+static void block_bn_stats(Cg *cg, IrOp *op, LLVMValueRef c) {
+    Block k = block_of(cg, op);
+    LLVMValueRef rows = mul(cg, cg_local_batch(cg), I(cg, op->in[0]->per_sample / op->channels));
+    LLVMValueRef count = LLVMBuildSIToFP(cg->b, rows, cg->f64, "");
+    LLVMValueRef nonzero = fgt(cg, count, F(cg, 0));
+    ChannelSum s = {cg_var(cg, cg->f64, F(cg, 0), "sum"), c, NULL};
+    strided_rows(cg, op, &k, rows, channel_visit, &s);
+    LLVMValueRef sum = block_sum(cg, &k, load_var(cg, s.acc, cg->f64), 0);
+    s.mean = sel(cg, nonzero, fdiv(cg, sum, count), F(cg, 0));
+    set_var(cg, s.acc, F(cg, 0));
+    strided_rows(cg, op, &k, rows, channel_visit, &s);
+    LLVMValueRef sq = block_sum(cg, &k, load_var(cg, s.acc, cg->f64), 0);
+    If f = first_thread(cg, &k);
+    store_f64(cg, op->out[0], c, s.mean, false);
+    store_f64(cg, op->out[1], c, sel(cg, nonzero, fdiv(cg, sq, count), F(cg, 0)), false);
+    cg_if_end(cg, &f);
+}
+
+typedef struct PixelSum {
+    LLVMValueRef acc, s, ch;
+    int64_t hw, c;
+} PixelSum;
+
+static void pixel_visit(Cg *cg, IrOp *op, LLVMValueRef p, void *arg) {
+    PixelSum *a = arg;
+    LLVMValueRef idx = add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->hw)), p), I(cg, a->c)), a->ch);
+    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), load_f64(cg, op->in[0], idx)));
+}
+
+/* Global average pooling, one output (sample, channel) per block: the mean of its pixels. */
+static void block_gap(Cg *cg, IrOp *op, LLVMValueRef i) {
+    Block k = block_of(cg, op);
+    Tensor *x = op->in[0];
+    PixelSum a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, x->shape.dim[0] * x->shape.dim[1], x->shape.dim[2]};
+    a.s = divs(cg, i, I(cg, a.c));
+    a.ch = rems(cg, i, I(cg, a.c));
+    strided_rows(cg, op, &k, I(cg, a.hw), pixel_visit, &a);
+    LLVMValueRef total = block_sum(cg, &k, load_var(cg, a.acc, cg->f64), 0);
+    If f = first_thread(cg, &k);
+    store_f64(cg, op->out[0], i, fdiv(cg, total, F(cg, (double)a.hw)), false);
+    cg_if_end(cg, &f);
+}
+
+typedef struct SampleSum {
+    LLVMValueRef acc;
+    Tensor *values;
+} SampleSum;
+
+static void sample_visit(Cg *cg, IrOp *op, LLVMValueRef s, void *arg) {
+    (void)op;
+    SampleSum *a = arg;
+    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), load_f64(cg, a->values, s)));
+}
+
+/* The loss and metric sums, all in one block: each per-sample vector's sum over the live
+ * batch, and the batch's size, added to its pair of the accumulators. */
+static void block_accumulate(Cg *cg, IrOp *op, LLVMValueRef i) {
+    (void)i;
+    Block k = block_of(cg, op);
+    LLVMValueRef n = cg_local_batch(cg);
+    for (int in = 0; in < op->nin; in++) {
+        SampleSum a = {cg_var(cg, cg->f64, F(cg, 0), "sum"), op->in[in]};
+        set_var(cg, a.acc, F(cg, 0));
+        strided_rows(cg, op, &k, n, sample_visit, &a);
+        LLVMValueRef total = block_sum(cg, &k, load_var(cg, a.acc, cg->f64), 0);
+        If f = first_thread(cg, &k);
+        LLVMValueRef at = I(cg, 2 * op->pair[in]);
+        store_f64(cg, op->out[0], at, total, true);
+        store_f64(cg, op->out[0], add(cg, at, I(cg, 1)), LLVMBuildSIToFP(cg->b, n, cg->f64, ""), true);
+        cg_if_end(cg, &f);
+    }
 }
 
 /* ------------------------------------------------------------------ windows */
@@ -815,6 +1008,96 @@ static void gen_accumulate(Cg *cg, IrOp *op, LLVMValueRef i) {
     }
 }
 
+/* ------------------------------------------------------------- non-finite */
+
+/* 1 + i where element i of t is NaN or infinite (x - x is NaN exactly then), else 0. */
+static LLVMValueRef nonfinite_mark(Cg *cg, Tensor *t, LLVMValueRef i) {
+    LLVMValueRef v = cg_load(cg, t, i);
+    LLVMValueRef bad = LLVMBuildFCmp(cg->b, LLVMRealUNO, LLVMBuildFSub(cg->b, v, v, ""), v, "");
+    return sel(cg, bad, LLVMBuildSIToFP(cg->b, add(cg, i, I(cg, 1)), cg->f64, ""), F(cg, 0));
+}
+
+/* Chunk c's gradient elements: out[c] = the first mark that is set, or 0. */
+static void gen_find_nonfinite(Cg *cg, IrOp *op, LLVMValueRef c) {
+    Tensor *g = op->in[0];
+    LLVMValueRef lo = mul(cg, c, I(cg, NONFINITE_CHUNK)), end = add(cg, lo, I(cg, NONFINITE_CHUNK));
+    LLVMValueRef hi = sel(cg, lt(cg, end, I(cg, g->elems)), end, I(cg, g->elems));
+    LLVMValueRef first = cg_var(cg, cg->f64, F(cg, 0), "first");
+    Loop l = cg_loop_begin(cg, lo, hi, "j");
+    LLVMValueRef seen = load_var(cg, first, cg->f64);
+    LLVMValueRef mark = nonfinite_mark(cg, g, cg_loop_index(cg, &l));
+    set_var(cg, first, sel(cg, fcmp(cg, LLVMRealOEQ, seen, F(cg, 0)), mark, seen));
+    cg_loop_end(cg, &l);
+    store_f64(cg, op->out[0], c, load_var(cg, first, cg->f64), false);
+}
+
+/* The flag from the chunks' first marks (found: the smallest) and the loss's sum; a
+ * flag already set stays as it is. */
+static void set_nonfinite_flag(Cg *cg, IrOp *op, LLVMValueRef found) {
+    LLVMValueRef loss = load_f64(cg, op->in[1], I(cg, 0));
+    LLVMValueRef loss_bad = LLVMBuildFCmp(cg->b, LLVMRealUNO, fsub(cg, loss, loss), loss, "");
+    LLVMValueRef mark = sel(cg, fcmp(cg, LLVMRealONE, found, F(cg, 0)), found,
+                            sel(cg, loss_bad, F(cg, (double)cg->ir->param_count + 1), F(cg, 0)));
+    LLVMValueRef old = load_f64(cg, op->out[0], I(cg, 0));
+    store_f64(cg, op->out[0], I(cg, 0), sel(cg, fcmp(cg, LLVMRealONE, old, F(cg, 0)), old, mark), false);
+}
+
+static void gen_nonfinite_flag(Cg *cg, IrOp *op, LLVMValueRef i) {
+    (void)i;
+    LLVMValueRef first = cg_var(cg, cg->f64, F(cg, 0), "first");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->in[0]->elems), "c");
+    LLVMValueRef seen = load_var(cg, first, cg->f64);
+    LLVMValueRef part = load_f64(cg, op->in[0], cg_loop_index(cg, &l));
+    set_var(cg, first, sel(cg, fcmp(cg, LLVMRealOEQ, seen, F(cg, 0)), part, seen));
+    cg_loop_end(cg, &l);
+    set_nonfinite_flag(cg, op, load_var(cg, first, cg->f64));
+}
+
+/* On a GPU, the smallest set mark of a block's share: unset marks count as infinity. */
+typedef struct Marks {
+    LLVMValueRef least;
+    Tensor *t;
+    LLVMValueRef base;          /* the index of the share's row 0 */
+    bool from_values;           /* t holds values to test, not marks */
+} Marks;
+
+static void mark_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
+    (void)op;
+    Marks *m = arg;
+    LLVMValueRef i = add(cg, m->base, row);
+    LLVMValueRef mark = m->from_values ? nonfinite_mark(cg, m->t, i) : load_f64(cg, m->t, i);
+    LLVMValueRef v = sel(cg, fcmp(cg, LLVMRealOEQ, mark, F(cg, 0)), F(cg, INFINITY), mark);
+    set_var(cg, m->least, smaller(cg, load_var(cg, m->least, cg->f64), v));
+}
+
+static LLVMValueRef least_mark(Cg *cg, IrOp *op, Block *k, Marks *m, LLVMValueRef rows) {
+    strided_rows(cg, op, k, rows, mark_visit, m);
+    LLVMValueRef least = block_combine(cg, k, load_var(cg, m->least, cg->f64), 0, smaller);
+    return sel(cg, fcmp(cg, LLVMRealOEQ, least, F(cg, INFINITY)), F(cg, 0), least);
+}
+
+static void block_find_nonfinite(Cg *cg, IrOp *op, LLVMValueRef c) {
+    Block k = block_of(cg, op);
+    Tensor *g = op->in[0];
+    LLVMValueRef lo = mul(cg, c, I(cg, NONFINITE_CHUNK)), left = sub(cg, I(cg, g->elems), lo);
+    LLVMValueRef rows = sel(cg, lt(cg, left, I(cg, NONFINITE_CHUNK)), left, I(cg, NONFINITE_CHUNK));
+    Marks m = {cg_var(cg, cg->f64, F(cg, INFINITY), "least"), g, lo, true};
+    LLVMValueRef first = least_mark(cg, op, &k, &m, rows);
+    If f = first_thread(cg, &k);
+    store_f64(cg, op->out[0], c, first, false);
+    cg_if_end(cg, &f);
+}
+
+static void block_nonfinite_flag(Cg *cg, IrOp *op, LLVMValueRef i) {
+    (void)i;
+    Block k = block_of(cg, op);
+    Marks m = {cg_var(cg, cg->f64, F(cg, INFINITY), "least"), op->in[0], I(cg, 0), false};
+    LLVMValueRef first = least_mark(cg, op, &k, &m, I(cg, op->in[0]->elems));
+    If f = first_thread(cg, &k);
+    set_nonfinite_flag(cg, op, first);
+    cg_if_end(cg, &f);
+}
+
 /* ---------------------------------------------------------------- optimizer */
 
 /* A constant and a run-time scalar in the program's float type. */
@@ -869,9 +1152,34 @@ bool op_has_kernel(const IrOp *op) {
            op->kind != OP_METRICS_READY && op->kind != OP_FILL;
 }
 
+/* The longest run a block of a reduction adds up: what its thread count is sized for. */
+static int64_t reduced_length(const IrOp *op) {
+    switch (op->kind) {
+    case OP_REDUCE_ROWS: case OP_BN_STATS: return op->in[0]->elems / op->channels; /* rows, at a full batch */
+    case OP_GAP: return op->in[0]->shape.dim[0] * op->in[0]->shape.dim[1];
+    case OP_ACCUMULATE: return op->in[0]->elems;
+    case OP_FIND_NONFINITE: return NONFINITE_CHUNK;
+    case OP_NONFINITE_FLAG: return op->in[0]->elems;
+    default: return 0;
+    }
+}
+
+/* Shared memory a block uses: a slot of one f64 per thread for each sum it forms at once. */
+static int64_t reduced_slots(const IrOp *op) {
+    return op->kind == OP_REDUCE_ROWS ? op->nout : 1;
+}
+
+enum { INDEX_THREADS = 256, MAX_REDUCE_THREADS = 256 };
+
 GpuLaunch kernel_launch(const IrOp *op) {
-    (void)op;
-    return (GpuLaunch){.kind = DDP_LAUNCH_INDEX, .threads = 256, .shared_bytes = 0};
+    int64_t length = reduced_length(op);
+    if (length == 0)
+        return (GpuLaunch){.kind = DDP_LAUNCH_INDEX, .threads = INDEX_THREADS, .shared_bytes = 0};
+    int64_t threads = 32; /* a warp at least; no more than the rows to share */
+    while (threads < MAX_REDUCE_THREADS && threads < length)
+        threads *= 2;
+    return (GpuLaunch){.kind = DDP_LAUNCH_BLOCK, .threads = threads,
+                       .shared_bytes = reduced_slots(op) * threads * (int64_t)sizeof(double)};
 }
 
 const char *kernel_name(Ddpc *c, const IrOp *op, int index) {
@@ -899,7 +1207,22 @@ static IndexBody body_of(OpKind kind) {
     case OP_LOSS: return gen_loss;
     case OP_METRIC: return gen_metric;
     case OP_ACCUMULATE: return gen_accumulate;
+    case OP_FIND_NONFINITE: return gen_find_nonfinite;
+    case OP_NONFINITE_FLAG: return gen_nonfinite_flag;
     case OP_OPTIMIZER: return gen_optimizer;
+    default: return NULL;
+    }
+}
+
+/* The GPU's body for a kernel launched one block per index. */
+static IndexBody block_body_of(OpKind kind) {
+    switch (kind) {
+    case OP_REDUCE_ROWS: return block_reduce_rows;
+    case OP_BN_STATS: return block_bn_stats;
+    case OP_GAP: return block_gap;
+    case OP_ACCUMULATE: return block_accumulate;
+    case OP_FIND_NONFINITE: return block_find_nonfinite;
+    case OP_NONFINITE_FLAG: return block_nonfinite_flag;
     default: return NULL;
     }
 }
@@ -957,7 +1280,16 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
         LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, cpu);
         LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, features);
     }
-    cg_kernel_indices(cg, op, body_of(op->kind));
+    /* the optimizer does nothing once a gradient or the loss was not finite */
+    If update = {0};
+    if (op->kind == OP_OPTIMIZER)
+        update = cg_if_begin(cg, fcmp(cg, LLVMRealOEQ, load_f64(cg, cg->ir->nonfinite, I(cg, 0)), F(cg, 0)));
+    if (cg->target == TARGET_GPU && kernel_launch(op).kind == DDP_LAUNCH_BLOCK)
+        cg_kernel_blocks(cg, op, block_body_of(op->kind));
+    else
+        cg_kernel_indices(cg, op, body_of(op->kind));
+    if (op->kind == OP_OPTIMIZER)
+        cg_if_end(cg, &update);
     cg_kernel_end(cg);
     cg->args = NULL;
     cg->nargs = 0;

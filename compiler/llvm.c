@@ -492,6 +492,13 @@ bool cg_emit_gpu(Cg *cg, char **ptx, size_t *ptx_len, char **obj, size_t *obj_le
     return ok;
 }
 
+void cg_kernel_blocks(Cg *cg, IrOp *op, IndexBody body) {
+    LLVMValueRef i = LLVMBuildAdd(cg->b, cg->begin, cg_gpu_block(cg), "i");
+    If f = cg_if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntSLT, i, cg->end, ""));
+    body(cg, op, i);
+    cg_if_end(cg, &f);
+}
+
 void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody body) {
     if (cg->target != TARGET_GPU) {
         Loop l = cg_loop_begin(cg, cg->begin, cg->end, "i");

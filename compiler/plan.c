@@ -95,9 +95,16 @@ static void lay_out_vectors(Ddpc *c, Ir *ir) {
     for (int i = 0; i < 4; i++)
         if (whole[i])
             whole[i]->elems = ir->param_count;
-    for (int i = 0; i < ir->ops[PH_OPTIMIZER].len; i++)
-        if (ir->ops[PH_OPTIMIZER].items[i]->kind == OP_OPTIMIZER)
-            ir->ops[PH_OPTIMIZER].items[i]->range = (IrDim){ir->param_count, 0};
+    int64_t chunks = (ir->param_count + NONFINITE_CHUNK - 1) / NONFINITE_CHUNK;
+    for (int i = 0; i < ir->ops[PH_OPTIMIZER].len; i++) {
+        IrOp *op = ir->ops[PH_OPTIMIZER].items[i];
+        if (op->kind == OP_OPTIMIZER)
+            op->range = (IrDim){ir->param_count, 0};
+        if (op->kind == OP_FIND_NONFINITE) {
+            op->range = (IrDim){chunks, 0};
+            op->out[0]->elems = chunks;
+        }
+    }
 
     /* buckets: consecutive parameters until the size is reached; each is ready when its
      * last gradient is */
@@ -229,7 +236,9 @@ static void place_small_regions(Ir *ir) {
     }
     ir->input_bytes = offset;
     ir->accum->region = DDP_REGION_ACCUM;
-    ir->accum_bytes = bytes_of(ir->accum);
+    ir->nonfinite->region = DDP_REGION_ACCUM;
+    ir->nonfinite->offset = bytes_of(ir->accum);
+    ir->accum_bytes = bytes_of(ir->accum) + bytes_of(ir->nonfinite);
     for (int i = 0; i < ir->tensors.len; i++) {
         Tensor *t = ir->tensors.items[i];
         int64_t elem = dtype_size(t->dtype);

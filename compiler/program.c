@@ -173,12 +173,17 @@ static const ddp_buffer *buffers_table(Ddpc *c, Ir *ir) {
     return out;
 }
 
+/* Kernels of one index on the CPU: the sums into the accumulators and the flag. */
+static bool serial(const IrOp *op) {
+    return op->kind == OP_ACCUMULATE || op->kind == OP_NONFINITE_FLAG;
+}
+
 static const ddp_kernel *kernels_table(Ddpc *c, Ir *ir) {
     ddp_kernel *out = NEW_ARRAY(c, ddp_kernel, ir->kernel_ops.len);
     for (int k = 0; k < ir->kernel_ops.len; k++) {
         IrOp *op = ir->kernel_ops.items[k];
         GpuLaunch g = kernel_launch(op);
-        out[k] = (ddp_kernel){.name = kernel_name(c, op, k), .flags = op->kind == OP_ACCUMULATE ? DDP_KERNEL_SERIAL : 0,
+        out[k] = (ddp_kernel){.name = kernel_name(c, op, k), .flags = serial(op) ? DDP_KERNEL_SERIAL : 0,
                               .launch = g.kind, .threads = g.threads, .shared_bytes = g.shared_bytes};
     }
     return out;
@@ -272,6 +277,7 @@ static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const c
     p.buckets = buckets;
     p.nbuckets = ir->buckets.len;
     p.accum_pairs = ir->accum->elems / 2;
+    p.nonfinite_slot = ir->nonfinite->slot;
     return p;
 }
 

@@ -159,10 +159,12 @@ static void drop(ddp_coordinator *s, int c) {
     }
 }
 
-/* Every worker still there gets the same text. */
+/* Every worker still there gets the same text, but rank except_rank (-1: none). A
+ * connection that has not said which rank it is yet hears it too: a worker slow to
+ * start (rank 0's own, on a busy machine) would otherwise wait for its timeout. */
 static void tell_all(ddp_coordinator *s, int type, const char *text, int except_rank) {
     for (int c = 0; c < s->nconns; c++)
-        if (s->conns[c].fd >= 0 && s->conns[c].rank != except_rank && !s->conns[c].left)
+        if (s->conns[c].fd >= 0 && (except_rank < 0 || s->conns[c].rank != except_rank) && !s->conns[c].left)
             queue_text(s, c, type, text);
 }
 

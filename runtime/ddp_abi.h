@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 2
+#define DDP_ABI_VERSION 3
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -395,6 +395,7 @@ enum ddp_phase_kind { DDP_PHASE_FORWARD, DDP_PHASE_BACKWARD, DDP_PHASE_OPTIMIZER
     X##_REFS(T, ddp_bucket, buckets, nbuckets)                                                               \
     X##_I64(T, nbuckets)                                                                                     \
     X##_I64(T, accum_pairs)                                                                                  \
+    X##_I64(T, nonfinite_slot)      /* an f64 beside the accumulators: 0, or where a NaN or infinity was */  \
     X##_STR(T, ptx)                 /* every kernel for the GPU, one module; NULL if not built */            \
     X##_U64(T, gpu_hash)            /* the hash of the GPU module both the PTX and gpu_emulated come from */ \
     X##_FNS(T, gpu_emulated, 2)     /* one per kernel: the GPU's code for the host, for the emulated device */ \

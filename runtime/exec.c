@@ -311,27 +311,8 @@ double *ddp_accumulators(ddp_runtime *rt) {
     return rt->buffers[rt->program->accum_slot];
 }
 
-/* Finite means an exponent field below all ones; testing bits keeps the loop plain
- * integer work the compiler vectorizes. */
-static inline bool nonfinite_at(const void *values, bool wide, int64_t i) {
-    return wide ? (((const uint64_t *)values)[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull
-                : (((const uint32_t *)values)[i] & 0x7f800000u) == 0x7f800000u;
-}
-
-int64_t ddp_first_nonfinite(const ddp_runtime *rt, int region, int64_t count) {
-    bool wide = rt->program->dtype == DDP_F64;
-    const void *values = rt->region[region];
-    enum { CHUNK = 4096 };
-    for (int64_t start = 0; start < count; start += CHUNK) {
-        int64_t end = start + CHUNK < count ? start + CHUNK : count;
-        bool bad = false;
-        for (int64_t i = start; i < end; i++)
-            bad |= nonfinite_at(values, wide, i);
-        for (int64_t i = start; bad && i < end; i++)
-            if (nonfinite_at(values, wide, i))
-                return i;
-    }
-    return -1;
+double ddp_nonfinite_flag(const ddp_runtime *rt) {
+    return *(const double *)rt->buffers[rt->program->nonfinite_slot];
 }
 
 double ddp_accumulator(ddp_runtime *rt, int pair, double *count) {

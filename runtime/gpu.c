@@ -20,7 +20,7 @@
 #include "device.h"
 #include "runtime.h"
 
-enum { EVENT_UPLOADED = 0 };
+enum { EVENT_UPLOADED = 0, EVENT_FIGURES = 1 };
 
 struct ddp_gpu {
     ddp_device *dev;
@@ -156,25 +156,21 @@ void ddp_gpu_detach(ddp_runtime *rt) {
 
 /* ---------------------------------------------------------- transfers */
 
+bool ddp_gpu_exchange(ddp_runtime *rt, int region, int64_t offset, int64_t bytes, void *host, bool up) {
+    ddp_device *d = rt->gpu->dev;
+    ddp_dptr at = rt->gpu->region[region] + (ddp_dptr)offset;
+    if (up)
+        return d->ops->upload(d, DDP_STREAM_COMPUTE, at, host, (size_t)bytes) || failed(rt, "copying to the GPU");
+    return (d->ops->download(d, DDP_STREAM_COMPUTE, host, at, (size_t)bytes) && d->ops->synchronize(d)) ||
+           failed(rt, "copying from the GPU");
+}
+
 bool ddp_to_device(ddp_runtime *rt, int region) {
-    ddp_gpu *g = rt->gpu;
-    if (!g)
-        return true;
-    ddp_device *d = g->dev;
-    size_t bytes = (size_t)rt->program->region_bytes[region];
-    return d->ops->upload(d, DDP_STREAM_COMPUTE, g->region[region], rt->region[region], bytes) ||
-           failed(rt, "copying to the GPU");
+    return !rt->gpu || ddp_gpu_exchange(rt, region, 0, rt->program->region_bytes[region], rt->region[region], true);
 }
 
 bool ddp_to_host(ddp_runtime *rt, int region) {
-    ddp_gpu *g = rt->gpu;
-    if (!g)
-        return true;
-    ddp_device *d = g->dev;
-    size_t bytes = (size_t)rt->program->region_bytes[region];
-    return (d->ops->download(d, DDP_STREAM_COMPUTE, rt->region[region], g->region[region], bytes) &&
-            d->ops->synchronize(d)) ||
-           failed(rt, "copying from the GPU");
+    return !rt->gpu || ddp_gpu_exchange(rt, region, 0, rt->program->region_bytes[region], rt->region[region], false);
 }
 
 bool ddp_batch_writable(ddp_runtime *rt) {
@@ -197,6 +193,22 @@ bool ddp_batch_uploaded(ddp_runtime *rt) {
             d->ops->wait(d, DDP_STREAM_COMPUTE, EVENT_UPLOADED) &&
             d->ops->copy(d, DDP_STREAM_COMPUTE, g->region[DDP_REGION_INPUT], g->staging, bytes)) ||
            failed(rt, "uploading a batch");
+}
+
+bool ddp_accumulators_send(ddp_runtime *rt) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    size_t bytes = (size_t)rt->program->region_bytes[DDP_REGION_ACCUM];
+    return (d->ops->download(d, DDP_STREAM_COMPUTE, rt->region[DDP_REGION_ACCUM], g->region[DDP_REGION_ACCUM],
+                             bytes) &&
+            d->ops->record(d, DDP_STREAM_COMPUTE, EVENT_FIGURES)) ||
+           failed(rt, "copying the loss and metrics from the GPU");
+}
+
+bool ddp_accumulators_arrived(ddp_runtime *rt) {
+    ddp_gpu *g = rt->gpu;
+    return g->dev->ops->synchronize_event(g->dev, EVENT_FIGURES) ||
+           failed(rt, "copying the loss and metrics from the GPU");
 }
 
 bool ddp_gpu_zero(ddp_runtime *rt, int region) {

@@ -172,8 +172,10 @@ double ddp_accumulator(ddp_runtime *rt, int pair, double *count);
 /* The accumulators themselves: accum_pairs (sum, count) pairs, for saving around a
  * validation in mid-epoch. */
 double *ddp_accumulators(ddp_runtime *rt);
-/* The first element of a region's first count values that is NaN or infinite; -1 if none. */
-int64_t ddp_first_nonfinite(const ddp_runtime *rt, int region, int64_t count);
+/* The flag beside them (ddp_abi.h's nonfinite_slot): 0 while every summed gradient and
+ * the loss were finite; else 1 + the first bad gradient element, or 1 + param_count
+ * for the loss. */
+double ddp_nonfinite_flag(const ddp_runtime *rt);
 void *ddp_buffer_ptr(ddp_runtime *rt, int64_t slot);
 
 /* ------------------------------------------------------------- hostlist.c */
@@ -602,11 +604,18 @@ bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count,
  * rt->device_error. */
 bool ddp_to_device(ddp_runtime *rt, int region);
 bool ddp_to_host(ddp_runtime *rt, int region);
+/* The same for bytes [offset, offset + bytes) of the device's region and any host
+ * memory that size (up: to the device); on a GPU only. */
+bool ddp_gpu_exchange(ddp_runtime *rt, int region, int64_t offset, int64_t bytes, void *host, bool up);
 /* Before the loader writes a batch into the input region's mirror: the last upload
  * has read it. After: the batch goes up while the current step runs. */
 bool ddp_batch_writable(ddp_runtime *rt);
 bool ddp_batch_uploaded(ddp_runtime *rt);
 bool ddp_gpu_zero(ddp_runtime *rt, int region);
+/* The accumulators and the flag on their way to their mirror behind the work queued so
+ * far, without waiting; then, when the host needs them, waiting for them alone. */
+bool ddp_accumulators_send(ddp_runtime *rt);
+bool ddp_accumulators_arrived(ddp_runtime *rt);
 /* Waits for every queued step; true on the CPU. */
 bool ddp_gpu_synchronize(ddp_runtime *rt);
 const struct ddp_device_info *ddp_gpu_info(const ddp_runtime *rt); /* NULL on the CPU */

@@ -27,6 +27,14 @@
 
 #include "runtime.h"
 
+/* A step as the host remembers it until its figures are read: where it was, and the
+ * first samples of its batch (for the message if it turned out not finite). */
+typedef struct StepRecord {
+    int64_t step, epoch, b, batches; /* step: its number, counted from 1 */
+    int64_t ids[4], rows;
+    bool pending;
+} StepRecord;
+
 /* The batches of one pass over a dataset, as this worker's shards of global batches. */
 typedef struct Pass {
     int64_t *order, *starts, *sizes, *global_sizes;
@@ -46,8 +54,10 @@ typedef struct Run {
     ddp_ring *ring;             /* NULL for one worker */
     ddp_comm *comm;             /* the buckets' all-reduce during backward; NULL for one worker */
     ddp_trace *trace;           /* NULL without --trace */
-    double global[2 * 64];      /* the accumulators summed over the workers */
+    double global[2 * 64 + 1];  /* the accumulators summed over the workers, then the flags */
     int64_t step;               /* optimizer steps taken */
+    StepRecord pending;         /* a GPU alone: the step whose figures are on their way */
+    double epoch_rate;          /* samples a second so far this epoch, for the progress lines */
     int64_t samples;            /* trained on, over all workers */
     ddp_figures last_validation;
     bool validated;
@@ -67,13 +77,18 @@ static int failure(Run *r, const char *message) {
     return ddp_ring_lost(r->ring) >= 0 || ddp_link_lost(r->job->link, NULL, NULL, 0) ? 3 : 1;
 }
 
-/* Where the run is, for messages: "step 12 (epoch 1, step 12 of 312), DOING: WHAT"
- * during a step, "after step 12 (...)" once its update is done (done_step). */
+/* "step 12 (epoch 1, step 12 of 312), DOING: WHAT", or "after step 12 (...)". */
+static void say_at(const Run *r, int64_t step, int64_t epoch, int64_t b, bool after, const char *doing,
+                   const char *what, char *out, size_t len) {
+    snprintf(out, len, "%sstep %lld (epoch %lld, step %lld of %lld)%s%s: %.800s", after ? "after " : "",
+             (long long)step, (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps, doing ? ", " : "",
+             doing ? doing : "", what);
+}
+
+/* Where the run is, for messages: during a step, or once its update is done (done_step). */
 static void say_where(const Run *r, int64_t epoch, int64_t b, bool done_step, const char *doing, const char *what,
                       char *out, size_t len) {
-    snprintf(out, len, "%sstep %lld (epoch %lld, step %lld of %lld)%s%s: %.800s", done_step ? "after " : "",
-             (long long)r->step + !done_step, (long long)epoch + 1, (long long)b + 1, (long long)r->plan.steps,
-             doing ? ", " : "", doing ? doing : "", what);
+    say_at(r, r->step + !done_step, epoch, b, done_step, doing, what, out, len);
 }
 
 /* A span of this worker's compute lane, from begin to now. */
@@ -146,13 +161,18 @@ static bool region_up(Run *r, int region, char *err, size_t errlen) {
     return ddp_to_device(r->rt, region) || ddp_fail(err, errlen, "%s", r->rt->device_error);
 }
 
-/* The job's accumulators, summed over the workers, into sums. */
-static bool sum_accumulators(Run *r, double *sums, char *err, size_t errlen) {
+/* The accumulators' host mirror summed over the workers into sums, then the sum of
+ * the workers' non-finite flags (nonzero when any is set). */
+static bool sum_figures(Run *r, double *sums, char *err, size_t errlen) {
     int64_t n = 2 * r->rt->program->accum_pairs;
-    if (!region_down(r, DDP_REGION_ACCUM, err, errlen))
-        return false;
     memcpy(sums, ddp_accumulators(r->rt), sizeof(double) * (size_t)n);
-    return !r->ring || ddp_ring_allreduce(r->ring, sums, n, true, err, errlen);
+    sums[n] = ddp_nonfinite_flag(r->rt);
+    return !r->ring || ddp_ring_allreduce(r->ring, sums, n + 1, true, err, errlen);
+}
+
+/* The same from the accumulators as they are now. */
+static bool sum_accumulators(Run *r, double *sums, char *err, size_t errlen) {
+    return region_down(r, DDP_REGION_ACCUM, err, errlen) && sum_figures(r, sums, err, errlen);
 }
 
 /* Batch normalisation's running statistics, the same on every worker: their mean. */
@@ -270,35 +290,87 @@ static const char *param_at(const ddp_program *p, int64_t i) {
 }
 
 /* A loss or gradient that is not finite stops the run before the update spoils the
- * parameters; the message names the step, the tensor and the batch's first samples. */
-static bool finite_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
-    ddp_runtime *rt = r->rt;
-    const ddp_program *p = rt->program;
-    double loss = r->global[0];
-    int64_t bad = -1;
-    int n;
-    if (rt->gpu && !r->ring && !ddp_to_host(rt, DDP_REGION_GRADS)) { /* (with a ring they are down already) */
-        say_where(r, epoch, b, false, "checking the gradients", rt->device_error, why, len);
-        return false;
-    }
-    if (isfinite(loss) && (bad = ddp_first_nonfinite(rt, DDP_REGION_GRADS, p->param_count)) < 0)
+ * parameters: the optimizer kernel skips it once the step's flag is set (and every
+ * later step's: the flag stays), and the host stops when it reads the flag. The
+ * message names the step, the tensor and the batch's first samples. */
+static bool finite_step(Run *r, const StepRecord *rec, char *why, size_t len) {
+    const ddp_program *p = r->rt->program;
+    double loss = r->global[0], flag = r->global[2 * p->accum_pairs], mine = ddp_nonfinite_flag(r->rt);
+    if (isfinite(loss) && flag == 0)
         return true;
-    say_where(r, epoch, b, false, NULL, "", why, len);
-    n = (int)strlen(why);
-    if (!isfinite(loss))
+    say_at(r, rec->step, rec->epoch, rec->b, false, NULL, "", why, len);
+    int n = (int)strlen(why);
+    if (!isfinite(loss) || mine < 1 || mine > (double)p->param_count)
         n += snprintf(why + n, len - (size_t)n, "the loss is %s", isnan(loss) ? "NaN" : "infinite");
     else
         n += snprintf(why + n, len - (size_t)n, "the gradient of `%s` holds a NaN or an infinity",
-                      param_at(p, bad));
-    const int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
-    int64_t rows = rt->scalars[DDP_S_LOCAL_BATCH].i;
+                      param_at(p, (int64_t)mine - 1));
     n += snprintf(why + n, len - (size_t)n, "; training stopped before this step's update. The batch held samples");
-    for (int64_t i = 0; i < rows && i < 4 && n < (int)len; i++)
-        n += snprintf(why + n, len - (size_t)n, "%s %lld", i ? "," : "", (long long)ids[i]);
+    for (int64_t i = 0; i < rec->rows && i < 4 && n < (int)len; i++)
+        n += snprintf(why + n, len - (size_t)n, "%s %lld", i ? "," : "", (long long)rec->ids[i]);
     if (n < (int)len)
         snprintf(why + n, len - (size_t)n, "%s of %s. Lower the learning rate, or check those samples",
-                 rows > 4 ? ", ..." : "", r->train->spec->name);
+                 rec->rows > 4 ? ", ..." : "", r->train->spec->name);
     return false;
+}
+
+/* A step's figures, now in r->global: checked, then its progress line. */
+static bool step_figures(Run *r, const StepRecord *rec, char *why, size_t len) {
+    if (!finite_step(r, rec, why, len))
+        return false;
+    ddp_figures running = read_figures(r->rt->program, r->global);
+    ddp_report_step(r->report, rec->epoch + 1, rec->b + 1, rec->batches, &running, r->epoch_rate);
+    return true;
+}
+
+/* A GPU alone does not wait for a step's figures: they come down while the next step
+ * runs, and are read once that one is queued. These are the figures of the step
+ * before, if any are on their way. */
+static bool take_pending(Run *r, char *why, size_t len) {
+    StepRecord *rec = &r->pending;
+    if (!rec->pending)
+        return true;
+    rec->pending = false;
+    char err[1024];
+    if (!ddp_accumulators_arrived(r->rt) || !sum_figures(r, r->global, err, sizeof err)) {
+        say_at(r, rec->step, rec->epoch, rec->b, true, "reading the loss and metrics", r->rt->device_error, why,
+               len);
+        return false;
+    }
+    return step_figures(r, rec, why, len);
+}
+
+/* After a step's optimizer: its figures read now (the CPU; several workers, whose
+ * figures were summed before the update and whose flags are the same), or sent for
+ * (a GPU alone). */
+static bool after_step(Run *r, const StepRecord *rec, char *why, size_t len) {
+    ddp_runtime *rt = r->rt;
+    char err[1024];
+    if (r->ring) {
+        if (!region_down(r, DDP_REGION_ACCUM, err, sizeof err)) {
+            say_at(r, rec->step, rec->epoch, rec->b, true, "reading the non-finite flag", err, why, len);
+            return false;
+        }
+        r->global[2 * rt->program->accum_pairs] = ddp_nonfinite_flag(rt);
+        return step_figures(r, rec, why, len);
+    }
+    if (rt->gpu) {
+        if (!take_pending(r, why, len))
+            return false;
+        if (!ddp_accumulators_send(rt)) {
+            say_at(r, rec->step, rec->epoch, rec->b, true, "reading the loss and metrics", rt->device_error, why,
+                   len);
+            return false;
+        }
+        r->pending = *rec;
+        r->pending.pending = true;
+        return true;
+    }
+    if (!sum_accumulators(r, r->global, err, sizeof err)) {
+        say_at(r, rec->step, rec->epoch, rec->b, true, "summing the loss and metrics", err, why, len);
+        return false;
+    }
+    return step_figures(r, rec, why, len);
 }
 
 /* The gradients summed over the job: the buckets the communication thread took
@@ -323,6 +395,7 @@ static bool run_phase(Run *r, int phase, int64_t epoch, int64_t b, const char *d
 
 static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
     ddp_runtime *rt = r->rt;
+    const ddp_program *p = rt->program;
     int64_t global = r->train_pass.global_sizes[b];
     ddp_link_at_step(r->job->link, r->step + 1);
     char lost[768];
@@ -330,6 +403,10 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
         say_where(r, epoch, b, false, "reading the batch", lost, why, len);
         return false;
     }
+    StepRecord rec = {r->step + 1, epoch, b, r->train_pass.batches, {0}, rt->scalars[DDP_S_LOCAL_BATCH].i, false};
+    const int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
+    for (int64_t i = 0; i < rec.rows && i < 4; i++)
+        rec.ids[i] = ids[i];
     rt->scalars[DDP_S_EPOCH].i = epoch;
     ddp_prepare_step(rt, r->step, r->plan.steps);
     double t = ddp_trace_clock();
@@ -349,19 +426,25 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
         say_where(r, epoch, b, false, "summing the gradients", lost, why, len);
         return false;
     }
-    if (!sum_accumulators(r, r->global, lost, sizeof lost)) {
-        say_where(r, epoch, b, false, "summing the loss and metrics", lost, why, len);
-        return false;
+    /* several workers: a loss that is not finite on any stops all of them before the
+     * update, so that every worker's flag is then its gradients' alone, the same */
+    if (r->ring) {
+        if (!sum_accumulators(r, r->global, lost, sizeof lost)) {
+            say_where(r, epoch, b, false, "summing the loss and metrics", lost, why, len);
+            return false;
+        }
+        if (!isfinite(r->global[0])) {
+            finite_step(r, &rec, why, len); /* says so */
+            return false;
+        }
     }
-    if (!finite_step(r, epoch, b, why, len))
-        return false;
     t = ddp_trace_clock();
     if (!run_phase(r, DDP_PHASE_OPTIMIZER, epoch, b, "the optimizer", why, len))
         return false;
     span(r, "optimizer", t);
     r->step++;
     r->samples += global;
-    return true;
+    return after_step(r, &rec, why, len);
 }
 
 /* ------------------------------------------------------------------ epochs */
@@ -385,16 +468,18 @@ static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
     ddp_epoch_order(r->cfg->seed, epoch, rt->program->settings.shuffle, r->train->samples, pass->order);
     ddp_loader_begin(r->train_loader, pass->order, pass->starts, pass->sizes, pass->batches);
     ddp_zero_accumulators(rt);
+    r->epoch_rate = 0;
     for (int64_t b = 0; b < pass->batches; b++) {
         double t = now_seconds();
         if (!train_step(r, epoch, b, why, len))
             return false;
         training += now_seconds() - t;
         trained += pass->global_sizes[b];
-        ddp_figures running = read_figures(rt->program, r->global);
-        ddp_report_step(r->report, epoch + 1, b + 1, pass->batches, &running,
-                        training > 0 ? (double)trained / training : 0);
-        if (validation_due(r, epoch, false)) {
+        r->epoch_rate = training > 0 ? (double)trained / training : 0;
+        bool validating = validation_due(r, epoch, false);
+        if ((validating || b + 1 == pass->batches) && !take_pending(r, why, len))
+            return false;
+        if (validating) {
             if (!validate(r, err, sizeof err)) {
                 say_where(r, epoch, b, true, "validating", err, why, len);
                 return false;

@@ -68,7 +68,7 @@ def write_safetensors(path, tensors):
 
 
 def read_safetensors(path):
-    """({name: float values}, metadata) of an F32 file"""
+    """({name: float values}, metadata) of an F32 or F64 file"""
     with open(path, "rb") as f:
         blob = f.read()
     n = struct.unpack("<Q", blob[:8])[0]
@@ -78,7 +78,8 @@ def read_safetensors(path):
         if name == "__metadata__":
             continue
         a, b = t["data_offsets"]
-        out[name] = struct.unpack("<%df" % ((b - a) // 4), blob[8 + n + a:8 + n + b])
+        code, width = {"F32": ("f", 4), "F64": ("d", 8)}[t["dtype"]]
+        out[name] = struct.unpack("<%d%s" % ((b - a) // width, code), blob[8 + n + a:8 + n + b])
     return out, header.get("__metadata__", {})
 
 
