@@ -775,6 +775,7 @@ typedef struct Ir {
     int64_t no_reuse_arena_bytes, no_reuse_workspace_bytes; /* each tensor apart */
     int64_t input_bytes, accum_bytes;
     bool no_reuse;            /* place every tensor apart (the poison test's reference) */
+    bool no_barriers;         /* GPU kernels without their barriers (the emulated device's test) */
     TensorList slots;         /* the buffer table: storage tensors in slot order */
     OpList kernel_ops;        /* one op per generated kernel (cg_assign_kernels) */
     struct Lower *lowering;   /* ir.c's state between its two steps */
@@ -879,6 +880,7 @@ typedef struct Pipeline {
     DType dtype;               /* the rest: UPTO_PLAN and UPTO_LINK */
     int64_t bucket_bytes;
     bool no_reuse;
+    bool no_barriers;
     const BuildOptions *build; /* UPTO_LINK */
 } Pipeline;
 /* Runs the compiler's passes in order up to p->upto (the list is in pipeline.c); true

@@ -342,7 +342,8 @@ LLVMValueRef cg_gpu_thread(Cg *cg) {
 }
 
 void cg_gpu_barrier(Cg *cg) {
-    call_builtin(cg, GPU_BARRIER);
+    if (!cg->ir->no_barriers)
+        call_builtin(cg, GPU_BARRIER);
 }
 
 LLVMValueRef cg_gpu_shared(Cg *cg) {

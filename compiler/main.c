@@ -54,6 +54,8 @@ static const char usage[] =
     "  --dtype f32|f64        the element type of the generated code (f64 for gradient checks)\n"
     "  --bucket-size BYTES    gradient bucket size (default 25M; 64K at least)\n"
     "  --no-reuse             give every value its own memory (to test the memory plan)\n"
+    "  --no-barriers          leave the GPU kernels' barriers out (to see the emulated GPU\n"
+    "                         catch it: their block sums go wrong)\n"
     "  -w                     no warnings\n"
     "  -Werror                warnings are errors\n"
     "  -Wno-NAME              turn off the warning NAME (see --list-diagnostics)\n"
@@ -82,7 +84,7 @@ typedef struct Options {
     int color; /* -1 auto, 0 never, 1 always */
     DType dtype;
     int64_t bucket_bytes;
-    bool no_reuse;
+    bool no_reuse, no_barriers;
     BuildOptions build;
     const char *defines[64];
     int ndefines;
@@ -218,6 +220,8 @@ static int parse_options(int argc, char **argv, Options *o) {
             o->bucket_bytes = n;
         } else if (strcmp(a, "--no-reuse") == 0) {
             o->no_reuse = true;
+        } else if (strcmp(a, "--no-barriers") == 0) {
+            o->no_barriers = true;
         } else if (strcmp(a, "--model") == 0 || strncmp(a, "--model=", 8) == 0) {
             o->model = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
             if (!o->model || !*o->model)
@@ -312,7 +316,7 @@ static void print_tokens(Ddpc *c, TokenList *toks) {
 /* The passes for path, as far as upto. */
 static bool run_passes(Ddpc *c, const Options *o, const char *path, Upto upto, Ir **ir) {
     Pipeline p = {.path = path, .upto = upto, .dtype = o->dtype, .bucket_bytes = o->bucket_bytes,
-                  .no_reuse = o->no_reuse, .build = &o->build};
+                  .no_reuse = o->no_reuse, .no_barriers = o->no_barriers, .build = &o->build};
     return pipeline_run(c, &p, ir);
 }
 

@@ -152,6 +152,7 @@ bool pipeline_run(Ddpc *c, const Pipeline *p, Ir **ir) {
         return false;
     }
     Ir *lowered = ir_lower(c, c->spec->graph, c->config, p->dtype, p->bucket_bytes, p->no_reuse);
+    lowered->no_barriers = p->no_barriers;
     autodiff(c, lowered);
     ir_lower_update(c, lowered);
     fuse(c, lowered);

@@ -199,9 +199,12 @@ int ddp_cuda_device_count(char *err, size_t len) {
 
 /* ---------------------------------------------------------------- cuBLAS */
 
-/* Appends dir to the list of places searched. */
+/* Appends dir to the list of places searched, once. */
 static void searched(char *list, size_t len, const char *dir) {
-    size_t n = strlen(list);
+    size_t n = strlen(list), d = strlen(dir);
+    for (const char *at = strstr(list, dir); at; at = strstr(at + 1, dir))
+        if ((at == list || at[-1] == ' ') && (at[d] == ',' || at[d] == 0))
+            return;
     if (n < len - 1)
         snprintf(list + n, len - n, "%s%s", n ? ", " : "", dir);
 }

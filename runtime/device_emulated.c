@@ -498,8 +498,29 @@ static bool upload(ddp_device *d, int stream, ddp_dptr to, const void *from, siz
     return enqueue(d, w);
 }
 
+/* A copy from pinned memory still queued reads it when it runs; a copy to the host
+ * queued after it lands after it on a GPU, so before the destination is poisoned
+ * below, the earlier copies take what they will read. */
+static bool keep_pending_sources(ddp_device *d, const void *to, size_t bytes) {
+    Emulator *e = emulator(d);
+    const char *lo = to, *hi = lo + bytes;
+    for (size_t i = e->done; i < e->nwork; i++) {
+        Work *w = &e->work[i];
+        const char *src = w->host;
+        if (w->kind != W_UPLOAD || w->snapshot || src >= hi || src + w->bytes <= lo)
+            continue;
+        void *copy = malloc(w->bytes ? w->bytes : 1);
+        if (!copy)
+            return ddp_device_fail(d, "out of memory staging a copy to the device");
+        memcpy(copy, src, w->bytes);
+        w->host = copy;
+        w->snapshot = true;
+    }
+    return true;
+}
+
 static bool download(ddp_device *d, int stream, void *to, ddp_dptr from, size_t bytes) {
-    if (!check_range(d, from, bytes, "a copy to the host"))
+    if (!check_range(d, from, bytes, "a copy to the host") || !keep_pending_sources(d, to, bytes))
         return false;
     memset(to, 0xff, bytes); /* what is read before the synchronisation is NaN */
     Work w = {.kind = W_DOWNLOAD, .stream = stream, .from = from, .bytes = bytes, .host = to};

@@ -77,6 +77,14 @@ static int gpu_ordinal(const ddp_cluster *c, int visible, char *err, size_t len)
 }
 
 /* The device this worker trains on: *dev NULL for the CPU; false with why. */
+/* No GPU can be used, where one was asked for (--device gpu) or given (a job's GPUs). */
+static bool unusable(const ddp_config *cfg, const char *given, const char *why, char *err, size_t len) {
+    if (cfg->device == DDP_DEVICE_GPU)
+        return ddp_fail(err, len, "--device gpu: no usable GPU: %s", why);
+    return ddp_fail(err, len, "this task was given GPUs (%s=%s), but none is usable: %s. Pass --device cpu to train "
+                              "on the CPU instead", given, getenv(given), why);
+}
+
 static bool choose_device(ddp_config *cfg, const ddp_program *p, ddp_device **dev, char *err, size_t len) {
     *dev = NULL;
     if (cfg->device == DDP_DEVICE_CPU)
@@ -91,15 +99,20 @@ static bool choose_device(ddp_config *cfg, const ddp_program *p, ddp_device **de
             cfg->device = DDP_DEVICE_CPU;
             return true;
         }
-        const char *because = visible == 0 ? "the CUDA driver sees no GPU" : why;
-        if (cfg->device == DDP_DEVICE_GPU)
-            return ddp_fail(err, len, "--device gpu: no usable GPU: %s", because);
-        return ddp_fail(err, len, "this task was given GPUs (%s=%s), but none is usable: %s. Pass --device cpu to "
-                                  "train on the CPU instead", given, getenv(given), because);
+        return unusable(cfg, given, visible == 0 ? "the CUDA driver sees no GPU" : why, err, len);
     }
     int ordinal = gpu_ordinal(&cfg->cluster, visible, err, len);
-    if (ordinal < 0 || !ddp_device_open_cuda(p, ordinal, dev, err, len))
+    if (ordinal < 0)
         return false;
+    if (!ddp_device_open_cuda(p, ordinal, dev, why, sizeof why)) {
+        if (cfg->device == DDP_DEVICE_AUTO && !given) { /* said, not silent */
+            ddp_error("a GPU is visible but cannot be used: %s; training on the CPU (--device gpu makes this an "
+                      "error)", why);
+            cfg->device = DDP_DEVICE_CPU;
+            return true;
+        }
+        return unusable(cfg, given, why, err, len);
+    }
     cfg->device = DDP_DEVICE_GPU;
     return true;
 }

@@ -1,29 +1,108 @@
 #!/bin/sh
-# check.sh [BUILD_DIR]: for a machine with a GPU: every generated kernel of the samples
-# (at small batches) and of the test models, run on the GPU through the CUDA driver
-# and compared with the CPU (tests/gpu/kernel_check.c states the tolerances).
-# The gpu_check_* programs are built with the tree (cmake --build); they need no BLAS
-# and no CUDA library to link, only the driver to run. Without a GPU this says so and
-# exits 77 (skipped).
+# check.sh DIR: the GPU checks, for a machine with a GPU; at most 4 minutes. DIR is a
+# bundle made by tests/gpu/bundle.sh and carried to that machine, or a build tree (its
+# bundle is made first, where a GPU is found). Without a usable GPU it says so and
+# exits 77 (skipped). Each stage runs under its own timeout and writes its result to
+# $OUT (else DIR/results) as soon as it ends, so a run cut short still tells what
+# finished:
+#   gpu.txt        the GPU, driver and CUDA version
+#   kernels.txt    every kernel of the samples and test models, each step of a training
+#                  step's schedule (products through cuBLAS included) on the GPU against
+#                  the CPU; ResNet-50 (batch 2) over 20 training steps
+#   steps20.txt    fashion.ddp, 20 steps on the GPU and on the CPU from the same seed:
+#                  the parameters within 1e-4 of their norm (Adam, f32)
+#   epoch.txt      fashion.ddp, one epoch on each: val_accuracy within 0.5 point
+#   summary.txt    a line per stage
+# DDP_CHECK_DEVICE=emulated runs the same stages on the emulated device: a dry run of
+# this script on any machine (slow: the stages' time limits cut its longer runs).
 set -u
-build=${1:-$(cd "$(dirname "$0")/../.." && pwd)/build}
-checks=$(ls "$build"/tests/gpu_check_* 2>/dev/null)
-if [ -z "$checks" ]; then
-    echo "check.sh: no gpu_check_* programs in $build/tests; build the tree first" >&2
-    exit 2
+device=${DDP_CHECK_DEVICE:-gpu}
+dir=$(cd "${1:-$(dirname "$0")/../../build}" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+results=${OUT:-$dir/results}
+mkdir -p "$results"
+start=$(date +%s)
+
+# The bundle: DIR's own, or one made from the build tree DIR.
+if [ ! -f "$dir/bin.tar.xz" ]; then
+    first=$(ls "$dir"/tests/gpu_check_* 2>/dev/null | head -n 1)
+    [ -n "$first" ] || { echo "check.sh: no bundle and no gpu_check_* programs in $dir" >&2; exit 2; }
+    "$first" $device > "$results/probe.txt" 2>&1
+    [ $? -eq 77 ] && { echo "tests/gpu/check.sh: SKIPPED: $(cat "$results/probe.txt")"; exit 77; }
+    sh "$here/bundle.sh" "$dir" "$dir/gpu-bundle" || exit 2
+    dir=$dir/gpu-bundle
 fi
-failures=0 skipped=0
-for program in $checks; do
-    "$program"
-    case $? in
-    0) ;;
-    77) skipped=$((skipped + 1)) ;;
-    *) failures=$((failures + 1)) ;;
-    esac
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+unpack() {
+    if command -v xz > /dev/null; then
+        (cd "$work" && xz -dc "$dir/bin.tar.xz" | tar -xf -)
+    else
+        python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' \
+            "$dir/bin.tar.xz" "$work"
+    fi
+}
+unpack || { echo "check.sh: cannot unpack $dir/bin.tar.xz" >&2; exit 2; }
+bin=$work
+"$bin/gpu_check_fashion_mlp" $device > "$results/probe.txt" 2>&1
+[ $? -eq 77 ] && { echo "tests/gpu/check.sh: SKIPPED: $(cat "$results/probe.txt")"; exit 77; }
+
+summary=$results/summary.txt
+: > "$summary"
+# stage NAME STATUS TEXT: one line of the summary, as soon as the stage ends
+stage() {
+    printf '%-8s %-4s %s (%ss in)\n' "$1" "$2" "$3" "$(($(date +%s) - start))" | tee -a "$summary"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv > "$results/gpu.txt" 2>&1 ||
+    echo "nvidia-smi: not found" > "$results/gpu.txt"
+stage gpu info "$(tail -n 1 "$results/gpu.txt")"
+
+# The CPU's epoch runs beside the GPU stages: it is the long one.
+fashion="$bin/fashion --data-root $dir/data --seed 7"
+cpus=$(nproc)
+timeout 200 $fashion --device cpu --epochs 1 --threads $((cpus > 4 ? cpus - 2 : cpus)) \
+    --metrics "$work/epoch_cpu.json" > "$results/epoch_cpu.log" 2>&1 &
+cpu_epoch=$!
+
+# every kernel, each model under its own limit
+failed=0
+: > "$results/kernels.txt"
+for check in "$bin"/gpu_check_*; do
+    steps=3 limit=30
+    case $check in *resnet50*) steps=20 limit=100 ;; esac
+    timeout $limit "$check" $device --training-steps $steps >> "$results/kernels.txt" 2>&1
+    status=$?
+    [ $status -eq 0 ] ||
+        { failed=$((failed + 1)); echo "FAIL: $(basename "$check") (status $status)" >> "$results/kernels.txt"; }
 done
-if [ "$skipped" -gt 0 ] && [ "$failures" -eq 0 ]; then
-    echo "tests/gpu/check.sh: SKIPPED: no GPU on this machine"
-    exit 77
-fi
-[ "$failures" -eq 0 ] && echo "tests/gpu/check.sh: every kernel agrees with the CPU" || echo "tests/gpu/check.sh: FAIL"
-[ "$failures" -eq 0 ]
+stage kernels "$([ $failed -eq 0 ] && echo ok || echo FAIL)" \
+    "$(grep -c '^kernel_check .* ok;' "$results/kernels.txt") models agree, $failed fail"
+
+# 20 steps from the same seed
+status=ok
+for on in cpu $device; do
+    timeout 60 $fashion --device $on --epochs 1 --steps-per-epoch 20 --save "$work/steps_$on.safetensors" \
+        > "$results/steps20_$on.log" 2>&1 || status=FAIL
+done
+[ $status = ok ] && { python3 "$here/compare.py" "$work/steps_cpu.safetensors" "$work/steps_$device.safetensors" 1e-4 \
+    > "$results/steps20.txt" 2>&1 || status=FAIL; }
+stage steps20 $status "$(cat "$results/steps20.txt" 2>/dev/null || tail -n 1 "$results/steps20_$device.log")"
+
+# one epoch on the GPU; then the CPU's, to compare
+timeout 60 $fashion --device $device --epochs 1 --metrics "$work/epoch_gpu.json" > "$results/epoch_gpu.log" 2>&1
+gpu_status=$?
+wait $cpu_epoch
+cpu_status=$?
+accuracy() { sed -n 's/.*"val_accuracy": \([^,}]*\).*/\1/p' "$1" 2>/dev/null | tail -n 1; }
+a_gpu=$(accuracy "$work/epoch_gpu.json") a_cpu=$(accuracy "$work/epoch_cpu.json")
+echo "val_accuracy: GPU $a_gpu, CPU $a_cpu (statuses $gpu_status, $cpu_status)" > "$results/epoch.txt"
+tail -n 2 "$results/epoch_gpu.log" "$results/epoch_cpu.log" >> "$results/epoch.txt"
+status=FAIL
+[ $gpu_status -eq 0 ] && [ $cpu_status -eq 0 ] &&
+    awk -v g="$a_gpu" -v c="$a_cpu" 'BEGIN { d = g - c; exit !(g != "" && c != "" && d <= 0.005 && d >= -0.005) }' &&
+    status=ok
+stage epoch $status "$(head -n 1 "$results/epoch.txt")"
+
+grep -q " FAIL " "$summary" && { echo "tests/gpu/check.sh: FAIL"; exit 1; }
+echo "tests/gpu/check.sh: the GPU agrees with the CPU"

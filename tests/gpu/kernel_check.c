@@ -2,16 +2,25 @@
  * geometry, matrix products through cuBLAS) run by the runtime's GPU executor, against
  * the same step on the CPU.
  *
- *   kernel_check [gpu|emulated]      (default gpu: the CUDA device 0)
+ *   kernel_check [gpu|emulated] [--training-steps N] [--mutate=KIND]
  *
+ * (default: the CUDA device 0, one training step).
  * Two runtimes hold the same program: one on the CPU, one on the device. Before each
  * step the CPU's whole state (every region, the scalars) is copied to the device, so a
- * step is judged alone; after it, every buffer alive at that point must agree: f32 to
+ * step is judged alone, free of the amplification a deep network gives rounding over a
+ * whole pass; after it, every buffer alive at that point must agree: f32 to
  * 1e-4 relative (or 1e-6 absolute), f64 to 1e-10 relative (or 1e-12 absolute). The
  * code is the same, but sums run in another order (blocks, cuBLAS) and the GPU's
  * compiler fuses multiplies and adds. Without a usable GPU, `gpu` says so and exits 77
- * (skipped); `emulated` runs everywhere. The program is linked with the runtime alone:
- * it can be copied to a GPU machine as it is. */
+ * (skipped); `emulated` runs everywhere. With --training-steps N the check repeats
+ * over N training steps, each on its own batch, the state advancing by the CPU's. The program is linked with the runtime alone:
+ * it can be copied to a GPU machine as it is.
+ *
+ * --mutate puts a fault between the executor and the device, as a bug in gpu.c would:
+ * `leading-dimension` (every product's A one element short of its rows),
+ * `synchronisation` (no waiting: copies to the host read before they land), `copy`
+ * (the host reads device memory itself instead of copying it). Each must fail on the
+ * emulated device, as on a GPU; tests/gpu/mutations.sh checks that it does. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +30,8 @@
 #include "runtime.h"
 
 static const ddp_program *const program = &ddp_program_desc;
+static const ddp_device_backend *real;   /* the device's own operations, under a mutation */
+static ddp_device_backend mutated;
 static const char *const phase_names[DDP_PHASE_COUNT] = {"forward", "backward", "optimizer", "evaluation"};
 
 static void fail(const char *what, const char *why) {
@@ -114,14 +125,14 @@ static void judge(Check *k, const ddp_buffer *b, const char *what, int64_t seque
         exchange(k, b, at(k->cpu->region, b), true);
 }
 
-/* A batch of smooth inputs and every class in turn. */
-static void make_batch(ddp_runtime *rt) {
+/* A batch of smooth inputs (another for each training step) and every class in turn. */
+static void make_batch(ddp_runtime *rt, int64_t step) {
     const ddp_program *p = program;
     int64_t batch = p->settings.batch_per_replica, per = 1;
     for (int d = 0; d < p->input_rank; d++)
         per *= p->input_shape[d];
     for (int64_t i = 0; i < batch * per; i++) {
-        double v = sin(0.3 * (double)i) * 2;
+        double v = sin(0.3 * (double)i + 0.7 * (double)step) * 2;
         if (p->dtype == DDP_F64)
             ((double *)ddp_buffer_ptr(rt, p->input_slot))[i] = v;
         else
@@ -130,16 +141,16 @@ static void make_batch(ddp_runtime *rt) {
     int64_t k = p->output_elems;
     for (int64_t s = 0; s < batch; s++) {
         if (p->label_dtype == DDP_I32)
-            ((int32_t *)ddp_buffer_ptr(rt, p->label_slot))[s] = (int32_t)(s % k);
+            ((int32_t *)ddp_buffer_ptr(rt, p->label_slot))[s] = (int32_t)((s + step) % k);
         else
             for (int64_t j = 0; j < k; j++) {
-                double t = j == s % k;
+                double t = j == (s + step) % k;
                 if (p->dtype == DDP_F64)
                     ((double *)ddp_buffer_ptr(rt, p->label_slot))[s * k + j] = t;
                 else
                     ((float *)ddp_buffer_ptr(rt, p->label_slot))[s * k + j] = (float)t;
             }
-        ((int64_t *)ddp_buffer_ptr(rt, p->sample_id_slot))[s] = 100 + s;
+        ((int64_t *)ddp_buffer_ptr(rt, p->sample_id_slot))[s] = 100 + step * batch + s;
     }
 }
 
@@ -150,6 +161,45 @@ static ddp_runtime *open_runtime(void) {
     if (!rt)
         fail("opening the runtime", err);
     return rt;
+}
+
+/* ------------------------------------------------------------- mutations */
+
+static bool short_leading_dimension(ddp_device *d, int stream, const ddp_device_gemm *g) {
+    ddp_device_gemm wrong = *g;
+    wrong.lda--;
+    return real->gemm(d, stream, &wrong);
+}
+
+static bool no_wait(ddp_device *d) {
+    (void)d;
+    return true;
+}
+
+static bool no_wait_for_event(ddp_device *d, int event) {
+    (void)d, (void)event;
+    return true;
+}
+
+static bool read_device_memory(ddp_device *d, int stream, void *to, ddp_dptr from, size_t bytes) {
+    (void)d, (void)stream;
+    memcpy(to, (const void *)(uintptr_t)from, bytes);
+    return true;
+}
+
+static bool mutate(ddp_device *dev, const char *kind) {
+    real = dev->ops;
+    mutated = *real;
+    if (strcmp(kind, "leading-dimension") == 0)
+        mutated.gemm = short_leading_dimension;
+    else if (strcmp(kind, "synchronisation") == 0)
+        mutated.synchronize = no_wait, mutated.synchronize_event = no_wait_for_event;
+    else if (strcmp(kind, "copy") == 0)
+        mutated.download = read_device_memory;
+    else
+        return false;
+    dev->ops = &mutated;
+    return true;
 }
 
 /* The device asked for, or NULL (and the reason) where there is none. */
@@ -166,37 +216,19 @@ static ddp_device *open_device(const char *kind, char *why, size_t len) {
     return ddp_device_open_cuda(program, 0, &d, why, len) ? d : NULL;
 }
 
-int main(int argc, char **argv) {
-    const char *kind = argc > 1 ? argv[1] : "gpu";
-    if (strcmp(kind, "gpu") != 0 && strcmp(kind, "emulated") != 0) {
-        fprintf(stderr, "usage: kernel_check [gpu|emulated]\n");
-        return 2;
-    }
-    char why[1024];
-    ddp_device *dev = open_device(kind, why, sizeof why);
-    if (!dev) {
-        bool driver = strcmp(kind, "gpu") == 0;
-        printf("kernel_check %s: %s: %s\n", program->name, driver ? "SKIPPED, no usable GPU" : "FAIL", why);
-        return driver ? 77 : 1;
-    }
-    ddp_runtime *cpu = open_runtime(), *gpu = open_runtime();
-    if (!ddp_gpu_attach(gpu, dev, why, sizeof why))
-        fail("attaching the device", why);
-    ddp_init_params(cpu, 9);
-    make_batch(cpu);
+/* One training step (every phase, evaluation included), each step of its schedule
+ * judged on the device against the CPU. */
+static void check_training_step(Check *k, int64_t training_step, int64_t steps) {
+    ddp_runtime *cpu = k->cpu, *gpu = k->gpu;
     int64_t batch = program->settings.batch_per_replica;
+    make_batch(cpu, training_step);
     ddp_set_batch(cpu, batch, batch);
     ddp_set_batch(gpu, batch, batch);
-    ddp_prepare_step(cpu, 0, 10);
-    ddp_prepare_step(gpu, 0, 10);
-    Check k = {.cpu = cpu, .gpu = gpu};
-    for (int r = 0; r < DDP_REGION_COUNT; r++) {
-        if (!(k.device[r] = calloc(1, (size_t)program->region_bytes[r] + 64)))
-            fail("allocating", "out of memory");
-        if (program->region_bytes[r] &&
-            !ddp_gpu_exchange(gpu, r, 0, program->region_bytes[r], cpu->region[r], true))
-            fail("copying the state to the device", gpu->device_error);
-    }
+    ddp_prepare_step(cpu, training_step, steps);
+    ddp_prepare_step(gpu, training_step, steps);
+    if (!ddp_gpu_exchange(gpu, DDP_REGION_INPUT, 0, program->region_bytes[DDP_REGION_INPUT],
+                          cpu->region[DDP_REGION_INPUT], true))
+        fail("copying the batch to the device", gpu->device_error);
     for (int phase = 0; phase < DDP_PHASE_COUNT; phase++) {
         const ddp_phase *ph = &program->phases[phase];
         int64_t sequence = phase == DDP_PHASE_EVAL ? 2 : 1, position = 0;
@@ -212,22 +244,70 @@ int main(int argc, char **argv) {
             int64_t n = step_buffers(step, slots, 256);
             if (n == 0)
                 continue;
-            char what[160];
-            snprintf(what, sizeof what, "%s (step %lld of %s)",
+            char what[200];
+            snprintf(what, sizeof what, "%s (step %lld of %s, training step %lld)",
                      step->kind == DDP_STEP_KERNEL ? program->kernels[step->index].name : "gemm", (long long)s,
-                     phase_names[phase]);
+                     phase_names[phase], (long long)training_step + 1);
             for (int64_t a = 0; a < n; a++)
-                judge(&k, &program->buffers[slots[a]], what, sequence, position);
-            k.checked++;
+                judge(k, &program->buffers[slots[a]], what, sequence, position);
+            k->checked++;
         }
         /* at the phase's end, every live buffer: a step that wrote outside its own shows here */
-        char what[64];
-        snprintf(what, sizeof what, "the end of %s", phase_names[phase]);
+        char what[96];
+        snprintf(what, sizeof what, "the end of %s, training step %lld", phase_names[phase],
+                 (long long)training_step + 1);
         for (int64_t i = 0; i < program->nbuffers; i++)
-            judge(&k, &program->buffers[i], what, sequence, position - 1);
+            judge(k, &program->buffers[i], what, sequence, position - 1);
     }
-    printf("kernel_check %s on the %s device: %d steps, %s; largest difference %.3g of the tolerance\n",
-           program->name, ddp_gpu_backend(gpu), k.checked, k.failures ? "FAIL" : "ok", k.worst);
+}
+
+int main(int argc, char **argv) {
+    const char *kind = "gpu", *mutation = NULL;
+    long steps = 1;
+    bool usage = false;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--mutate=", 9) == 0)
+            mutation = argv[i] + 9;
+        else if (strcmp(argv[i], "--training-steps") == 0 && i + 1 < argc)
+            usage |= (steps = strtol(argv[++i], NULL, 10)) < 1;
+        else if (strcmp(argv[i], "gpu") == 0 || strcmp(argv[i], "emulated") == 0)
+            kind = argv[i];
+        else
+            usage = true;
+    }
+    if (usage) {
+        fprintf(stderr, "usage: kernel_check [gpu|emulated] [--training-steps N] "
+                        "[--mutate=leading-dimension|synchronisation|copy]\n");
+        return 2;
+    }
+    char why[1024];
+    ddp_device *dev = open_device(kind, why, sizeof why);
+    if (!dev) {
+        bool driver = strcmp(kind, "gpu") == 0;
+        printf("kernel_check %s: %s: %s\n", program->name, driver ? "SKIPPED, no usable GPU" : "FAIL", why);
+        return driver ? 77 : 1;
+    }
+    if (mutation && !mutate(dev, mutation)) {
+        fprintf(stderr, "kernel_check: no mutation `%s`\n", mutation);
+        return 2;
+    }
+    ddp_runtime *cpu = open_runtime(), *gpu = open_runtime();
+    if (!ddp_gpu_attach(gpu, dev, why, sizeof why))
+        fail("attaching the device", why);
+    ddp_init_params(cpu, 9);
+    Check k = {.cpu = cpu, .gpu = gpu};
+    for (int r = 0; r < DDP_REGION_COUNT; r++) {
+        if (!(k.device[r] = calloc(1, (size_t)program->region_bytes[r] + 64)))
+            fail("allocating", "out of memory");
+        if (program->region_bytes[r] &&
+            !ddp_gpu_exchange(gpu, r, 0, program->region_bytes[r], cpu->region[r], true))
+            fail("copying the state to the device", gpu->device_error);
+    }
+    for (long t = 0; t < steps; t++)
+        check_training_step(&k, t, steps);
+    printf("kernel_check %s on the %s device: %ld training step%s, %d steps of their schedules, %s; largest "
+           "difference %.3g of the tolerance\n", program->name, ddp_gpu_backend(gpu), steps, steps > 1 ? "s" : "",
+           k.checked, k.failures ? "FAIL" : "ok", k.worst);
     for (int r = 0; r < DDP_REGION_COUNT; r++)
         free(k.device[r]);
     ddp_close(gpu);

@@ -40,6 +40,14 @@ expect 2 "\-\-lr wants a positive number, not \`fast\`" "$dir/tiny" --lr fast
 expect 2 "\-\-device is auto, cpu, gpu or emulated, not \`tpu\`" "$dir/tiny" --device tpu
 expect 2 "\-\-evaluate needs a validation dataset" "$dir/zeros" --evaluate
 expect 1 "\-\-device gpu: no usable GPU: the CUDA driver DDP_CUDA_DRIVER=/nonexistent/libcuda.so.1 cannot be loaded" env DDP_CUDA_DRIVER=/nonexistent/libcuda.so.1 $tiny --device gpu
+# a driver too old for the PTX, and a good driver without cuBLAS (tests/gpu/fake_cuda.c)
+old_driver="env -u CUDA_VISIBLE_DEVICES DDP_CUDA_DRIVER=$dir/libfake_cuda.so FAKE_CUDA_VERSION=11020"
+no_cublas="env -u CUDA_VISIBLE_DEVICES DDP_CUDA_DRIVER=$dir/libfake_cuda.so FAKE_CUDA_VERSION=13000 DDP_CUDA_LIBRARY_PATH=/nonexistent/cublas"
+expect 1 "supports CUDA 11.2, but the program's PTX (ISA 7.5, sm_80) needs CUDA 11.5 or newer: update the NVIDIA driver" $old_driver $tiny --device gpu
+expect 1 "cuBLAS (libcublas.so.13 or libcublas.so.12) is not installed, or not in any place searched: /nonexistent/cublas" $no_cublas $tiny --device gpu
+expect 0 "a GPU is visible but cannot be used: .*cuBLAS.*training on the CPU" $no_cublas $tiny
+expect 1 "this task was given GPUs (CUDA_VISIBLE_DEVICES=0), but none is usable: the CUDA driver .* supports CUDA 11.2" $old_driver CUDA_VISIBLE_DEVICES=0 $tiny
+expect 1 "cuBLAS (libcublas.so.13 or libcublas.so.12) is not installed" $no_cublas CUDA_VISIBLE_DEVICES=0 $tiny
 expect 1 "tiny.csv: no such file" "$dir/tiny"
 expect 1 "steps_per_epoch is 5, but 8 samples make only 1 global batch of 8" $tiny --steps-per-epoch 5
 expect 1 "checkpoint(...) is not supported" "$dir/tiny_checkpoint" --data-root "$root"

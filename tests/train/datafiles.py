@@ -10,6 +10,23 @@ import struct
 import subprocess
 import sys
 
+failures = 0
+
+
+def check(ok, what):
+    """an ok or FAIL line; failures counts the latter"""
+    global failures
+    print("%s %s" % ("ok  " if ok else "FAIL", what), flush=True)
+    failures += not ok
+
+
+def run(command, timeout=120):
+    """command's output; a failure ends the test, saying what the command said"""
+    p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    if p.returncode:
+        sys.exit("FAIL: %s exited %d\n%s" % (" ".join(command), p.returncode, p.stdout))
+    return p.stdout
+
 SAMPLES = 8
 
 

@@ -10,26 +10,11 @@
   none dropped, every sample trained on."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-from datafiles import SAMPLES, good_files, read_safetensors
-
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print("%s %s" % ("ok  " if ok else "FAIL", what))
-    failures += not ok
-
-
-def run(command):
-    p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-    if p.returncode:
-        sys.exit("FAIL: %s exited %d\n%s" % (" ".join(command), p.returncode, p.stdout))
-    return p.stdout
+import datafiles
+from datafiles import SAMPLES, check, good_files, read_safetensors, run
 
 
 def main():
@@ -63,7 +48,7 @@ def main():
     out = run([os.path.join(programs, "files_npy_keep"), "--data-root", root, "--metrics", metrics])
     check("3 steps per epoch, 0 samples dropped per epoch" in out, "drop_remainder = false: 3 steps, none dropped")
     check("done: 1 epoch, 3 steps, %d samples" % SAMPLES in out, "every sample trained on")
-    sys.exit(1 if failures else 0)
+    sys.exit(1 if datafiles.failures else 0)
 
 
 if __name__ == "__main__":

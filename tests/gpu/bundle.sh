@@ -1,0 +1,23 @@
+#!/bin/sh
+# bundle.sh BUILD_DIR OUT: what tests/gpu/check.sh needs on a GPU machine, which has
+# no compiler and no Fashion-MNIST: OUT/bin.tar.xz (the kernel checks of BUILD_DIR and
+# fashion.ddp built with its data read below --data-root, stripped: they need only
+# libc, libm and the driver they load themselves) and OUT/data/fashion-mnist. About
+# 40 MB, to carry with the device tool.
+set -eu
+build=$(cd "$1" && pwd) out=$2
+source=$(cd "$(dirname "$0")/../.." && pwd)
+data=${DDP_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$out/data/fashion-mnist" "$stage/bin"
+for check in "$build"/tests/gpu_check_*; do
+    case $check in *_no_barriers) continue ;; esac
+    cp "$check" "$stage/bin/"
+done
+sed "s|\"$data/|\"fashion-mnist/|" "$source/samples/fashion.ddp" > "$stage/fashion.ddp"
+"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion"
+strip "$stage"/bin/*
+tar -C "$stage/bin" -cf - . | xz -9 -T2 > "$out/bin.tar.xz"
+cp "$data"/*-ubyte.gz "$out/data/fashion-mnist/"
+echo "bundle.sh: $out holds $(du -sh "$out" | cut -f1): $(ls "$stage/bin" | wc -l) programs, Fashion-MNIST"

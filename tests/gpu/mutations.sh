@@ -1,0 +1,47 @@
+#!/bin/sh
+# mutations.sh DDPC SOURCE CHECK CHECK_WITHOUT_BARRIERS: faults the CPU path cannot see,
+# each caught by the emulated device as a GPU would show it. CHECK is kernel_check
+# linked with SOURCE's model, CHECK_WITHOUT_BARRIERS the same model built with
+# --no-barriers:
+#   - a dropped barrier: the block sums go wrong (shared memory starts as NaN), while
+#     the CPU's kernels of that build are the very same as the plain build's;
+#   - a wrong leading dimension: the product is refused, as cuBLAS refuses it;
+#   - a missing synchronisation: what the host reads is NaN, not the results;
+#   - a missing copy: the host touching device memory is stopped, with a message.
+set -u
+ddpc=$1 source=$2 check=$3 unbarred=$4
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_failure WHAT PATTERN COMMAND...: COMMAND fails, saying PATTERN
+expect_failure() {
+    what=$1 pattern=$2
+    shift 2
+    out=$("$@" 2>&1)
+    status=$?
+    if [ $status -ne 0 ] && printf '%s\n' "$out" | grep -q -- "$pattern"; then
+        echo "ok: $what: status $status: $(printf '%s\n' "$out" | grep -m 1 -- "$pattern" | cut -c1-160)"
+    else
+        fail "$what: status $status, not saying \"$pattern\":"
+        printf '%s\n' "$out" | tail -5
+    fi
+}
+
+"$check" emulated > /dev/null && echo "ok: the model's kernels agree on the emulated device without a fault" ||
+    fail "the model's kernels disagree on the emulated device without a fault"
+
+expect_failure "a dropped barrier" "FAIL ddp_k[0-9]*_[a-z_]*.*differs by" "$unbarred" emulated
+cpu=$("$ddpc" emit --stage=llvm "$source" 2>&1)
+cpu_unbarred=$("$ddpc" emit --stage=llvm --no-barriers "$source" 2>&1)
+[ "$cpu" = "$cpu_unbarred" ] && echo "ok: ... which the CPU cannot see: its kernels are the same in both builds" ||
+    fail "the CPU's kernels differ with --no-barriers"
+barriers=$("$ddpc" emit --stage=ptx "$source" | grep -c "bar.sync")
+left=$("$ddpc" emit --stage=ptx --no-barriers "$source" | grep -c "bar.sync")
+[ "$barriers" -gt 0 ] && [ "$left" -eq 0 ] && echo "ok: ... and the PTX's $barriers barriers are gone" ||
+    fail "the PTX holds $barriers barriers, $left with --no-barriers"
+
+expect_failure "a wrong leading dimension" "CUBLAS_STATUS_INVALID_VALUE" "$check" emulated --mutate=leading-dimension
+expect_failure "a missing synchronisation" "differs by inf" "$check" emulated --mutate=synchronisation
+expect_failure "a missing copy" "host code read or wrote device memory" "$check" emulated --mutate=copy
+[ $failures -eq 0 ] || exit 1
+echo "mutations: every fault caught"
