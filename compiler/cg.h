@@ -143,7 +143,7 @@ bool op_has_kernel(const IrOp *op);
 const char *kernel_name(Ddpc *c, const IrOp *op, int index);
 /* How an op's kernel is launched on a GPU (ddp_abi.h's ddp_launch). */
 typedef struct GpuLaunch {
-    int64_t kind, threads, shared_bytes;
+    int64_t kind, threads, shared_bytes, per_thread;
 } GpuLaunch;
 GpuLaunch kernel_launch(const IrOp *op);
 

@@ -1017,17 +1017,34 @@ static LLVMValueRef nonfinite_mark(Cg *cg, Tensor *t, LLVMValueRef i) {
     return sel(cg, bad, LLVMBuildSIToFP(cg->b, add(cg, i, I(cg, 1)), cg->f64, ""), F(cg, 0));
 }
 
-/* Chunk c's gradient elements: out[c] = the first mark that is set, or 0. */
+/* Chunk c's gradient elements: out[c] = the first mark that is set, or 0. A first
+ * pass only asks whether any is set, testing the exponent's bits (all ones: NaN or
+ * infinite) and or-ing the answers, integer work the CPU does many elements at a
+ * time; the rare chunk that has one is walked again for the first. */
 static void gen_find_nonfinite(Cg *cg, IrOp *op, LLVMValueRef c) {
     Tensor *g = op->in[0];
     LLVMValueRef lo = mul(cg, c, I(cg, NONFINITE_CHUNK)), end = add(cg, lo, I(cg, NONFINITE_CHUNK));
     LLVMValueRef hi = sel(cg, lt(cg, end, I(cg, g->elems)), end, I(cg, g->elems));
+    bool wide = g->dtype == DT_F64;
+    LLVMTypeRef bits_t = wide ? cg->i64 : cg->i32;
+    LLVMValueRef exponent = LLVMConstInt(bits_t, wide ? 0x7ff0000000000000ull : 0x7f800000ull, 0);
+    LLVMValueRef any = cg_var(cg, cg->i32, LLVMConstInt(cg->i32, 0, 0), "any");
+    set_var(cg, any, LLVMConstInt(cg->i32, 0, 0)); /* each chunk afresh */
+    Loop scan = cg_loop_begin(cg, lo, hi, "j");
+    LLVMValueRef bits = LLVMBuildBitCast(cg->b, cg_load(cg, g, cg_loop_index(cg, &scan)), bits_t, "");
+    LLVMValueRef bad = LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, bits, exponent, ""), exponent, "");
+    set_var(cg, any, LLVMBuildOr(cg->b, load_var(cg, any, cg->i32), LLVMBuildZExt(cg->b, bad, cg->i32, ""), ""));
+    cg_loop_end(cg, &scan);
     LLVMValueRef first = cg_var(cg, cg->f64, F(cg, 0), "first");
+    set_var(cg, first, F(cg, 0));
+    If found = cg_if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntNE, load_var(cg, any, cg->i32),
+                                             LLVMConstInt(cg->i32, 0, 0), ""));
     Loop l = cg_loop_begin(cg, lo, hi, "j");
     LLVMValueRef seen = load_var(cg, first, cg->f64);
     LLVMValueRef mark = nonfinite_mark(cg, g, cg_loop_index(cg, &l));
     set_var(cg, first, sel(cg, fcmp(cg, LLVMRealOEQ, seen, F(cg, 0)), mark, seen));
     cg_loop_end(cg, &l);
+    cg_if_end(cg, &found);
     store_f64(cg, op->out[0], c, load_var(cg, first, cg->f64), false);
 }
 
@@ -1169,17 +1186,21 @@ static int64_t reduced_slots(const IrOp *op) {
     return op->kind == OP_REDUCE_ROWS ? op->nout : 1;
 }
 
-enum { INDEX_THREADS = 256, MAX_REDUCE_THREADS = 256 };
+/* A launch of one thread per index gives each thread INDEX_PER_THREAD consecutive runs
+ * of a block's width: one, until the GPU's speed is tuned. */
+enum { INDEX_THREADS = 256, INDEX_PER_THREAD = 1, MAX_REDUCE_THREADS = 256 };
 
 GpuLaunch kernel_launch(const IrOp *op) {
     int64_t length = reduced_length(op);
     if (length == 0)
-        return (GpuLaunch){.kind = DDP_LAUNCH_INDEX, .threads = INDEX_THREADS, .shared_bytes = 0};
+        return (GpuLaunch){.kind = DDP_LAUNCH_INDEX, .threads = INDEX_THREADS, .shared_bytes = 0,
+                           .per_thread = INDEX_PER_THREAD};
     int64_t threads = 32; /* a warp at least; no more than the rows to share */
     while (threads < MAX_REDUCE_THREADS && threads < length)
         threads *= 2;
     return (GpuLaunch){.kind = DDP_LAUNCH_BLOCK, .threads = threads,
-                       .shared_bytes = reduced_slots(op) * threads * (int64_t)sizeof(double)};
+                       .shared_bytes = reduced_slots(op) * threads * (int64_t)sizeof(double),
+                       .per_thread = (length + threads - 1) / threads};
 }
 
 const char *kernel_name(Ddpc *c, const IrOp *op, int index) {

@@ -507,10 +507,14 @@ void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody body) {
         cg_loop_end(cg, &l);
         return;
     }
-    LLVMValueRef block = cg_gpu_block(cg), width = cg_gpu_threads(cg), thread = cg_gpu_thread(cg);
-    LLVMValueRef i = LLVMBuildAdd(cg->b, cg->begin,
-                                  LLVMBuildAdd(cg->b, LLVMBuildMul(cg->b, block, width, ""), thread, ""), "i");
+    /* the thread's runs: index begin + (block * per_thread + k) * width + thread */
+    LLVMValueRef runs = I(cg, kernel_launch(op).per_thread);
+    LLVMValueRef width = cg_gpu_threads(cg), thread = cg_gpu_thread(cg);
+    LLVMValueRef first = mul(cg, cg_gpu_block(cg), runs);
+    Loop l = cg_loop_begin(cg, first, add(cg, first, runs), "run");
+    LLVMValueRef i = add(cg, cg->begin, add(cg, mul(cg, cg_loop_index(cg, &l), width), thread));
     If f = cg_if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntSLT, i, cg->end, ""));
     body(cg, op, i);
     cg_if_end(cg, &f);
+    cg_loop_end(cg, &l);
 }

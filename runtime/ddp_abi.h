@@ -132,7 +132,8 @@ enum ddp_launch { DDP_LAUNCH_INDEX, DDP_LAUNCH_BLOCK };
     X##_I64(T, flags)       /* DDP_KERNEL_* */                                                               \
     X##_I64(T, launch)      /* ddp_launch */                                                                 \
     X##_I64(T, threads)     /* a block's threads: a power of two up to 1024 */                               \
-    X##_I64(T, shared_bytes) /* a block's shared memory, 48 KB at most */
+    X##_I64(T, shared_bytes) /* a block's shared memory, 48 KB at most */                                  \
+    X##_I64(T, per_thread)  /* work of a thread: indices (DDP_LAUNCH_INDEX), rows at the full batch (BLOCK) */
 DDP_CONTRACT(ddp_kernel)
 
 enum { DDP_KERNEL_SERIAL = 1 }; /* must run as one call (a reduction in a fixed order) */

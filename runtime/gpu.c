@@ -253,7 +253,8 @@ static bool queue_kernel(ddp_runtime *rt, int phase, int64_t i) {
     if (end == 0) /* nothing to do (a worker's empty shard); the GPU refuses empty grids */
         return true;
     uint32_t threads = (uint32_t)k->threads;
-    int64_t blocks = k->launch == DDP_LAUNCH_BLOCK ? end : (end + threads - 1) / threads;
+    int64_t span = (int64_t)threads * k->per_thread; /* the indices a block of an index launch runs */
+    int64_t blocks = k->launch == DDP_LAUNCH_BLOCK ? end : (end + span - 1) / span;
     if (blocks > 0x7fffffff)
         return ddp_device_fail(g->dev, "kernel %s: %lld blocks are more than a grid holds", k->name,
                                (long long)blocks);

@@ -19,7 +19,8 @@
  * --mutate puts a fault between the executor and the device, as a bug in gpu.c would:
  * `leading-dimension` (every product's A one element short of its rows),
  * `synchronisation` (no waiting: copies to the host read before they land), `copy`
- * (the host reads device memory itself instead of copying it). Each must fail on the
+ * (the host reads device memory itself instead of copying it), `threads` (blocks of
+ * 2048 threads), `shared` (64 KB of shared memory a block). Each must fail on the
  * emulated device, as on a GPU; tests/gpu/mutations.sh checks that it does. */
 #include <math.h>
 #include <stdio.h>
@@ -187,6 +188,18 @@ static bool read_device_memory(ddp_device *d, int stream, void *to, ddp_dptr fro
     return true;
 }
 
+static bool too_many_threads(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t threads, uint32_t shared,
+                             ddp_dptr args, ddp_dptr scalars, int64_t begin, int64_t end) {
+    (void)threads;
+    return real->launch(d, stream, k, grid, 2048, shared, args, scalars, begin, end);
+}
+
+static bool too_much_shared(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t threads, uint32_t shared,
+                            ddp_dptr args, ddp_dptr scalars, int64_t begin, int64_t end) {
+    (void)shared;
+    return real->launch(d, stream, k, grid, threads, 64 << 10, args, scalars, begin, end);
+}
+
 static bool mutate(ddp_device *dev, const char *kind) {
     real = dev->ops;
     mutated = *real;
@@ -196,6 +209,10 @@ static bool mutate(ddp_device *dev, const char *kind) {
         mutated.synchronize = no_wait, mutated.synchronize_event = no_wait_for_event;
     else if (strcmp(kind, "copy") == 0)
         mutated.download = read_device_memory;
+    else if (strcmp(kind, "threads") == 0)
+        mutated.launch = too_many_threads;
+    else if (strcmp(kind, "shared") == 0)
+        mutated.launch = too_much_shared;
     else
         return false;
     dev->ops = &mutated;
@@ -277,7 +294,7 @@ int main(int argc, char **argv) {
     }
     if (usage) {
         fprintf(stderr, "usage: kernel_check [gpu|emulated] [--training-steps N] "
-                        "[--mutate=leading-dimension|synchronisation|copy]\n");
+                        "[--mutate=leading-dimension|synchronisation|copy|threads|shared]\n");
         return 2;
     }
     char why[1024];

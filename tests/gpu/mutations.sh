@@ -7,7 +7,9 @@
 #     the CPU's kernels of that build are the very same as the plain build's;
 #   - a wrong leading dimension: the product is refused, as cuBLAS refuses it;
 #   - a missing synchronisation: what the host reads is NaN, not the results;
-#   - a missing copy: the host touching device memory is stopped, with a message.
+#   - a missing copy: the host touching device memory is stopped, with a message;
+#   - a launch beyond the GPU's limits (2048 threads, 64 KB of shared memory a block)
+#     is refused, as the driver refuses it.
 set -u
 ddpc=$1 source=$2 check=$3 unbarred=$4
 failures=0
@@ -43,5 +45,8 @@ left=$("$ddpc" emit --stage=ptx --no-barriers "$source" | grep -c "bar.sync")
 expect_failure "a wrong leading dimension" "CUBLAS_STATUS_INVALID_VALUE" "$check" emulated --mutate=leading-dimension
 expect_failure "a missing synchronisation" "differs by inf" "$check" emulated --mutate=synchronisation
 expect_failure "a missing copy" "host code read or wrote device memory" "$check" emulated --mutate=copy
+expect_failure "blocks of 2048 threads" "threads a block: at most 1024" "$check" emulated --mutate=threads
+expect_failure "64 KB of shared memory" "bytes of shared memory a block: at most 49152" "$check" emulated \
+    --mutate=shared
 [ $failures -eq 0 ] || exit 1
 echo "mutations: every fault caught"
