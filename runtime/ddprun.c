@@ -8,9 +8,9 @@
  * and outside 10000-20000 (where jobs under srun derive theirs). Each line a worker writes to
  * stderr comes out prefixed with its rank; stdout passes through.
  *
- * SIGINT, SIGTERM and SIGHUP are passed on to every worker. When a worker fails (a
- * non-zero status or a signal), the others get SIGTERM, and SIGKILL if they are still
- * there after a grace period; ddprun exits with the first failure's status (128 + the
+ * SIGINT, SIGTERM and SIGHUP are passed on to every worker, once. When a worker fails
+ * (a non-zero status or a signal), the others get SIGTERM (unless a signal was passed
+ * on already), and SIGKILL if they are still there after a grace period; ddprun exits with the first failure's status (128 + the
  * signal for a signal), or 0 when every worker succeeded. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -206,6 +206,10 @@ static void signal_all(int sig) {
             kill(-workers[r].pid, sig);
 }
 
+/* The signal last passed on to every worker, 0 if none: a worker that ends because of
+ * it is no failure to tell, and the others have it already. */
+static int passed_on;
+
 /* Reaps what has ended; the first failure's status goes to *first. */
 static void reap(int *first, double *deadline, double grace) {
     int status;
@@ -218,11 +222,13 @@ static void reap(int *first, double *deadline, double grace) {
             int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             if (code != 0 && *first == 0) {
                 *first = code;
+                *deadline = now() + grace;
+                if (passed_on)
+                    continue;
                 fprintf(stderr, "ddprun: worker %d %s %d; stopping the others\n", r,
                         WIFEXITED(status) ? "exited with status" : "was killed by signal",
                         WIFEXITED(status) ? code : WTERMSIG(status));
                 signal_all(SIGTERM);
-                *deadline = now() + grace;
             }
         }
     }
@@ -237,8 +243,10 @@ static bool any_running(void) {
 
 static void forward_signals(void) {
     unsigned char s;
-    while (read(signal_pipe[0], &s, 1) == 1)
+    while (read(signal_pipe[0], &s, 1) == 1) {
+        passed_on = s;
         signal_all(s);
+    }
 }
 
 static int supervise(double grace) {
