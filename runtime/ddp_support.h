@@ -40,9 +40,7 @@ static const ddp_feature_support ddp_features[DDP_FEATURE_COUNT] = {
     [DDP_FEATURE_GPUS_PER_WORKER] = {"gpus_per_worker", false,
                                      "gpus_per_worker > 1 needs the GPU runtime, and this version trains on CPUs: "
                                      "remove the setting"},
-    [DDP_FEATURE_CHECKPOINT] = {"checkpoint", false,
-                                "checkpoint(...) is not supported by this version of the runtime: remove it from "
-                                "the train block, and keep the final parameters with --save FILE"},
+    [DDP_FEATURE_CHECKPOINT] = {"checkpoint", true, "checkpoint(...) is not supported by this runtime"},
 };
 
 /* Which features the settings ask for. */

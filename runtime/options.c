@@ -31,6 +31,12 @@ static const char usage[] =
     "  --metrics FILE        write one JSON object per epoch to FILE\n"
     "  --save FILE           write the final parameters to FILE (safetensors)\n"
     "  --load FILE           start from the parameters in FILE instead of the seed's\n"
+    "  --run-dir DIR         the run's folder: checkpoints, metrics.jsonl, settings.txt\n"
+    "                        (default runs/MODEL-JOBID, or runs/MODEL-DATE-TIME outside Slurm)\n"
+    "  --resume [PATH]       continue from the newest valid checkpoint of the run (or of\n"
+    "                        PATH, a checkpoint or a folder of them)\n"
+    "  --resume-changed      resume even when the program or its settings changed\n"
+    "  --requeue-on-signal   after a checkpoint written on a signal, requeue the Slurm job\n"
     "  --evaluate            only evaluate on the validation dataset\n"
     "  --synthetic           train on random samples of the model's shapes instead of the\n"
     "                        program's datasets (to measure speed without reading files)\n"
@@ -47,8 +53,12 @@ static const char usage[] =
     "  --baseline-cpu        run the baseline x86-64 kernels even where AVX2 is present\n"
     "  --help                this text\n"
     "\n"
+    "SIGUSR1 or SIGTERM stops every worker at the same step and writes a checkpoint;\n"
+    "so does SIGINT (a second one ends the program at once).\n"
+    "\n"
     "Exit status: 0 done, 1 a run-time error (data, files, numbers), 2 bad usage,\n"
-    "3 another worker of the job was lost (it died, froze or failed).\n";
+    "3 another worker of the job was lost (it died, froze or failed), 4 stopped by\n"
+    "SIGUSR1 or SIGTERM with a checkpoint written, 130 the same after SIGINT.\n";
 
 /* Prints why, and keeps it for the other workers of the job (ddp_main tells them). */
 __attribute__((format(printf, 2, 3))) static int bad_usage(ddp_config *cfg, const char *fmt, ...) {
@@ -115,7 +125,8 @@ static int default_threads(char *from, size_t len) {
 
 typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_METRICS, F_SAVE, F_LOAD,
                F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD, F_LOCAL_RANK, F_LOCAL_WORLD,
-               F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_INTERFACE, F_TRACE, F_HELP } Flag;
+               F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_INTERFACE, F_TRACE, F_RUN_DIR,
+               F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -132,6 +143,8 @@ static const struct {
     {"--coordinator", F_COORDINATOR, true}, {"--port-base", F_PORT_BASE, true},
     {"--rendezvous-timeout", F_RENDEZVOUS_TIMEOUT, true}, {"--peer-timeout", F_PEER_TIMEOUT, true},
     {"--interface", F_INTERFACE, true}, {"--trace", F_TRACE, true},
+    {"--run-dir", F_RUN_DIR, true},     {"--resume-changed", F_RESUME_CHANGED, false},
+    {"--resume", F_RESUME, true},       {"--requeue-on-signal", F_REQUEUE, false},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
 
@@ -200,6 +213,13 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
     case F_COORDINATOR: cfg->cluster_flags.coordinator = v; return -1;
     case F_INTERFACE: cfg->interface = v; return -1;
     case F_TRACE: cfg->trace_path = v; return -1;
+    case F_RUN_DIR: cfg->run_dir = v; return -1;
+    case F_RESUME:
+        cfg->resume = true;
+        cfg->resume_path = *v ? v : NULL;
+        return -1;
+    case F_RESUME_CHANGED: cfg->resume_changed = true; return -1;
+    case F_REQUEUE: cfg->requeue_on_signal = true; return -1;
     case F_LR:
         if (!parse_rate(v, &cfg->learning_rate))
             return bad_usage(cfg, "%s wants a positive number, not `%s`", name, v);
@@ -247,6 +267,8 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
         if (k < 0)
             return bad_usage(cfg, "unknown option `%s`%s", argv[i],
                              argv[i][0] == '-' ? "" : " (this program takes no file arguments)");
+        if (flags[k].flag == F_RESUME && !value) /* its path is optional */
+            value = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : "";
         if (flags[k].value && !value) {
             if (i + 1 >= argc)
                 return bad_usage(cfg, "%s needs a value", flags[k].name);
@@ -264,6 +286,11 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
         cfg->exec.threads = default_threads(cfg->threads_from, sizeof cfg->threads_from);
     if (cfg->cluster_flags.world == 0 && cfg->cluster_flags.rank >= 0)
         return bad_usage(cfg, "--rank needs --world-size");
+    if (cfg->evaluate && (cfg->resume || cfg->run_dir))
+        return bad_usage(cfg, "--evaluate does not go with %s: evaluation trains nothing and keeps no run folder "
+                              "(give a checkpoint to --load instead)", cfg->resume ? "--resume" : "--run-dir");
+    if (cfg->resume_changed && !cfg->resume)
+        return bad_usage(cfg, "--resume-changed goes with --resume");
     if (cfg->evaluate && cfg->synthetic)
         return bad_usage(cfg, "--evaluate and --synthetic do not go together: evaluation reads the validation data");
     if (cfg->evaluate && s->validation.kind < 0)

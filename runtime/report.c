@@ -1,7 +1,7 @@
 /* report.c: what a run tells its user, from worker 0 only: the banner of settings in
  * effect, progress (a bar on a terminal, a plain line every N steps in a log file, so
- * logs hold no carriage returns), a line per epoch, the summary, and the --metrics
- * file of one JSON object per epoch. */
+ * logs hold no carriage returns), a line per epoch, the summary, and one JSON object
+ * per epoch in the run folder's metrics.jsonl (and the --metrics file). */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -17,7 +17,8 @@ struct ddp_report {
     const ddp_config *cfg;
     const ddp_program *program;
     bool quiet;                 /* a worker other than 0 */
-    FILE *metrics;
+    FILE *metrics;              /* --metrics */
+    FILE *run_metrics;          /* the run folder's metrics.jsonl */
     bool bar_open;              /* a progress bar is on the current line */
     double last_bar;            /* when the bar was last drawn */
 };
@@ -53,6 +54,8 @@ void ddp_report_close(ddp_report *r) {
         return;
     if (r->metrics)
         fclose(r->metrics);
+    if (r->run_metrics)
+        fclose(r->run_metrics);
     free(r);
 }
 
@@ -281,12 +284,8 @@ static double metric_named(const ddp_program *p, const ddp_figures *f, const cha
 
 /* One object: the fixed keys always (null when missing), then the program's other
  * metrics and their validation twins. */
-static void write_json(ddp_report *r, const ddp_figures *train, const ddp_figures *v, int64_t epoch, int64_t step,
-                       double lr, double sps, double seconds) {
-    const ddp_program *p = r->program;
-    FILE *f = r->metrics;
-    if (!f)
-        return;
+static void json_line(FILE *f, const ddp_program *p, const ddp_figures *train, const ddp_figures *v, int64_t epoch,
+                      int64_t step, double lr, double sps, double seconds) {
     if (epoch > 0)
         fprintf(f, "{\"epoch\": %lld, \"step\": %lld", (long long)epoch, (long long)step);
     else
@@ -309,6 +308,59 @@ static void write_json(ddp_report *r, const ddp_figures *train, const ddp_figure
     }
     fprintf(f, "}\n");
     fflush(f);
+}
+
+static void write_json(ddp_report *r, const ddp_figures *train, const ddp_figures *v, int64_t epoch, int64_t step,
+                       double lr, double sps, double seconds) {
+    FILE *files[] = {r->metrics, r->run_metrics};
+    for (int i = 0; i < 2; i++)
+        if (files[i])
+            json_line(files[i], r->program, train, v, epoch, step, lr, sps, seconds);
+}
+
+/* metrics.jsonl as it was up to step: the lines of later steps (written after the
+ * checkpoint the run resumes from) dropped. */
+static bool trim_metrics(const char *path, int64_t step, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    ddp_text kept = {0};
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "\"step\": ");
+        long long s = at ? atoll(at + 8) : 0;
+        if (s <= step)
+            ddp_text_printf(&kept, "%s", line);
+    }
+    fclose(f);
+    bool ok = !kept.failed && ddp_write_text(path, kept.s ? kept.s : "", err, errlen);
+    free(kept.s);
+    return ok;
+}
+
+bool ddp_report_run(ddp_report *r, const char *run_dir, const char *checkpoint_dir, const char *resumed,
+                    int64_t epoch, int64_t batch, int64_t step, int64_t steps, char *err, size_t errlen) {
+    if (r->quiet)
+        return true;
+    const ddp_settings *s = &r->program->settings;
+    char path[2200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    if (resumed[0] && !trim_metrics(path, step, err, errlen))
+        return false;
+    if (!(r->run_metrics = fopen(path, resumed[0] ? "a" : "w")))
+        return ddp_fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    printf("  run folder  %s: ", run_dir);
+    if (s->checkpoint_dir)
+        printf("checkpoints every %lld %s%s in %s, the newest %lld kept\n", (long long)s->checkpoint_every.value,
+               s->checkpoint_every.unit == DDP_UNIT_STEPS ? "step" : "epoch", s->checkpoint_every.value == 1 ? "" : "s",
+               checkpoint_dir, (long long)s->checkpoint_keep);
+    else
+        printf("a checkpoint in %s only on SIGUSR1, SIGTERM or SIGINT\n", checkpoint_dir);
+    if (resumed[0])
+        printf("  resumed     %s: epoch %lld, step %lld of %lld next\n", resumed, (long long)epoch + 1,
+               (long long)batch + 1, (long long)steps);
+    fflush(stdout);
+    return true;
 }
 
 void ddp_report_validation(ddp_report *r, int64_t step, const ddp_figures *v) {
@@ -346,8 +398,8 @@ void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_
     write_json(r, NULL, v, 0, 0, NAN, seconds > 0 ? (double)v->samples / seconds : NAN, seconds);
 }
 
-void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, double seconds,
-                        const ddp_figures *last_validation, const char *saved_to) {
+void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,
+                        double seconds, const ddp_figures *last_validation, const char *saved_to) {
     if (r->quiet)
         return;
     ddp_report_interrupt(r);
@@ -356,7 +408,7 @@ void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t sa
         figures_text(figs, sizeof figs, r->program, last_validation, "val_");
     printf("done: %s, %s, %s in %s (%.0f samples/s)%s%s\n", counted(epochs, "epoch"), counted(steps, "step"),
            counted(samples, "sample"), duration_text(seconds),
-           seconds > 0 ? (double)samples / seconds : 0.0, last_validation ? ";" : "", figs + (figs[0] ? 1 : 0));
+           seconds > 0 ? (double)session_samples / seconds : 0.0, last_validation ? ";" : "", figs + (figs[0] ? 1 : 0));
     if (saved_to)
         printf("parameters saved to %s\n", saved_to);
     fflush(stdout);

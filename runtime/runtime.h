@@ -502,6 +502,11 @@ typedef struct ddp_config {
     int64_t rendezvous_timeout, peer_timeout; /* seconds */
     const char *interface;      /* --interface: the network interface whose address peers use */
     const char *trace_path;     /* --trace */
+    const char *run_dir;        /* --run-dir; NULL: runs/MODEL-JOB */
+    bool resume;                /* --resume */
+    const char *resume_path;    /* its checkpoint or folder; NULL: the run's newest */
+    bool resume_changed;        /* --resume-changed */
+    bool requeue_on_signal;     /* --requeue-on-signal */
     const char *proven_by;      /* how workers prove they belong to the job, for the banner */
     char threads_from[128];     /* how the thread count was found, for the banner */
 } ddp_config;
@@ -515,12 +520,73 @@ bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err,
 
 /* ---------------------------------------------------------- safetensors.c */
 
-/* Writes the parameters and statistics as a safetensors file, atomically: a reader
- * sees the old file or the whole new one. Names are the program's ("model.label.
- * weight"); the header's metadata holds the program hash and each tensor's layout. */
+/* A metadata entry of a safetensors header (both strings, as the format wants). */
+typedef struct ddp_meta {
+    const char *key, *value;
+} ddp_meta;
+
+/* A tensor to write: bytes of little-endian data. */
+typedef struct ddp_tensor_out {
+    const char *name, *dtype;   /* "F32", "F64" */
+    int rank;
+    int64_t shape[4];
+    const void *data;
+    int64_t bytes;
+} ddp_tensor_out;
+
+/* Writes a safetensors file atomically: a temporary file beside path, synced, renamed
+ * over it, so a reader sees the old file or the whole new one; durable: the folder
+ * synced too, so the rename survives a crash of the machine. */
+bool ddp_tensors_write(const char *path, const ddp_meta *meta, int nmeta, const ddp_tensor_out *t, int64_t n,
+                       bool durable, char *err, size_t errlen);
+bool ddp_sync_folder(const char *path); /* the folder that holds path */
+/* Ends the process at the point named by DDP_CRASH_AT, for the tests of what survives
+ * a crash there ("before-rename", "before-folder-sync", "during-pruning"). */
+void ddp_crash_point(const char *name);
+
+/* A tensor of a file read, its bytes [begin, end) of the data. */
+typedef struct ddp_tensor_in {
+    char name[256], dtype[16];
+    int64_t rank, shape[8], begin, end;
+} ddp_tensor_in;
+
+/* A safetensors file in memory, its header parsed and every byte range checked. */
+typedef struct ddp_tensor_file {
+    unsigned char *bytes;       /* the whole file, owned */
+    size_t len;
+    const unsigned char *data;  /* after the header */
+    size_t data_len;
+    ddp_tensor_in *tensors;
+    int64_t count, cap;
+    ddp_meta *meta;             /* malloc'd strings */
+    int64_t nmeta, meta_cap;
+    bool out_of_memory;
+} ddp_tensor_file;
+
+/* Parses len bytes (malloc'd; *f owns them from now on, even on failure: free it with
+ * ddp_tensors_free); false with what is wrong, the file named as path. */
+bool ddp_tensors_parse(ddp_tensor_file *f, unsigned char *bytes, size_t len, const char *path, char *err,
+                       size_t errlen);
+bool ddp_tensors_read(const char *path, ddp_tensor_file *f, char *err, size_t errlen);
+void ddp_tensors_free(ddp_tensor_file *f);
+const ddp_tensor_in *ddp_tensors_find(const ddp_tensor_file *f, const char *name); /* NULL: none */
+const char *ddp_tensors_meta(const ddp_tensor_file *f, const char *key);           /* NULL: none */
+/* count elements of a tensor (any float dtype) as f32 or f64 values at dst. */
+void ddp_tensor_values(const ddp_tensor_file *f, const ddp_tensor_in *e, bool f64, void *dst, int64_t count);
+
+const char *ddp_dtype_name(const ddp_program *p); /* "F32", "F64" */
+/* The model's parameters and statistics as tensors named as the program names them
+ * ("model.label.weight"); *n of them, malloc'd (NULL: out of memory). */
+ddp_tensor_out *ddp_param_tensors(ddp_runtime *rt, int64_t *n);
+/* "name:layout,..." of every tensor, for the metadata. */
+ddp_text ddp_layouts_text(const ddp_program *p);
+
+/* The parameters and statistics, atomically; the header's metadata holds the program
+ * hash and each tensor's layout. */
 bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen);
-/* Reads every parameter and statistic from a safetensors file, each checked by name,
- * dtype and shape; note gets a line worth showing (another program's hash) or "". */
+/* Reads every parameter and statistic from a safetensors file (a checkpoint too), each
+ * checked by name, dtype and shape; note gets a line worth showing (another program's
+ * hash) or "". */
 bool ddp_load_params(ddp_runtime *rt, const char *path, char *note, size_t notelen, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- report.c */
@@ -555,10 +621,72 @@ void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, 
 void ddp_report_validation(ddp_report *r, int64_t step, const ddp_figures *v);
 void ddp_report_epoch(ddp_report *r, const ddp_epoch_result *e);
 void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_figures *v, double seconds);
-void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, double seconds,
-                        const ddp_figures *last_validation, const char *saved_to);
+/* samples: over the whole run; session_samples: since this process started (a
+ * resumed run's rate). */
+void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,
+                        double seconds, const ddp_figures *last_validation, const char *saved_to);
+/* The banner's lines of the run folder and any resume; metrics.jsonl opened there (cut
+ * back to the checkpoint's step when resuming). */
+bool ddp_report_run(ddp_report *r, const char *run_dir, const char *checkpoint_dir, const char *resumed,
+                    int64_t epoch, int64_t batch, int64_t step, int64_t steps, char *err, size_t errlen);
 /* Ends a progress bar's line before a message goes to stderr. */
 void ddp_report_interrupt(ddp_report *r);
+
+/* ------------------------------------------------------------ checkpoint.c */
+
+/* Where a run is at a step boundary: what a checkpoint holds beside the tensors. */
+typedef struct ddp_progress {
+    int64_t step;               /* optimizer steps done */
+    int64_t epoch, batch;       /* the epoch in progress (from 0) and its batches done */
+    int64_t samples;            /* trained on, over all workers */
+    int64_t validated_step;     /* the step after which last_validation was taken */
+    bool validated, epoch_validated; /* a validation ever; one during this epoch */
+    ddp_figures last_validation;
+} ddp_progress;
+
+typedef struct ddp_checkpoint {
+    const char *dir;            /* the folder of step-*.safetensors, there already */
+    int64_t keep;               /* the newest kept */
+    const char *reason;         /* "every 5 epochs", "SIGUSR1", ... */
+    const char *run_settings;   /* "key value" lines of the run's settings in effect */
+    const char *program_settings; /* ddp_settings_text */
+    ddp_progress progress;
+} ddp_checkpoint;
+
+/* Every field of the program's settings as "program.key value" lines (text.s malloc'd). */
+ddp_text ddp_settings_text(const ddp_settings *s);
+/* Every worker calls it at the same step; worker 0 writes c->dir/step-N.safetensors
+ * (its name in path on every worker). The host mirrors of the parameters, state,
+ * statistics and accumulators must be current. */
+bool ddp_checkpoint_save(ddp_runtime *rt, ddp_ring *ring, const ddp_checkpoint *c, char *path, size_t pathlen,
+                         char *err, size_t errlen);
+/* Every worker calls it: worker 0 reads the newest valid checkpoint of where (a folder
+ * or a file), compares its settings with c's (refused with each difference unless
+ * allow_changed) and sends it to the others; each takes its state into the host
+ * mirrors and *g. said: what the banner says of it. */
+bool ddp_checkpoint_resume(ddp_runtime *rt, ddp_ring *ring, const ddp_checkpoint *c, const char *where,
+                           bool allow_changed, ddp_progress *g, char *said, size_t saidlen, char *err,
+                           size_t errlen);
+/* Whether dir holds a checkpoint. */
+bool ddp_checkpoint_exists(const char *dir);
+
+/* --------------------------------------------------------------- run_dir.c */
+
+/* Where a run writes, and the checkpoint it continues (worker 0's decision, every
+ * worker told). */
+typedef struct ddp_run_place {
+    char run_dir[2048], checkpoint_dir[2048];
+    char resume_from[2048];     /* a checkpoint or a folder of them; "" for a new run */
+    bool resume, refused;
+    char note[512];             /* "", or how the resume came about (a requeued job) */
+} ddp_run_place;
+
+bool ddp_run_place_find(const ddp_config *cfg, const ddp_program *p, ddp_ring *ring, ddp_run_place *place, char *err,
+                        size_t len);
+/* A small text file, replaced atomically. */
+bool ddp_write_text(const char *path, const char *text, char *err, size_t len);
+/* `scontrol requeue JOBID`: false with why it failed. */
+bool ddp_requeue_job(const ddp_cluster *c, char *err, size_t len);
 
 /* ----------------------------------------------------------------- train.c */
 

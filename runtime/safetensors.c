@@ -6,6 +6,7 @@
  * target, so a crash leaves the old file or the new one, never half of one. Loading
  * checks every tensor by name, dtype and shape before anything is copied. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,39 +18,77 @@
 
 /* ------------------------------------------------------------------ save */
 
-static const char *dtype_name(const ddp_program *p) {
-    return p->dtype == DDP_F64 ? "F64" : "F32";
-}
-
-static ddp_text header_for(const ddp_program *p) {
-    ddp_text t = {0};
-    int64_t es = p->dtype == DDP_F64 ? 8 : 4, offset = 0;
-    ddp_text_printf(&t, "{\"__metadata__\":{\"format\":\"ddp\",\"model\":\"%s\",\"program_hash\":\"%016llx\",\"layouts\":\"",
-                p->name, (unsigned long long)p->hash);
-    for (int64_t i = 0; i < p->nparams; i++)
-        ddp_text_printf(&t, "%s%s:%s", i ? "," : "", p->params[i].name, p->params[i].layout);
-    ddp_text_printf(&t, "\"}");
-    for (int64_t i = 0; i < p->nparams; i++) {
-        const ddp_param *q = &p->params[i];
-        ddp_text_printf(&t, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", q->name, dtype_name(p));
-        for (int64_t d = 0; d < q->rank; d++)
-            ddp_text_printf(&t, "%s%lld", d ? "," : "", (long long)q->shape[d]);
-        ddp_text_printf(&t, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + q->count * es));
-        offset += q->count * es;
+/* s as a JSON string's contents: quotes, backslashes and control characters escaped. */
+static void json_escaped(ddp_text *t, const char *s) {
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            ddp_text_printf(t, "\\%c", c);
+        else if (c < 0x20)
+            ddp_text_printf(t, "\\u%04x", c);
+        else
+            ddp_text_printf(t, "%c", c);
     }
-    ddp_text_printf(&t, "}");
-    while (!t.failed && t.len % 8) /* the data starts 8-byte aligned */
-        ddp_text_printf(&t, " ");
-    return t;
 }
 
-static const void *param_data(ddp_runtime *rt, const ddp_param *q) {
-    return (const char *)rt->region[q->region] + q->offset * rt->elem_size;
+static ddp_text header_for(const ddp_meta *meta, int nmeta, const ddp_tensor_out *t, int64_t n) {
+    ddp_text h = {0};
+    int64_t offset = 0;
+    ddp_text_printf(&h, "{\"__metadata__\":{");
+    for (int i = 0; i < nmeta; i++) {
+        ddp_text_printf(&h, "%s\"", i ? "," : "");
+        json_escaped(&h, meta[i].key);
+        ddp_text_printf(&h, "\":\"");
+        json_escaped(&h, meta[i].value);
+        ddp_text_printf(&h, "\"");
+    }
+    ddp_text_printf(&h, "}");
+    for (int64_t i = 0; i < n; i++) {
+        ddp_text_printf(&h, ",\"");
+        json_escaped(&h, t[i].name);
+        ddp_text_printf(&h, "\":{\"dtype\":\"%s\",\"shape\":[", t[i].dtype);
+        for (int d = 0; d < t[i].rank; d++)
+            ddp_text_printf(&h, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
+        ddp_text_printf(&h, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + t[i].bytes));
+        offset += t[i].bytes;
+    }
+    ddp_text_printf(&h, "}");
+    while (!h.failed && h.len % 8) /* the data starts 8-byte aligned */
+        ddp_text_printf(&h, " ");
+    return h;
 }
 
-bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen) {
-    const ddp_program *p = rt->program;
-    ddp_text header = header_for(p);
+/* A test's crash at a named point of a write (DDP_CRASH_AT): the process ends there, as
+ * a node that loses power would, so the tests can show what survives. */
+void ddp_crash_point(const char *name) {
+    const char *at = getenv("DDP_CRASH_AT");
+    if (at && strcmp(at, name) == 0) {
+        fprintf(stderr, "crashing at %s (DDP_CRASH_AT)\n", name);
+        _exit(9);
+    }
+}
+
+bool ddp_sync_folder(const char *path) {
+    char folder[4096];
+    snprintf(folder, sizeof folder, "%s", path);
+    char *slash = strrchr(folder, '/');
+    if (!slash)
+        snprintf(folder, sizeof folder, ".");
+    else if (slash == folder)
+        folder[1] = 0;
+    else
+        *slash = 0;
+    int fd = open(folder, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return false;
+    bool ok = fsync(fd) == 0;
+    close(fd);
+    return ok;
+}
+
+bool ddp_tensors_write(const char *path, const ddp_meta *meta, int nmeta, const ddp_tensor_out *t, int64_t n,
+                       bool durable, char *err, size_t errlen) {
+    ddp_text header = header_for(meta, nmeta, t, n);
     if (header.failed) {
         free(header.s);
         return ddp_fail(err, errlen, "%s: out of memory writing the header", path);
@@ -65,21 +104,73 @@ bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen
     for (int i = 0; i < 8; i++)
         len[i] = (unsigned char)((uint64_t)header.len >> (8 * i));
     bool ok = fwrite(len, 1, 8, f) == 8 && fwrite(header.s, 1, header.len, f) == header.len;
-    for (int64_t i = 0; ok && i < p->nparams; i++) {
-        const ddp_param *q = &p->params[i];
-        ok = fwrite(param_data(rt, q), (size_t)rt->elem_size, (size_t)q->count, f) == (size_t)q->count;
-    }
+    for (int64_t i = 0; ok && i < n; i++)
+        ok = fwrite(t[i].data, 1, (size_t)t[i].bytes, f) == (size_t)t[i].bytes;
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved = errno;
     ok = (fclose(f) == 0) && ok;
     free(header.s);
+    if (ok)
+        ddp_crash_point("before-rename");
     if (!ok || rename(tmp, path) != 0) {
         if (ok)
             saved = errno;
         unlink(tmp);
         return ddp_fail(err, errlen, "%s: cannot write: %s (the file, if any, is as it was)", path, strerror(saved));
     }
+    if (durable) {
+        ddp_crash_point("before-folder-sync");
+        if (!ddp_sync_folder(path))
+            return ddp_fail(err, errlen, "%s: written, but its folder cannot be synced: %s", path, strerror(errno));
+    }
     return true;
+}
+
+const char *ddp_dtype_name(const ddp_program *p) {
+    return p->dtype == DDP_F64 ? "F64" : "F32";
+}
+
+/* The program's parameters and statistics, by name, as tensors: *n of them (malloc'd). */
+ddp_tensor_out *ddp_param_tensors(ddp_runtime *rt, int64_t *n) {
+    const ddp_program *p = rt->program;
+    ddp_tensor_out *t = calloc((size_t)p->nparams + 1, sizeof *t);
+    for (int64_t i = 0; t && i < p->nparams; i++) {
+        const ddp_param *q = &p->params[i];
+        t[i] = (ddp_tensor_out){q->name, ddp_dtype_name(p), (int)q->rank, {0},
+                                (const char *)rt->region[q->region] + q->offset * rt->elem_size,
+                                q->count * rt->elem_size};
+        memcpy(t[i].shape, q->shape, sizeof q->shape);
+    }
+    *n = p->nparams;
+    return t;
+}
+
+/* "name:layout,..." for the metadata (malloc'd text). */
+ddp_text ddp_layouts_text(const ddp_program *p) {
+    ddp_text t = {0};
+    for (int64_t i = 0; i < p->nparams; i++)
+        ddp_text_printf(&t, "%s%s:%s", i ? "," : "", p->params[i].name, p->params[i].layout);
+    return t;
+}
+
+bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen) {
+    const ddp_program *p = rt->program;
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)p->hash);
+    int64_t n;
+    ddp_tensor_out *t = ddp_param_tensors(rt, &n);
+    ddp_text layouts = ddp_layouts_text(p);
+    bool ok = t && !layouts.failed;
+    if (ok) {
+        ddp_meta meta[] = {{"format", "ddp"}, {"model", p->name}, {"program_hash", hash},
+                           {"layouts", layouts.s ? layouts.s : ""}};
+        ok = ddp_tensors_write(path, meta, 4, t, n, false, err, errlen);
+    } else {
+        ddp_fail(err, errlen, "%s: out of memory", path);
+    }
+    free(t);
+    free(layouts.s);
+    return ok;
 }
 
 /* ------------------------------------------------------------------ JSON */
@@ -205,18 +296,6 @@ static void skip_value(Json *j, void *depth) {
 
 /* ------------------------------------------------------------------ load */
 
-typedef struct Entry {
-    char name[256], dtype[16];
-    int64_t rank, shape[8], begin, end;
-} Entry;
-
-typedef struct Header {
-    Entry *entries;
-    int64_t count, cap;
-    char hash[64];
-    bool out_of_memory;
-} Header;
-
 typedef struct Integers {
     int64_t n, v[8];
 } Integers;
@@ -230,7 +309,7 @@ static void integer_item(Json *j, void *ctx) {
 }
 
 static void tensor_member(Json *j, const char *key, void *ctx) {
-    Entry *e = ctx;
+    ddp_tensor_in *e = ctx;
     Integers list = {0};
     if (strcmp(key, "dtype") == 0) {
         json_string(j, e->dtype, sizeof e->dtype);
@@ -249,47 +328,111 @@ static void tensor_member(Json *j, const char *key, void *ctx) {
     }
 }
 
+/* An array of size-byte items with room for one more (moved, perhaps), or NULL when
+ * memory ran out (the array as it was). */
+static void *room_for_one(void *items, int64_t *cap, int64_t count, size_t size) {
+    if (count < *cap)
+        return items;
+    int64_t more = *cap ? 2 * *cap : 16;
+    void *grown = realloc(items, size * (size_t)more);
+    if (grown)
+        *cap = more;
+    return grown;
+}
+
 static void metadata_member(Json *j, const char *key, void *ctx) {
-    Header *h = ctx;
-    if (strcmp(key, "program_hash") == 0)
-        json_string(j, h->hash, sizeof h->hash);
-    else
-        skip_value(j, 0);
+    ddp_tensor_file *f = ctx;
+    size_t room = (size_t)(j->end - j->s) + 1;
+    char *value = malloc(room), *k = strdup(key);
+    ddp_meta *meta = room_for_one(f->meta, &f->meta_cap, f->nmeta, sizeof *meta);
+    if (meta)
+        f->meta = meta;
+    if (!value || !k || !meta) {
+        free(value);
+        free(k);
+        f->out_of_memory = j->bad = true;
+        return;
+    }
+    json_string(j, value, room);
+    f->meta[f->nmeta++] = (ddp_meta){k, value};
 }
 
 static void header_member(Json *j, const char *key, void *ctx) {
-    Header *h = ctx;
+    ddp_tensor_file *f = ctx;
     if (strcmp(key, "__metadata__") == 0) {
-        json_object(j, metadata_member, h);
+        json_object(j, metadata_member, f);
         return;
     }
-    if (h->count == h->cap) {
-        int64_t cap = h->cap ? 2 * h->cap : 64;
-        Entry *grown = realloc(h->entries, sizeof(Entry) * (size_t)cap);
-        if (!grown) {
-            h->out_of_memory = j->bad = true;
-            return;
-        }
-        h->entries = grown;
-        h->cap = cap;
+    ddp_tensor_in *tensors = room_for_one(f->tensors, &f->cap, f->count, sizeof *tensors);
+    if (!tensors) {
+        f->out_of_memory = j->bad = true;
+        return;
     }
-    Entry *e = &h->entries[h->count++];
+    f->tensors = tensors;
+    ddp_tensor_in *e = &f->tensors[f->count++];
     memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", key);
     json_object(j, tensor_member, e);
 }
 
-static bool parse_header(const char *text, size_t len, Header *h) {
-    Json j = {text, text + len, false};
-    json_object(&j, header_member, h);
+static int dtype_bytes(const char *dtype);
+
+bool ddp_tensors_parse(ddp_tensor_file *f, unsigned char *bytes, size_t len, const char *path, char *err,
+                       size_t errlen) {
+    memset(f, 0, sizeof *f);
+    f->bytes = bytes;
+    f->len = len;
+    uint64_t header_len = 0;
+    for (int i = 7; len >= 8 && i >= 0; i--)
+        header_len = header_len << 8 | bytes[i];
+    if (len < 8 || header_len > len - 8)
+        return ddp_fail(err, errlen, "%s: not a safetensors file (%s)", path,
+                        len < 8 ? "shorter than its 8-byte header length"
+                                : "its header length is beyond the end of the file");
+    Json j = {(const char *)bytes + 8, (const char *)bytes + 8 + header_len, false};
+    json_object(&j, header_member, f);
     skip_space(&j);
-    return !j.bad && j.s == j.end;
+    if (j.bad || j.s != j.end)
+        return ddp_fail(err, errlen, f->out_of_memory ? "%s: out of memory reading its header"
+                                    : "%s: not a safetensors file: its header is not the JSON the format wants", path);
+    f->data = bytes + 8 + header_len;
+    f->data_len = len - 8 - header_len;
+    for (int64_t i = 0; i < f->count; i++) {
+        const ddp_tensor_in *e = &f->tensors[i];
+        int64_t elems = 1;
+        for (int64_t d = 0; d < e->rank; d++)
+            elems *= e->shape[d];
+        int size = dtype_bytes(e->dtype);
+        if (e->begin > e->end || (uint64_t)e->end > f->data_len || (size && e->end - e->begin != elems * size))
+            return ddp_fail(err, errlen, "%s: tensor `%s` has byte range [%lld, %lld), which does not fit its shape "
+                                         "and the file's %zu bytes of data: the file is damaged",
+                            path, e->name, (long long)e->begin, (long long)e->end, f->data_len);
+    }
+    return true;
 }
 
-static const Entry *find_entry(const Header *h, const char *name) {
-    for (int64_t i = 0; i < h->count; i++)
-        if (strcmp(h->entries[i].name, name) == 0)
-            return &h->entries[i];
+void ddp_tensors_free(ddp_tensor_file *f) {
+    for (int64_t i = 0; i < f->nmeta; i++) {
+        free((char *)f->meta[i].key);
+        free((char *)f->meta[i].value);
+    }
+    free(f->meta);
+    free(f->tensors);
+    free(f->bytes);
+    memset(f, 0, sizeof *f);
+}
+
+const ddp_tensor_in *ddp_tensors_find(const ddp_tensor_file *f, const char *name) {
+    for (int64_t i = 0; i < f->count; i++)
+        if (strcmp(f->tensors[i].name, name) == 0)
+            return &f->tensors[i];
+    return NULL;
+}
+
+const char *ddp_tensors_meta(const ddp_tensor_file *f, const char *key) {
+    for (int64_t i = 0; i < f->nmeta; i++)
+        if (strcmp(f->meta[i].key, key) == 0)
+            return f->meta[i].value;
     return NULL;
 }
 
@@ -318,40 +461,54 @@ static double element(const unsigned char *data, const char *dtype, int64_t i) {
     return ddp_half_to_double((uint16_t)bits);
 }
 
-/* Every tensor of the program is in the file with its shape, a float dtype and a byte
- * range inside the data; and the file has no tensor the program lacks. */
-static bool check_entries(const ddp_program *p, const Header *h, const char *path, size_t data_len, char *err,
+/* A checkpoint's tensors beyond the model's own: the optimizer's state and the other
+ * workers' statistics and figures, which --load leaves aside. */
+static bool checkpoint_only(const ddp_tensor_file *f, const char *name) {
+    const char *format = ddp_tensors_meta(f, "format");
+    return format && strcmp(format, "ddp-checkpoint") == 0 &&
+           (strncmp(name, "optimizer.", 10) == 0 || strncmp(name, "worker.", 7) == 0);
+}
+
+/* Every tensor of the program is in the file with its shape and a float dtype; and the
+ * file has no tensor the program lacks. */
+static bool check_entries(const ddp_program *p, const ddp_tensor_file *f, const char *path, char *err,
                           size_t errlen) {
     for (int64_t i = 0; i < p->nparams; i++) {
         const ddp_param *q = &p->params[i];
-        const Entry *e = find_entry(h, q->name);
+        const ddp_tensor_in *e = ddp_tensors_find(f, q->name);
         if (!e)
             return ddp_fail(err, errlen, "%s: has no tensor `%s`: it was saved from another model (it holds %lld "
                                      "tensors, this model has %lld)",
-                        path, q->name, (long long)h->count, (long long)p->nparams);
+                        path, q->name, (long long)f->count, (long long)p->nparams);
         char want[128], got[128];
         ddp_shape_text(want, sizeof want, q->shape, (int)(q->rank));
         ddp_shape_text(got, sizeof got, e->shape, (int)(e->rank));
         if (strcmp(want, got) != 0)
             return ddp_fail(err, errlen, "%s: tensor `%s` is %s, and this model's is %s", path, q->name, got, want);
-        int size = dtype_bytes(e->dtype);
-        if (!size)
+        if (!dtype_bytes(e->dtype))
             return ddp_fail(err, errlen, "%s: tensor `%s` is %s; parameters load from F32, F64, F16 or BF16", path,
                         q->name, e->dtype);
-        if (e->begin > e->end || (uint64_t)e->end > data_len || e->end - e->begin != q->count * size)
-            return ddp_fail(err, errlen, "%s: tensor `%s` has byte range [%lld, %lld), which does not fit its shape "
-                                     "and the file's %zu bytes of data: the file is damaged",
-                        path, q->name, (long long)e->begin, (long long)e->end, data_len);
     }
-    for (int64_t i = 0; i < h->count; i++) {
-        bool known = false;
+    for (int64_t i = 0; i < f->count; i++) {
+        bool known = checkpoint_only(f, f->tensors[i].name);
         for (int64_t k = 0; k < p->nparams && !known; k++)
-            known = strcmp(p->params[k].name, h->entries[i].name) == 0;
+            known = strcmp(p->params[k].name, f->tensors[i].name) == 0;
         if (!known)
             return ddp_fail(err, errlen, "%s: holds tensor `%s`, which this model does not have: it was saved from "
-                                     "another model", path, h->entries[i].name);
+                                     "another model", path, f->tensors[i].name);
     }
     return true;
+}
+
+/* A tensor's elements into count values of the program's dtype at dst. */
+void ddp_tensor_values(const ddp_tensor_file *f, const ddp_tensor_in *e, bool f64, void *dst, int64_t count) {
+    for (int64_t k = 0; k < count; k++) {
+        double v = element(f->data + e->begin, e->dtype, k);
+        if (f64)
+            ((double *)dst)[k] = v;
+        else
+            ((float *)dst)[k] = (float)v;
+    }
 }
 
 static bool read_whole(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen) {
@@ -384,47 +541,30 @@ static bool read_whole(const char *path, unsigned char **data, size_t *len, char
     return true;
 }
 
+bool ddp_tensors_read(const char *path, ddp_tensor_file *f, char *err, size_t errlen) {
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    memset(f, 0, sizeof *f);
+    return read_whole(path, &bytes, &len, err, errlen) && ddp_tensors_parse(f, bytes, len, path, err, errlen);
+}
+
 bool ddp_load_params(ddp_runtime *rt, const char *path, char *note, size_t notelen, char *err, size_t errlen) {
     const ddp_program *p = rt->program;
-    unsigned char *file = NULL;
-    size_t len = 0;
+    ddp_tensor_file f;
     if (notelen)
         note[0] = 0;
-    if (!read_whole(path, &file, &len, err, errlen))
-        return false;
-    uint64_t header_len = 0;
-    for (int i = 7; len >= 8 && i >= 0; i--)
-        header_len = header_len << 8 | file[i];
-    Header h = {0};
-    bool ok = len >= 8 && header_len <= len - 8;
-    if (!ok)
-        ddp_fail(err, errlen, "%s: not a safetensors file (%s)", path,
-             len < 8 ? "shorter than its 8-byte header length" : "its header length is beyond the end of the file");
-    else if (!(ok = parse_header((const char *)file + 8, header_len, &h)))
-        ddp_fail(err, errlen, h.out_of_memory ? "%s: out of memory reading its header"
-                                          : "%s: not a safetensors file: its header is not the JSON the format wants",
-             path);
-    else
-        ok = check_entries(p, &h, path, len - 8 - header_len, err, errlen);
-    const unsigned char *data = file + 8 + header_len;
+    bool ok = ddp_tensors_read(path, &f, err, errlen) && check_entries(p, &f, path, err, errlen);
     for (int64_t i = 0; ok && i < p->nparams; i++) {
         const ddp_param *q = &p->params[i];
-        const Entry *e = find_entry(&h, q->name);
-        char *dst = (char *)rt->region[q->region] + q->offset * rt->elem_size;
-        for (int64_t k = 0; k < q->count; k++) {
-            double v = element(data + e->begin, e->dtype, k);
-            if (p->dtype == DDP_F64)
-                ((double *)dst)[k] = v;
-            else
-                ((float *)dst)[k] = (float)v;
-        }
+        ddp_tensor_values(&f, ddp_tensors_find(&f, q->name), p->dtype == DDP_F64,
+                          (char *)rt->region[q->region] + q->offset * rt->elem_size, q->count);
     }
     char mine[32];
+    const char *hash = ok ? ddp_tensors_meta(&f, "program_hash") : NULL;
     snprintf(mine, sizeof mine, "%016llx", (unsigned long long)p->hash);
-    if (ok && h.hash[0] && strcmp(h.hash, mine) != 0 && notelen)
+    if (hash && hash[0] && strcmp(hash, mine) != 0 && notelen)
         snprintf(note, notelen, "%s was saved by program %s, and this is %s; its tensors fit by name and shape",
-                 path, h.hash, mine);
-    free(h.entries);
-    free(file);
+                 path, hash, mine);
+    ddp_tensors_free(&f);
     return ok;
 }

@@ -9,7 +9,8 @@
  * visible to this task, the CPU, or the emulated GPU.
  *
  * Exit status: 0 done, 1 a run-time error (data, files, numbers, a job that cannot
- * form), 2 bad usage, 3 another worker of the job was lost. */
+ * form), 2 bad usage, 3 another worker of the job was lost, 4 stopped by SIGUSR1 or
+ * SIGTERM after a checkpoint, 130 the same after SIGINT. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,13 +153,13 @@ static int join_text(char *out, size_t len, const ddp_config *cfg, const ddp_pro
     return snprintf(out, len,
                     "rank %lld\nport %d\naddress %s\nsetting program %016llx\nsetting epochs %lld\n"
                     "setting steps_per_epoch %lld\nsetting seed %llu\nsetting learning_rate %s\n"
-                    "setting evaluate %s\nsetting synthetic %s\nsetting load %s\nsetting trace %s\n"
+                    "setting evaluate %s\nsetting synthetic %s\nsetting load %s\nsetting trace %s\nsetting resume %s\n"
                     "setting peer_timeout %lld\nsetting train_samples %lld\nsetting validation_samples %lld\n"
                     "setting device %s",
                     (long long)cfg->cluster.rank, port, address, (unsigned long long)p->hash, (long long)cfg->epochs,
                     (long long)cfg->steps_per_epoch, (unsigned long long)cfg->seed, rate,
                     cfg->evaluate ? "yes" : "no", cfg->synthetic ? "yes" : "no", cfg->load_path ? "yes" : "no",
-                    cfg->trace_path ? "yes" : "no", (long long)cfg->peer_timeout, (long long)train->samples,
+                    cfg->trace_path ? "yes" : "no", cfg->resume ? "yes" : "no", (long long)cfg->peer_timeout, (long long)train->samples,
                     (long long)validation->samples, devices[cfg->device]);
 }
 
@@ -211,7 +212,7 @@ static bool form_ring(ddp_job *job, ddp_config *cfg, const ddp_program *p, const
 
 /* One worker's end: its goodbye, or the failure the others are told. */
 static void leave_job(ddp_job *job, int status) {
-    if (status == 0 || status == 3)
+    if (status == 0 || status == 3 || status == 4 || status == 130) /* 4, 130: every worker stopped alike */
         ddp_link_close(job->link);
     else
         ddp_link_abort(job->link, job->why[0] ? job->why : "it stopped with an error");

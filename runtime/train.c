@@ -16,14 +16,27 @@
  * and writes files. With --trace every phase of every step is a span, and worker 0
  * gathers every worker's spans into the file at the end.
  *
+ * Checkpoints (checkpoint.c) are written at step boundaries: every N steps or epochs
+ * as the program says, and when SIGUSR1, SIGTERM or SIGINT reaches any worker. The
+ * signal travels in the step's own all-reduce of the figures, so every worker stops
+ * after the same step without another round trip. A resumed run starts at the
+ * checkpoint's epoch and batch with its state, and goes on as the uninterrupted run.
+ *
  * On a GPU the phases are queued and the host meets the device only where it needs
  * to: the batch goes up as it is ready, and the accumulators, gradients (several
  * workers), statistics and parameters come down (or go back up) where the host reads
  * or changes them; every such crossing is a call of gpu.c, a no-op on the CPU. */
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "runtime.h"
 
@@ -54,7 +67,8 @@ typedef struct Run {
     ddp_ring *ring;             /* NULL for one worker */
     ddp_comm *comm;             /* the buckets' all-reduce during backward; NULL for one worker */
     ddp_trace *trace;           /* NULL without --trace */
-    double global[2 * 64 + 1];  /* the accumulators summed over the workers, then the flags */
+    double global[2 * 64 + 4];  /* the accumulators summed over the workers, then the flags:
+                                   non-finite, workers asked to stop, of them by SIGINT, by SIGUSR1 */
     int64_t step;               /* optimizer steps taken */
     StepRecord pending;         /* a GPU alone: the step whose figures are on their way */
     double epoch_rate;          /* samples a second so far this epoch, for the progress lines */
@@ -62,7 +76,56 @@ typedef struct Run {
     ddp_figures last_validation;
     bool validated;
     int64_t validated_step;     /* the step after which last_validation was taken */
+    char run_dir[2048], checkpoint_dir[2048];
+    ddp_text run_settings, program_settings; /* as checkpoints hold them */
+    int64_t first_epoch, first_batch; /* where training starts: 0, 0, or a checkpoint's */
+    bool resumed_epoch_validated;
+    int stopped;                /* the signal the job stopped on after a checkpoint; 0 */
+    int test_signal;            /* DDP_TEST_SIGNAL: raised at the start of test_step; 0: none */
+    int64_t test_step;
+    char stopped_checkpoint[4096];
+    double checkpoint_seconds;  /* the last checkpoint's write */
 } Run;
+
+/* ------------------------------------------------------------------ signals */
+
+/* The first of SIGUSR1, SIGTERM and SIGINT to reach this worker; 0 before. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal == SIGINT && sig == SIGINT) { /* a second Ctrl-C: now */
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+    }
+    if (!stop_signal)
+        stop_signal = sig;
+}
+
+static void catch_stop_signals(bool on) {
+    struct sigaction sa = {.sa_handler = on ? on_stop_signal : SIG_DFL, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* DDP_TEST_SIGNAL=USR1|TERM|INT@STEP[:RANK]: the tests' signal, raised by this worker
+ * (every worker, or RANK's) at the start of step STEP (from 1), so that a stop lands at
+ * a known step whatever the machine's speed. */
+static void read_test_signal(Run *r) {
+    const char *v = getenv("DDP_TEST_SIGNAL");
+    char name[8];
+    long long step, rank = -1;
+    if (!v || sscanf(v, "%7[A-Z1]@%lld:%lld", name, &step, &rank) < 2 || (rank >= 0 && rank != r->rank))
+        return;
+    r->test_signal = strcmp(name, "USR1") == 0 ? SIGUSR1 : strcmp(name, "TERM") == 0 ? SIGTERM
+                   : strcmp(name, "INT") == 0 ? SIGINT : 0;
+    r->test_step = step;
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
+}
 
 static double now_seconds(void) {
     return ddp_now_ms() / 1e3;
@@ -89,6 +152,12 @@ static void say_at(const Run *r, int64_t step, int64_t epoch, int64_t b, bool af
 static void say_where(const Run *r, int64_t epoch, int64_t b, bool done_step, const char *doing, const char *what,
                       char *out, size_t len) {
     say_at(r, r->step + !done_step, epoch, b, done_step, doing, what, out, len);
+}
+
+/* Says what failed after the last step into why; false. */
+static bool failed_after(const Run *r, const char *doing, const char *err, char *why, size_t len) {
+    snprintf(why, len, "after step %lld, %s: %.900s", (long long)r->step, doing, err);
+    return false;
 }
 
 /* A span of this worker's compute lane, from begin to now. */
@@ -167,7 +236,10 @@ static bool sum_figures(Run *r, double *sums, char *err, size_t errlen) {
     int64_t n = 2 * r->rt->program->accum_pairs;
     memcpy(sums, ddp_accumulators(r->rt), sizeof(double) * (size_t)n);
     sums[n] = ddp_nonfinite_flag(r->rt);
-    return !r->ring || ddp_ring_allreduce(r->ring, sums, n + 1, true, err, errlen);
+    sums[n + 1] = stop_signal != 0;
+    sums[n + 2] = stop_signal == SIGINT;
+    sums[n + 3] = stop_signal == SIGUSR1;
+    return !r->ring || ddp_ring_allreduce(r->ring, sums, n + 4, true, err, errlen);
 }
 
 /* The same from the accumulators as they are now. */
@@ -256,7 +328,7 @@ static bool next_batch(Run *r, ddp_loader *loader, int64_t global_size, const ch
 static bool validate(Run *r, char *err, size_t errlen) {
     ddp_runtime *rt = r->rt;
     int64_t pairs = rt->program->accum_pairs;
-    double saved[2 * 64], sums[2 * 64];
+    double saved[2 * 64], sums[2 * 64 + 4];
     if (!average_statistics(r, err, errlen) || !region_down(r, DDP_REGION_ACCUM, err, errlen))
         return false;
     memcpy(saved, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * pairs));
@@ -397,6 +469,8 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
     ddp_runtime *rt = r->rt;
     const ddp_program *p = rt->program;
     int64_t global = r->train_pass.global_sizes[b];
+    if (r->test_signal && r->step + 1 == r->test_step)
+        raise(r->test_signal);
     ddp_link_at_step(r->job->link, r->step + 1);
     char lost[768];
     if (!next_batch(r, r->train_loader, global, "data wait", lost, sizeof lost)) {
@@ -458,18 +532,79 @@ static bool validation_due(const Run *r, int64_t epoch, bool epoch_end) {
     return epoch_end && ((epoch + 1) % every.value == 0 || epoch + 1 == r->cfg->epochs);
 }
 
-static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
+/* ------------------------------------------------------------- checkpoints */
+
+/* Whether the job stops after this step: with several workers, as the step's
+ * all-reduce carried the workers' signals (the same answer on every one); alone, its
+ * own signal. The signal to name. */
+static int stop_agreed(const Run *r) {
+    int64_t n = 2 * r->rt->program->accum_pairs;
+    if (!r->ring)
+        return stop_signal;
+    if (r->global[n + 1] == 0)
+        return 0;
+    return r->global[n + 2] > 0 ? SIGINT : r->global[n + 3] > 0 ? SIGUSR1 : SIGTERM;
+}
+
+static bool checkpoint_due(const Run *r, int unit, int64_t count) {
+    const ddp_settings *s = &r->rt->program->settings;
+    return s->checkpoint_dir && s->checkpoint_every.unit == unit && count % s->checkpoint_every.value == 0;
+}
+
+/* A checkpoint of the run after its last step, now at batch `batch` of `epoch`. */
+static bool checkpoint_now(Run *r, int64_t epoch, int64_t batch, bool epoch_validated, const char *reason,
+                           char *path, size_t pathlen, char *why, size_t len) {
+    const ddp_settings *s = &r->rt->program->settings;
+    char err[1024];
+    int regions[] = {DDP_REGION_PARAMS, DDP_REGION_STATE, DDP_REGION_STATS, DDP_REGION_ACCUM};
+    for (size_t i = 0; i < sizeof regions / sizeof *regions; i++)
+        if (!region_down(r, regions[i], err, sizeof err))
+            return failed_after(r, "copying the state from the GPU for a checkpoint", err, why, len);
+    ddp_checkpoint c = {r->checkpoint_dir, s->checkpoint_dir ? s->checkpoint_keep : 3, reason, r->run_settings.s,
+                        r->program_settings.s,
+                        {r->step, epoch, batch, r->samples, r->validated_step, r->validated, epoch_validated,
+                         r->last_validation}};
+    double begin = ddp_trace_clock();
+    bool ok = ddp_checkpoint_save(r->rt, r->ring, &c, path, pathlen, err, sizeof err);
+    span(r, "checkpoint", begin);
+    r->checkpoint_seconds = (ddp_trace_clock() - begin) / 1e6;
+    return ok || failed_after(r, "writing a checkpoint", err, why, len);
+}
+
+/* After step b of an epoch (and its validation): a checkpoint when one is due or the
+ * job was asked to stop, which then stops it. */
+static bool checkpoint_after_step(Run *r, int64_t epoch, int64_t b, bool epoch_validated, char *why, size_t len) {
+    int stop = stop_agreed(r);
+    if (!stop && !checkpoint_due(r, DDP_UNIT_STEPS, r->step))
+        return true;
+    char reason[64], path[4096];
+    snprintf(reason, sizeof reason, "%s", stop ? signal_name(stop) : "periodic");
+    if (!take_pending(r, why, len) ||
+        !checkpoint_now(r, epoch, b + 1, epoch_validated, reason, path, sizeof path, why, len))
+        return false;
+    if (stop) {
+        r->stopped = stop;
+        snprintf(r->stopped_checkpoint, sizeof r->stopped_checkpoint, "%s", path);
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------ epochs */
+
+/* An epoch from batch `first` (0, or a checkpoint's place in it). */
+static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t len) {
     ddp_runtime *rt = r->rt;
     double start = now_seconds(), training = 0;
     int64_t trained = 0;
-    const ddp_figures *epoch_validation = NULL;
+    const ddp_figures *epoch_validation = first > 0 && r->resumed_epoch_validated ? &r->last_validation : NULL;
     char err[1024];
     Pass *pass = &r->train_pass;
     ddp_epoch_order(r->cfg->seed, epoch, rt->program->settings.shuffle, r->train->samples, pass->order);
-    ddp_loader_begin(r->train_loader, pass->order, pass->starts, pass->sizes, pass->batches);
-    ddp_zero_accumulators(rt);
+    ddp_loader_begin(r->train_loader, pass->order, pass->starts + first, pass->sizes + first, pass->batches - first);
+    if (first == 0) /* else the checkpoint's sums of the epoch so far */
+        ddp_zero_accumulators(rt);
     r->epoch_rate = 0;
-    for (int64_t b = 0; b < pass->batches; b++) {
+    for (int64_t b = first; b < pass->batches; b++) {
         double t = now_seconds();
         if (!train_step(r, epoch, b, why, len))
             return false;
@@ -487,6 +622,10 @@ static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
             epoch_validation = &r->last_validation;
             ddp_report_validation(r->report, r->step, &r->last_validation);
         }
+        if (!checkpoint_after_step(r, epoch, b, epoch_validation != NULL, why, len))
+            return false;
+        if (r->stopped)
+            return true;
     }
     bool last = epoch + 1 == r->cfg->epochs;
     ddp_figures figures = read_figures(rt->program, r->global);
@@ -503,7 +642,10 @@ static bool run_epoch(Run *r, int64_t epoch, char *why, size_t len) {
                           rt->scalars[DDP_S_LEARNING_RATE].f, training > 0 ? (double)trained / training : 0,
                           now_seconds() - start};
     ddp_report_epoch(r->report, &e);
-    return true;
+    char path[4096], reason[64];
+    snprintf(reason, sizeof reason, "periodic");
+    return !checkpoint_due(r, DDP_UNIT_EPOCHS, epoch + 1) ||
+           checkpoint_now(r, epoch + 1, 0, false, reason, path, sizeof path, why, len);
 }
 
 /* ---------------------------------------------------------------- the run */
@@ -551,11 +693,6 @@ static int evaluate_only(Run *r) {
 }
 
 
-/* Says what failed after the last step into why; false. */
-static bool failed_after(const Run *r, const char *doing, const char *err, char *why, size_t len) {
-    snprintf(why, len, "after step %lld, %s: %.900s", (long long)r->step, doing, err);
-    return false;
-}
 
 /* What every worker does at the end, whoever was given --save (all must run the same
  * collectives): the running statistics made the job's (a validation does that too),
@@ -575,12 +712,36 @@ static bool finish_training(Run *r, char *why, size_t len) {
     return true;
 }
 
+/* The job stopped on a signal after a checkpoint: said, the Slurm job requeued if asked;
+ * status 4, or 130 for SIGINT. */
+static int stopped(Run *r) {
+    char err[1024];
+    if (r->rank == 0) {
+        ddp_report_interrupt(r->report);
+        ddp_error("%s%s: stopped after step %lld; checkpoint %s (written in %.1f s). Continue with --resume",
+                  signal_name(r->stopped), stop_signal ? "" : " to another worker", (long long)r->step,
+                  r->stopped_checkpoint, r->checkpoint_seconds);
+        if (r->cfg->requeue_on_signal) {
+            if (ddp_requeue_job(&r->cfg->cluster, err, sizeof err))
+                ddp_error("job %lld requeued: it resumes from the checkpoint when it runs again",
+                          (long long)r->cfg->cluster.job);
+            else
+                ddp_error("%s", err);
+        }
+    }
+    return r->stopped == SIGINT ? 130 : 4;
+}
+
 static int train_all(Run *r) {
     char why[1024], err[1024];
     double start = now_seconds();
-    for (int64_t epoch = 0; epoch < r->cfg->epochs; epoch++) {
-        if (run_epoch(r, epoch, why, sizeof why))
+    int64_t samples_before = r->samples;
+    for (int64_t epoch = r->first_epoch; epoch < r->cfg->epochs; epoch++) {
+        if (run_epoch(r, epoch, epoch == r->first_epoch ? r->first_batch : 0, why, sizeof why)) {
+            if (r->stopped)
+                return stopped(r);
             continue;
+        }
         /* the update of the failed step never ran, so worker 0 holds the job's last
          * parameters, whatever went wrong elsewhere */
         if (r->cfg->save_path && r->rank == 0 && region_down(r, DDP_REGION_PARAMS, err, sizeof err) &&
@@ -593,9 +754,77 @@ static int train_all(Run *r) {
     }
     if (!finish_training(r, why, sizeof why))
         return failure(r, why);
-    ddp_report_summary(r->report, r->cfg->epochs, r->step, r->samples, now_seconds() - start,
-                       r->validated ? &r->last_validation : NULL, r->cfg->save_path);
+    ddp_report_summary(r->report, r->cfg->epochs, r->step, r->samples, r->samples - samples_before,
+                       now_seconds() - start, r->validated ? &r->last_validation : NULL, r->cfg->save_path);
     return 0;
+}
+
+/* ---------------------------------------------------------- run folder */
+
+/* The run's settings in effect that a resume must find the same, as "key value" lines. */
+static ddp_text run_settings_text(const Run *r) {
+    ddp_text t = {0};
+    const ddp_config *cfg = r->cfg;
+    ddp_text_printf(&t, "epochs %lld\nsteps_per_epoch %lld\nseed %llu\n", (long long)cfg->epochs,
+                    (long long)r->plan.steps, (unsigned long long)cfg->seed);
+    if (isnan(cfg->learning_rate))
+        ddp_text_printf(&t, "learning_rate program\n");
+    else
+        ddp_text_printf(&t, "learning_rate %.17g\n", cfg->learning_rate);
+    ddp_text_printf(&t, "global_batch %lld\ndevice %s\nsynthetic %s\ntrain_samples %lld\nvalidation_samples %lld\n",
+                    (long long)r->plan.global_batch, ddp_gpu_backend(r->rt), cfg->synthetic ? "yes" : "no",
+                    (long long)r->train->samples, (long long)(r->validation ? r->validation->samples : 0));
+    return t;
+}
+
+/* The run's folder found (or made), its settings written, and the checkpoint it
+ * continues, if any, taken by every worker. */
+static bool start_run(Run *r, char *said, size_t saidlen, char *err, size_t len) {
+    const ddp_program *p = r->rt->program;
+    ddp_run_place place;
+    said[0] = 0;
+    r->run_settings = run_settings_text(r);
+    r->program_settings = ddp_settings_text(&p->settings);
+    if (r->run_settings.failed || r->program_settings.failed)
+        return ddp_fail(err, len, "out of memory");
+    if (!ddp_run_place_find(r->cfg, p, r->ring, &place, err, len))
+        return false;
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", place.run_dir);
+    snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", place.checkpoint_dir);
+    if (r->rank == 0) {
+        char path[2200];
+        ddp_text t = {0};
+        ddp_text_printf(&t, "program %016llx\nmodel %s\nsource %s\nworkers %lld\n%s%s", (unsigned long long)p->hash,
+                        p->name, p->source, (long long)r->workers, r->run_settings.s, r->program_settings.s);
+        snprintf(path, sizeof path, "%s/settings.txt", r->run_dir);
+        bool ok = !t.failed && ddp_write_text(path, t.s, err, len);
+        free(t.s);
+        if (!ok)
+            return false;
+    }
+    if (!place.resume)
+        return true;
+    ddp_checkpoint c = {r->checkpoint_dir, 0, "", r->run_settings.s, r->program_settings.s, {0}};
+    ddp_progress g;
+    char found[2800];
+    if (!ddp_checkpoint_resume(r->rt, r->ring, &c, place.resume_from, r->cfg->resume_changed, &g, found,
+                               sizeof found, err, len))
+        return false;
+    r->step = g.step;
+    r->samples = g.samples;
+    r->validated = g.validated;
+    r->validated_step = g.validated_step;
+    r->last_validation = g.last_validation;
+    r->first_epoch = g.epoch;
+    r->first_batch = g.batch;
+    r->resumed_epoch_validated = g.epoch_validated;
+    snprintf(said, saidlen, "%s%s%s", place.note, place.note[0] ? " " : "", found);
+    /* the figures of the epoch so far, as the last step left them */
+    int regions[] = {DDP_REGION_PARAMS, DDP_REGION_STATE, DDP_REGION_STATS, DDP_REGION_ACCUM};
+    for (size_t i = 0; i < sizeof regions / sizeof *regions; i++)
+        if (!region_up(r, regions[i], err, len))
+            return false;
+    return sum_figures(r, r->global, err, len);
 }
 
 /* A trace travels through the coordinator's store in chunks, so no frame nears the
@@ -699,16 +928,28 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
     Run r = {.rt = rt, .cfg = cfg, .report = report, .train = train, .validation = validation,
              .rank = cfg->cluster.rank, .workers = cfg->cluster.world, .job = job, .ring = job->ring,
              .trace = job->trace};
-    char err[1024];
+    char err[1024], resumed[4096];
     int status;
     if (rt->program->accum_pairs > 64 || rt->program->settings.nmetrics > DDP_MAX_METRICS)
         status = failure(&r, "the program has more metrics than this runtime can hold");
     else if ((validation && !prepare_validation(&r, err, sizeof err)) ||
              (!cfg->evaluate && !prepare_training(&r, err, sizeof err)) || !start_comm(&r, err, sizeof err))
         status = failure(&r, err);
+    else if (!cfg->evaluate && !start_run(&r, resumed, sizeof resumed, err, sizeof err))
+        status = failure(&r, err);
     else {
         ddp_report_banner(report, rt, train, validation, cfg->evaluate ? NULL : &r.plan);
-        status = cfg->evaluate ? evaluate_only(&r) : train_all(&r);
+        if (cfg->evaluate) {
+            status = evaluate_only(&r);
+        } else if (!ddp_report_run(report, r.run_dir, r.checkpoint_dir, resumed, r.first_epoch, r.first_batch, r.step,
+                                   r.plan.steps, err, sizeof err)) {
+            status = failure(&r, err);
+        } else {
+            catch_stop_signals(true);
+            read_test_signal(&r);
+            status = train_all(&r);
+            catch_stop_signals(false);
+        }
         if (status == 0 && r.trace && !write_trace(&r, err, sizeof err)) {
             char why[1200];
             snprintf(why, sizeof why, "after the last step, gathering the trace: %s", err);
@@ -721,5 +962,7 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
     ddp_loader_free(r.validation_loader);
     pass_free(&r.train_pass);
     pass_free(&r.validation_pass);
+    free(r.run_settings.s);
+    free(r.program_settings.s);
     return status;
 }

@@ -50,7 +50,13 @@ expect 1 "this task was given GPUs (CUDA_VISIBLE_DEVICES=0), but none is usable:
 expect 1 "cuBLAS (libcublas.so.13 or libcublas.so.12) is not installed" $no_cublas CUDA_VISIBLE_DEVICES=0 $tiny
 expect 1 "tiny.csv: no such file" "$dir/tiny"
 expect 1 "steps_per_epoch is 5, but 8 samples make only 1 global batch of 8" $tiny --steps-per-epoch 5
-expect 1 "checkpoint(...) is not supported" "$dir/tiny_checkpoint" --data-root "$root"
+expect 0 "run folder  $root/run: checkpoints every 1 epoch in $root/run/ck" "$dir/tiny_checkpoint" --data-root "$root" --run-dir "$root/run"
+expect 1 "$root/run/ck already holds checkpoints of another run: pass --resume" "$dir/tiny_checkpoint" --data-root "$root" --run-dir "$root/run"
+expect 1 "\-\-resume: no checkpoint in $root/none/checkpoints: give the checkpoint" $tiny --resume --run-dir "$root/none"
+expect 1 "\-\-resume: $root/run/ck/step-0000000001.safetensors is not a ddp checkpoint" sh -c \
+    "$dir/tiny --data-root $root --run-dir $root/run-tiny --save $root/run/ck/step-0000000001.safetensors && $tiny --run-dir $root/run --resume $root/run/ck/step-0000000001.safetensors"
+expect 2 "\-\-resume-changed goes with --resume" $tiny --resume-changed
+expect 2 "\-\-evaluate does not go with --resume" $tiny --evaluate --resume
 expect 1 "precision = bf16 needs the GPU runtime" "$dir/tiny_bf16" --data-root "$root"
 expect 1 "communication = nccl needs GPUs" "$dir/tiny_nccl" --data-root "$root"
 expect 1 "not a task of a Slurm job step" env -u SLURM_STEP_ID "$dir/tiny_slurm" --data-root "$root"
