@@ -3,14 +3,18 @@
  * the user: a whole line on stderr, prefixed with who wrote it; and the growing
  * strings JSON texts are written into. Under srun the lines
  * of every task meet on one terminal, so with several workers each says its rank and
- * host. */
+ * host. Once a run has its folder, every such line, and everything worker 0 prints,
+ * goes to the worker's log there too. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime.h"
 
 static char identity[512] = "ddp: ";
+static FILE *log_file; /* the run folder's log of this worker; NULL before */
 
 bool ddp_fail(char *err, size_t len, const char *fmt, ...) {
     va_list ap;
@@ -34,6 +38,47 @@ void ddp_error(const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     fprintf(stderr, "%s%s\n", identity, line); /* one call: lines of threads do not mix */
+    if (log_file) {
+        fprintf(log_file, "%s%s\n", identity, line);
+        fflush(log_file);
+    }
+}
+
+bool ddp_log_open(const char *path, char *err, size_t len) {
+    ddp_log_close();
+    if (!(log_file = fopen(path, "a")))
+        return ddp_fail(err, len, "%s: cannot write: %s", path, strerror(errno));
+    return true;
+}
+
+void ddp_log_close(void) {
+    if (log_file)
+        fclose(log_file);
+    log_file = NULL;
+}
+
+void ddp_say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    if (log_file) {
+        va_start(ap, fmt);
+        vfprintf(log_file, fmt, ap);
+        va_end(ap);
+        fflush(log_file);
+    }
+}
+
+void ddp_log_only(const char *fmt, ...) {
+    if (!log_file)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(log_file, fmt, ap);
+    va_end(ap);
+    fflush(log_file);
 }
 
 void ddp_text_printf(ddp_text *t, const char *fmt, ...) {

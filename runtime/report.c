@@ -19,6 +19,7 @@ struct ddp_report {
     bool quiet;                 /* a worker other than 0 */
     FILE *metrics;              /* --metrics */
     FILE *run_metrics;          /* the run folder's metrics.jsonl */
+    ddp_events *events;         /* the run folder's TensorBoard events */
     bool bar_open;              /* a progress bar is on the current line */
     double last_bar;            /* when the bar was last drawn */
 };
@@ -56,6 +57,7 @@ void ddp_report_close(ddp_report *r) {
         fclose(r->metrics);
     if (r->run_metrics)
         fclose(r->run_metrics);
+    ddp_events_close(r->events);
     free(r);
 }
 
@@ -171,53 +173,53 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     const ddp_program *p = r->program;
     const ddp_settings *s = &p->settings;
     char line[2048];
-    printf("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, cfg->evaluate ? "evaluating" : "training",
+    ddp_say("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, cfg->evaluate ? "evaluating" : "training",
            p->name, p->source, (unsigned long long)p->hash);
     const ddp_device_info *gpu = ddp_gpu_info(rt);
     if (gpu)
-        printf("  device      %s: %s, %s (bus %s), %.1f GiB free%s\n", strcmp(ddp_gpu_backend(rt), "cuda") == 0 ? "gpu"
+        ddp_say("  device      %s: %s, %s (bus %s), %.1f GiB free%s\n", strcmp(ddp_gpu_backend(rt), "cuda") == 0 ? "gpu"
                : ddp_gpu_backend(rt), gpu->name, gpu->uuid, gpu->bus, (double)gpu->free_bytes / (1 << 30),
                gpu->driver_version ? "" : " (a test instrument: correct, not fast)");
     else
-        printf("  device      cpu, %d threads (%s), %s kernels\n", ddp_pool_threads(rt->pool), cfg->threads_from,
+        ddp_say("  device      cpu, %d threads (%s), %s kernels\n", ddp_pool_threads(rt->pool), cfg->threads_from,
                rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64");
     const ddp_cluster *c = &cfg->cluster;
     if (c->world == 1)
-        printf("  cluster     %s: one worker on %s\n", c->source, c->host);
+        ddp_say("  cluster     %s: one worker on %s\n", c->source, c->host);
     else
-        printf("  cluster     %s: %lld workers on %lld node%s, this one rank %lld on %s, coordinator %s:%lld, "
+        ddp_say("  cluster     %s: %lld workers on %lld node%s, this one rank %lld on %s, coordinator %s:%lld, "
                "proven by %s\n", c->source, (long long)c->world, (long long)c->nodes, c->nodes == 1 ? "" : "s",
                (long long)c->rank, c->host, c->coordinator, (long long)c->port_base, cfg->proven_by);
     if (train && !cfg->evaluate) {
         describe_data(p, train, line, sizeof line);
-        printf("  data        %s\n", line);
+        ddp_say("  data        %s\n", line);
     }
     if (validation) {
         describe_data(p, validation, line, sizeof line);
-        printf("  validation  %s", line);
+        ddp_say("  validation  %s", line);
         if (!cfg->evaluate)
-            printf(", every %lld %s%s", (long long)s->validate_every.value,
+            ddp_say(", every %lld %s%s", (long long)s->validate_every.value,
                    s->validate_every.unit == DDP_UNIT_STEPS ? "step" : "epoch", s->validate_every.value == 1 ? "" : "s");
-        printf("\n");
+        ddp_say("\n");
     }
-    printf("  batch       %lld per replica x %d replica%s = %lld global", (long long)s->batch_per_replica,
+    ddp_say("  batch       %lld per replica x %d replica%s = %lld global", (long long)s->batch_per_replica,
            rt->replicas, rt->replicas == 1 ? "" : "s", (long long)s->batch_per_replica * rt->replicas);
     if (plan && !cfg->evaluate)
-        printf("; %s per epoch, %s dropped per epoch", counted(plan->steps, "step"), counted(plan->dropped, "sample"));
-    printf("\n");
+        ddp_say("; %s per epoch, %s dropped per epoch", counted(plan->steps, "step"), counted(plan->dropped, "sample"));
+    ddp_say("\n");
     int64_t memory = 0;
     for (int i = 0; i < DDP_REGION_COUNT; i++)
         memory += p->region_bytes[i];
-    printf("  model       %s parameters, %s planned memory\n", grouped(p->param_count), bytes_text(memory));
+    ddp_say("  model       %s parameters, %s planned memory\n", grouped(p->param_count), bytes_text(memory));
     if (!cfg->evaluate) {
         describe_rate(cfg, p, rt, line, sizeof line);
-        printf("  run         %s, %s, seed %llu, shuffle %s\n", counted(cfg->epochs, "epoch"), line, (unsigned long long)cfg->seed, s->shuffle ? "on" : "off");
+        ddp_say("  run         %s, %s, seed %llu, shuffle %s\n", counted(cfg->epochs, "epoch"), line, (unsigned long long)cfg->seed, s->shuffle ? "on" : "off");
     }
     if (cfg->load_path) {
-        printf("  parameters  from %s\n", cfg->load_path);
+        ddp_say("  parameters  from %s\n", cfg->load_path);
     } else if (cfg->evaluate) {
         /* legitimate (a baseline, or checking the validation data), but never silent */
-        printf("  parameters  the initial ones, drawn from seed %llu (no --load)\n", (unsigned long long)cfg->seed);
+        ddp_say("  parameters  the initial ones, drawn from seed %llu (no --load)\n", (unsigned long long)cfg->seed);
         fprintf(stderr, "warning: --evaluate without --load evaluates the initial parameters (drawn from seed %llu), "
                         "not trained ones: give --load FILE to evaluate saved parameters\n",
                 (unsigned long long)cfg->seed);
@@ -244,25 +246,49 @@ static void draw_bar(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, 
     r->bar_open = true;
 }
 
-void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, const ddp_figures *running,
-                     double samples_per_sec) {
+/* TensorBoard's scalars of figures: "train/loss", "val/accuracy", ... */
+static void event_figures(ddp_report *r, int64_t step, const char *prefix, const ddp_figures *f) {
+    const ddp_program *p = r->program;
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s/loss", prefix);
+    ddp_events_scalar(r->events, step, tag, f->loss);
+    for (int64_t i = 0; i < p->settings.nmetrics && i < DDP_MAX_METRICS; i++)
+        if (p->settings.metrics[i].kind != DDP_METRIC_LOSS) {
+            snprintf(tag, sizeof tag, "%s/%s", prefix, p->settings.metrics[i].name);
+            ddp_events_scalar(r->events, step, tag, f->metric[i]);
+        }
+    ddp_events_flush(r->events);
+}
+
+void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, int64_t global_step,
+                     const ddp_figures *running, double samples_per_sec, double learning_rate) {
     if (r->quiet)
         return;
+    if (global_step % r->cfg->log_every == 0 || step == steps || step == 1) {
+        ddp_events_scalar(r->events, global_step, "learning_rate", learning_rate);
+        if (samples_per_sec > 0)
+            ddp_events_scalar(r->events, global_step, "samples_per_sec", samples_per_sec);
+        event_figures(r, global_step, "train", running);
+    }
+    bool line_due = step % r->cfg->log_every == 0 || step == 1;
+    char figs[512], line[768];
+    if (line_due) {
+        figures_text(figs, sizeof figs, r->program, running, "");
+        snprintf(line, sizeof line, "epoch %lld/%lld  step %lld/%lld%s  %.0f samples/s\n", (long long)epoch,
+                 (long long)r->cfg->epochs, (long long)step, (long long)steps, figs, samples_per_sec);
+    }
     if (r->cfg->progress_bar) {
         double t = now_seconds();
         if (t - r->last_bar >= 0.1 || step == steps) {
             r->last_bar = t;
             draw_bar(r, epoch, step, steps, running, samples_per_sec);
         }
+        if (line_due) /* the log holds plain lines, whatever the terminal shows */
+            ddp_log_only("%s", line);
         return;
     }
-    if (step % r->cfg->log_every && step != 1)
-        return;
-    char figs[512];
-    figures_text(figs, sizeof figs, r->program, running, "");
-    printf("epoch %lld/%lld  step %lld/%lld%s  %.0f samples/s\n", (long long)epoch, (long long)r->cfg->epochs,
-           (long long)step, (long long)steps, figs, samples_per_sec);
-    fflush(stdout);
+    if (line_due)
+        ddp_say("%s", line);
 }
 
 /* ------------------------------------------------------------ epoch lines */
@@ -349,15 +375,17 @@ bool ddp_report_run(ddp_report *r, const char *run_dir, const char *checkpoint_d
         return false;
     if (!(r->run_metrics = fopen(path, resumed[0] ? "a" : "w")))
         return ddp_fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-    printf("  run folder  %s: ", run_dir);
+    if (!(r->events = ddp_events_open(run_dir, resumed[0] ? step + 1 : -1, err, errlen))) /* drops step + 1 on */
+        return false;
+    ddp_say("  run folder  %s: ", run_dir);
     if (s->checkpoint_dir)
-        printf("checkpoints every %lld %s%s in %s, the newest %lld kept\n", (long long)s->checkpoint_every.value,
+        ddp_say("checkpoints every %lld %s%s in %s, the newest %lld kept\n", (long long)s->checkpoint_every.value,
                s->checkpoint_every.unit == DDP_UNIT_STEPS ? "step" : "epoch", s->checkpoint_every.value == 1 ? "" : "s",
                checkpoint_dir, (long long)s->checkpoint_keep);
     else
-        printf("a checkpoint in %s only on SIGUSR1, SIGTERM or SIGINT\n", checkpoint_dir);
+        ddp_say("a checkpoint in %s only on SIGUSR1, SIGTERM or SIGINT\n", checkpoint_dir);
     if (resumed[0])
-        printf("  resumed     %s: epoch %lld, step %lld of %lld next\n", resumed, (long long)epoch + 1,
+        ddp_say("  resumed     %s: epoch %lld, step %lld of %lld next\n", resumed, (long long)epoch + 1,
                (long long)batch + 1, (long long)steps);
     fflush(stdout);
     return true;
@@ -366,10 +394,11 @@ bool ddp_report_run(ddp_report *r, const char *run_dir, const char *checkpoint_d
 void ddp_report_validation(ddp_report *r, int64_t step, const ddp_figures *v) {
     if (r->quiet)
         return;
+    event_figures(r, step, "val", v);
     ddp_report_interrupt(r);
     char figs[512];
     figures_text(figs, sizeof figs, r->program, v, "val_");
-    printf("step %lld: validation%s\n", (long long)step, figs);
+    ddp_say("step %lld: validation%s\n", (long long)step, figs);
     fflush(stdout);
 }
 
@@ -381,10 +410,12 @@ void ddp_report_epoch(ddp_report *r, const ddp_epoch_result *e) {
     figures_text(figs, sizeof figs, r->program, &e->train, "");
     if (e->validation)
         figures_text(vfigs, sizeof vfigs, r->program, e->validation, "val_");
-    printf("epoch %lld/%lld%s%s  lr %g  %s  %.0f samples/s\n", (long long)e->epoch, (long long)r->cfg->epochs, figs,
+    ddp_say("epoch %lld/%lld%s%s  lr %g  %s  %.0f samples/s\n", (long long)e->epoch, (long long)r->cfg->epochs, figs,
            vfigs, e->learning_rate, duration_text(e->seconds), e->samples_per_sec);
     fflush(stdout);
     write_json(r, &e->train, e->validation, e->epoch, e->step, e->learning_rate, e->samples_per_sec, e->seconds);
+    if (e->validation && e->validated_at_end) /* a validation in mid-epoch was written then */
+        event_figures(r, e->step, "val", e->validation);
 }
 
 void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_figures *v, double seconds) {
@@ -392,7 +423,7 @@ void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_
         return;
     char figs[512];
     figures_text(figs, sizeof figs, r->program, v, "val_");
-    printf("evaluation on %s (%s samples)%s  %s\n", validation->spec->name, grouped(v->samples), figs,
+    ddp_say("evaluation on %s (%s samples)%s  %s\n", validation->spec->name, grouped(v->samples), figs,
            duration_text(seconds));
     fflush(stdout);
     write_json(r, NULL, v, 0, 0, NAN, seconds > 0 ? (double)v->samples / seconds : NAN, seconds);
@@ -406,10 +437,10 @@ void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t sa
     char figs[512] = "";
     if (last_validation)
         figures_text(figs, sizeof figs, r->program, last_validation, "val_");
-    printf("done: %s, %s, %s in %s (%.0f samples/s)%s%s\n", counted(epochs, "epoch"), counted(steps, "step"),
+    ddp_say("done: %s, %s, %s in %s (%.0f samples/s)%s%s\n", counted(epochs, "epoch"), counted(steps, "step"),
            counted(samples, "sample"), duration_text(seconds),
            seconds > 0 ? (double)session_samples / seconds : 0.0, last_validation ? ";" : "", figs + (figs[0] ? 1 : 0));
     if (saved_to)
-        printf("parameters saved to %s\n", saved_to);
+        ddp_say("parameters saved to %s\n", saved_to);
     fflush(stdout);
 }

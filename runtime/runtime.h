@@ -37,6 +37,14 @@ bool ddp_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format
 void ddp_set_identity(const char *prog, int64_t rank, const char *host, bool several);
 /* One line to stderr, with that prefix. */
 void ddp_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The run folder's log of this worker (appended to): every ddp_error line from now on,
+ * and what ddp_say prints. */
+bool ddp_log_open(const char *path, char *err, size_t len);
+void ddp_log_close(void);
+/* Worker 0's output: to stdout and the log. */
+void ddp_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* To the log alone (the plain progress lines where stdout has a bar). */
+void ddp_log_only(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A string that grows as it is printed into; failed once memory ran out. */
 typedef struct ddp_text {
     char *s;                    /* malloc'd, 0-terminated */
@@ -589,6 +597,19 @@ bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen
  * hash) or "". */
 bool ddp_load_params(ddp_runtime *rt, const char *path, char *note, size_t notelen, char *err, size_t errlen);
 
+/* ----------------------------------------------------------- tensorboard.c */
+
+/* TensorBoard's event file in dir: its file_version record, and with resumed_step >= 0
+ * a SessionLog START there (TensorBoard then drops the points of later steps that the
+ * stopped run wrote). NULL with err. */
+typedef struct ddp_events ddp_events;
+ddp_events *ddp_events_open(const char *dir, int64_t resumed_step, char *err, size_t len);
+void ddp_events_scalar(ddp_events *ev, int64_t step, const char *tag, double value); /* NULL ev: nothing */
+void ddp_events_flush(ddp_events *ev);
+void ddp_events_close(ddp_events *ev);
+/* The TFRecord checksum: CRC-32C, rotated right by 15 bits, plus 0xa282ead8. */
+uint32_t ddp_masked_crc32c(const void *data, size_t len);
+
 /* ---------------------------------------------------------------- report.c */
 
 enum { DDP_MAX_METRICS = 16 };
@@ -606,6 +627,7 @@ typedef struct ddp_epoch_result {
     int64_t step;               /* optimizer steps so far */
     ddp_figures train;
     const ddp_figures *validation; /* NULL: none this epoch */
+    bool validated_at_end;      /* validation is the epoch end's (not told before) */
     double learning_rate, samples_per_sec, seconds;
 } ddp_epoch_result;
 
@@ -616,8 +638,10 @@ void ddp_report_close(ddp_report *r);
 void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *train, const ddp_data *validation,
                        const ddp_epoch_plan *plan);
 /* Step `step` (from 1) of `steps` of an epoch is done: a progress bar or line. */
-void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, const ddp_figures *running,
-                     double samples_per_sec);
+/* global_step: the run's steps so far, for TensorBoard's scalars (every --log-every
+ * steps and at an epoch's end). */
+void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, int64_t global_step,
+                     const ddp_figures *running, double samples_per_sec, double learning_rate);
 void ddp_report_validation(ddp_report *r, int64_t step, const ddp_figures *v);
 void ddp_report_epoch(ddp_report *r, const ddp_epoch_result *e);
 void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_figures *v, double seconds);

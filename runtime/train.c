@@ -391,7 +391,8 @@ static bool step_figures(Run *r, const StepRecord *rec, char *why, size_t len) {
     if (!finite_step(r, rec, why, len))
         return false;
     ddp_figures running = read_figures(r->rt->program, r->global);
-    ddp_report_step(r->report, rec->epoch + 1, rec->b + 1, rec->batches, &running, r->epoch_rate);
+    ddp_report_step(r->report, rec->epoch + 1, rec->b + 1, rec->batches, rec->step, &running, r->epoch_rate,
+                    r->rt->scalars[DDP_S_LEARNING_RATE].f);
     return true;
 }
 
@@ -631,14 +632,15 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
     ddp_figures figures = read_figures(rt->program, r->global);
     /* a run ends with figures for its final parameters, whatever the schedule */
     bool final = last && r->validation && !(r->validated && r->validated_step == r->step);
-    if (validation_due(r, epoch, true) || final) {
+    bool at_end = validation_due(r, epoch, true) || final;
+    if (at_end) {
         if (!validate(r, err, sizeof err)) {
             snprintf(why, len, "the end of epoch %lld, validating: %.900s", (long long)epoch + 1, err);
             return false;
         }
         epoch_validation = &r->last_validation;
     }
-    ddp_epoch_result e = {epoch + 1, r->step, figures, epoch_validation,
+    ddp_epoch_result e = {epoch + 1, r->step, figures, epoch_validation, at_end,
                           rt->scalars[DDP_S_LEARNING_RATE].f, training > 0 ? (double)trained / training : 0,
                           now_seconds() - start};
     ddp_report_epoch(r->report, &e);
@@ -728,6 +730,9 @@ static int stopped(Run *r) {
             else
                 ddp_error("%s", err);
         }
+    } else {
+        ddp_log_only("%s%s: stopped after step %lld\n", signal_name(r->stopped), stop_signal ? "" : " to another worker",
+                     (long long)r->step);
     }
     return r->stopped == SIGINT ? 130 : 4;
 }
@@ -791,6 +796,19 @@ static bool start_run(Run *r, char *said, size_t saidlen, char *err, size_t len)
         return false;
     snprintf(r->run_dir, sizeof r->run_dir, "%s", place.run_dir);
     snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", place.checkpoint_dir);
+    char log[2200], why[2400];
+    if (r->rank == 0)
+        snprintf(log, sizeof log, "%s/log.txt", r->run_dir);
+    else
+        snprintf(log, sizeof log, "%s/log.rank%lld.txt", r->run_dir, (long long)r->rank);
+    if (!ddp_log_open(log, why, sizeof why)) {
+        if (r->rank == 0)
+            return ddp_fail(err, len, "%s", why);
+        ddp_error("warning: %s (is the run folder on a file system this node shares?); this worker keeps no log", why);
+    }
+    if (r->rank != 0) /* worker 0's log is what it prints */
+        ddp_log_only("rank %lld of %lld on %s: training `%s` (program %016llx)\n", (long long)r->rank,
+                     (long long)r->workers, r->cfg->cluster.host, p->name, (unsigned long long)p->hash);
     if (r->rank == 0) {
         char path[2200];
         ddp_text t = {0};
@@ -964,5 +982,6 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
     pass_free(&r.validation_pass);
     free(r.run_settings.s);
     free(r.program_settings.s);
+    ddp_log_close();
     return status;
 }

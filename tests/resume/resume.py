@@ -65,16 +65,37 @@ def checkpoints(run_dir):
     return sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
 
 
+def scalars(run_dir):
+    """TensorBoard's view of the run folder's event files (None without tensorboard),
+    samples/s aside: the points a stopped run wrote after the checkpoint that the run
+    resumed from are dropped, as the SessionLog START says."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        return None
+    events = EventAccumulator(os.path.join(root, run_dir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
+            for tag in events.Tags()["scalars"] if tag != "samples_per_sec"}
+
+
 def same_run(run_dir, what):
     saved = open(os.path.join(root, run_dir + ".safetensors"), "rb").read()
     check(saved == reference and figures(run_dir) == reference_figures,
           "%s: the same parameters bit for bit and the same %d lines of metrics.jsonl as the run never stopped"
           % (what, len(reference_figures)))
+    seen = scalars(run_dir)
+    if seen is None:
+        check(os.environ.get("CI") != "true", "TensorBoard is not installed (CI installs it): its view unchecked")
+    else:
+        check(seen == reference_scalars, "%s: TensorBoard shows the same %d scalars as the run never stopped"
+              % (what, sum(len(v) for v in seen.values())))
 
 
 train("whole", "--save", "whole.safetensors")
 reference = open(os.path.join(root, "whole.safetensors"), "rb").read()
 reference_figures = figures("whole")
+reference_scalars = scalars("whole")
 check(len(reference_figures) == 4 and checkpoints("whole") == ["step-0000000040.safetensors",
                                                               "step-0000000045.safetensors"],
       "%d worker(s), 4 epochs of 12 steps, a checkpoint every 5 steps, the newest 2 kept: %s"
@@ -85,6 +106,9 @@ signal = "USR1@17" + (":1" if workers > 1 else "")
 out = train("stopped", env={"DDP_TEST_SIGNAL": signal}, expect=4)
 check("SIGUSR1" in out and "stopped after step 17" in out and checkpoints("stopped")[-1] == "step-0000000017.safetensors",
       "SIGUSR1 (%s): every worker stops after step 17, status 4, checkpoint step-0000000017" % signal)
+logs = ["log.txt"] + ["log.rank%d.txt" % r for r in range(1, workers)]
+said = [open(os.path.join(root, "stopped", log)).read() for log in logs]
+check(all("stopped after step 17" in text for text in said), "each worker's log in the run folder: %s" % logs)
 out = train("stopped", "--resume", "--save", "stopped.safetensors")
 check("resumed     " in out and "step-0000000017.safetensors at step 17: epoch 2, step 6 of 12 next" in out,
       "--resume names the checkpoint and where the run goes on: %s" %
