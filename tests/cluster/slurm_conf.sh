@@ -31,6 +31,7 @@ SlurmdUser=root
 ReturnToService=2
 MpiDefault=none
 SlurmdParameters=config_overrides
+GresTypes=gpu
 CONF
 }
 
@@ -174,4 +175,19 @@ cluster_down() {
         [ -f "$_f" ] && stop_daemon "$_f" slurmd
     done
     return 0
+}
+
+# fake_gpus NODE COUNT: gres.conf's line for COUNT GPUs of NODE (Slurm wants a device file
+# for each GPU, and a node that reports fewer than slurm.conf says is set invalid).
+# They are character devices like /dev/null (regular files where mknod is refused):
+# nothing opens them; they let `sbatch --test-only` take GPU job scripts.
+fake_gpus() {
+    dir=/var/lib/ddp-tests-gpus/$1
+    $sudo mkdir -p "$dir" || return 1
+    i=0
+    while [ $i -lt "$2" ]; do
+        [ -e "$dir/gpu$i" ] || $sudo mknod "$dir/gpu$i" c 1 3 2>/dev/null || $sudo touch "$dir/gpu$i" || return 1
+        i=$((i + 1))
+    done
+    echo "NodeName=$1 Name=gpu File=$dir/gpu[0-$(($2 - 1))]"
 }

@@ -12,8 +12,9 @@
 # running cluster whose `srun` works is reused.
 #
 # Exits 0 when up, 77 (skip) where Slurm can be neither found nor installed, 1 when
-# it tried and failed. The node claims 8 CPUs (config_overrides) so that 4-8 tasks
-# fit on a small machine.
+# it tried and failed. The node claims 40 CPUs (config_overrides) and 8 GPUs, so that
+# 4-8 tasks fit on a small machine, and so do the sample job scripts' requests (4
+# tasks of 10 CPUs and a GPU each).
 set -u
 unset SLURM_CONF
 here=$(dirname "$0")
@@ -31,9 +32,32 @@ slurmd_pid=/run/slurmd-$name.pid
 host=$(hostname)
 export SLURM_CONF=$conf
 
+# The wanted config for a controller and a node port; the node has 8 stand-in GPUs
+# (fake_gpus), so that `sbatch --test-only` takes GPU job scripts.
+config_for() {
+    cat <<EOF
+# Written by tests/cluster/slurm_up.sh: the one-node test cluster.
+ClusterName=$name
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$1
+SlurmdPort=$2
+$(slurm_common_conf)
+StateSaveLocation=$state
+SlurmdSpoolDir=$spool
+SlurmctldPidFile=$ctld_pid
+SlurmdPidFile=$slurmd_pid
+SlurmctldLogFile=$logs/slurmctld.log
+SlurmdLogFile=$logs/slurmd.log
+NodeName=$host NodeAddr=127.0.0.1 CPUs=40 RealMemory=1000 Gres=gpu:8 State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+EOF
+}
+
 works() { timeout "${1:-30}" srun -n 1 -t 1 true >/dev/null 2>&1; }
 both_alive() { alive $ctld_pid slurmctld && alive $slurmd_pid slurmd; }
-if both_alive && works; then
+# a running cluster of another config (an older version of this script) starts again
+if both_alive && [ "$(cat "$conf")" = "$(config_for "$(conf_value "$conf" SlurmctldPort)" \
+                                                   "$(conf_value "$conf" SlurmdPort)")" ] && works; then
     log "reusing the running cluster $name (SLURM_CONF=$conf)"
     exit 0
 fi
@@ -49,28 +73,14 @@ ctld_port=$(pick_port "$(conf_value "$conf" SlurmctldPort | grep . || echo 6817)
 slurmd_port=$(pick_port "$(conf_value "$conf" SlurmdPort | grep . || echo 6818)" 6900 6999 "$ctld_port") ||
     { log "the node daemon's port: see above"; exit 1; }
 
-want=$(cat <<EOF
-# Written by tests/cluster/slurm_up.sh: the one-node test cluster.
-ClusterName=$name
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
-$(slurm_common_conf)
-StateSaveLocation=$state
-SlurmdSpoolDir=$spool
-SlurmctldPidFile=$ctld_pid
-SlurmdPidFile=$slurmd_pid
-SlurmctldLogFile=$logs/slurmctld.log
-SlurmdLogFile=$logs/slurmd.log
-NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-EOF
-)
+want=$(config_for "$ctld_port" "$slurmd_port")
 $sudo mkdir -p "$conf_dir" "$logs" "$state" "$spool" || { log "cannot make its folders"; exit 1; }
 if [ "$(cat "$conf" 2>/dev/null)" != "$want" ]; then
     printf '%s\n' "$want" | $sudo tee "$conf" >/dev/null || { log "cannot write $conf"; exit 1; }
     log "wrote $conf (controller port $ctld_port, node port $slurmd_port)"
 fi
+gres=$(fake_gpus "$host" 8) && echo "$gres" | $sudo tee "$conf_dir/gres.conf" >/dev/null ||
+    { log "cannot write $conf_dir/gres.conf"; exit 1; }
 
 start_daemon slurmctld $ctld_pid $logs/slurmctld.log $sudo env SLURM_CONF="$conf" slurmctld -f "$conf" || exit 1
 start_daemon slurmd $slurmd_pid $logs/slurmd.log $sudo env SLURM_CONF="$conf" slurmd -f "$conf" -N "$host" || exit 1

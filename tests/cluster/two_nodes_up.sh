@@ -53,8 +53,8 @@ SlurmctldLogFile=$logs/slurmctld.log
 SlurmdSpoolDir=$spool/%n
 SlurmdPidFile=/run/slurmd-$name-%n.pid
 SlurmdLogFile=$logs/slurmd-%n.log
-NodeName=$first NodeAddr=$(addr_of "$first") CPUs=8 RealMemory=1000 State=UNKNOWN
-NodeName=$second NodeAddr=$(addr_of "$second") CPUs=8 RealMemory=1000 State=UNKNOWN
+NodeName=$first NodeAddr=$(addr_of "$first") CPUs=8 RealMemory=1000 Gres=gpu:4 State=UNKNOWN
+NodeName=$second NodeAddr=$(addr_of "$second") CPUs=8 RealMemory=1000 Gres=gpu:4 State=UNKNOWN
 PartitionName=two Nodes=$first,$second Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
 }
@@ -150,6 +150,9 @@ if [ "$(cat "$conf" 2>/dev/null)" != "$(config_for "$port")" ]; then
     config_for "$port" | $sudo tee "$conf" >/dev/null || { log "cannot write $conf"; exit 1; }
     log "wrote $conf (controller port $port)"
 fi
+gres=$(fake_gpus "$first" 4) && gres2=$(fake_gpus "$second" 4) &&
+    printf '%s\n%s\n' "$gres" "$gres2" | $sudo tee "$conf_dir/gres.conf" >/dev/null ||
+    { log "cannot write $conf_dir/gres.conf"; exit 1; }
 start_daemon slurmctld $ctld_pid "$logs/slurmctld.log" $sudo env SLURM_CONF="$conf" slurmctld -f "$conf" || exit 1
 for n in $nodes; do
     $sudo mkdir -p "$spool/$n"

@@ -96,6 +96,10 @@ train("whole", "--save", "whole.safetensors")
 reference = open(os.path.join(root, "whole.safetensors"), "rb").read()
 reference_figures = figures("whole")
 reference_scalars = scalars("whole")
+if reference_scalars is not None:  # TensorBoard reads nothing from a file whose checksums are wrong
+    check(sorted(reference_scalars) == ["learning_rate", "train/accuracy", "train/loss", "val/accuracy", "val/loss"]
+          and len(reference_scalars["train/loss"]) == 8 and len(reference_scalars["val/loss"]) == 7,
+          "TensorBoard reads the run's events: %s" % {k: len(v) for k, v in reference_scalars.items()})
 check(len(reference_figures) == 4 and checkpoints("whole") == ["step-0000000040.safetensors",
                                                               "step-0000000045.safetensors"],
       "%d worker(s), 4 epochs of 12 steps, a checkpoint every 5 steps, the newest 2 kept: %s"
@@ -116,6 +120,20 @@ check("resumed     " in out and "step-0000000017.safetensors at step 17: epoch 2
 same_run("stopped", "stopped at step 17 and resumed")
 
 if workers == 1:
+    # on the emulated GPU: the state comes down for the checkpoint and goes up on resume
+    train("gpu-whole", "--device", "emulated", "--save", "gpu-whole.safetensors")
+    train("gpu-stopped", "--device", "emulated", env={"DDP_TEST_SIGNAL": "USR1@17"}, expect=4)
+    train("gpu-stopped", "--device", "emulated", "--resume", "--save", "gpu-stopped.safetensors")
+    check(open(os.path.join(root, "gpu-stopped.safetensors"), "rb").read() ==
+          open(os.path.join(root, "gpu-whole.safetensors"), "rb").read() and
+          figures("gpu-stopped") == figures("gpu-whole"),
+          "on the emulated GPU too: stopped at step 17 and resumed, the run never stopped bit for bit")
+    p = subprocess.run([program, "--data-root", root, "--run-dir", "gpu-stopped", "--resume"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, cwd=root)
+    check(p.returncode == 1 and "device emulated -> cpu" in p.stdout,
+          "a GPU's checkpoint resumed on the CPU is refused, the device named: %s"
+          % p.stdout.strip().splitlines()[-1][-100:])
+
     out = train("interrupted", env={"DDP_TEST_SIGNAL": "INT@30"}, expect=130)
     check("SIGINT" in out and "stopped after step 30" in out, "SIGINT: stops after step 30 with a checkpoint, status 130")
     # the newest checkpoint damaged: named, and the one before it used
