@@ -596,8 +596,10 @@ bool ddp_checkpoint_resume(ddp_runtime *rt, ddp_ring *ring, const ddp_checkpoint
         free(bytes);
         return false;
     }
-    if (ring) /* every worker names the same file */
-        ddp_ring_broadcast(ring, path, sizeof path, 0, err, errlen);
+    if (ring && !ddp_ring_broadcast(ring, path, sizeof path, 0, err, errlen)) { /* every worker names the file */
+        free(bytes);
+        return false;
+    }
     ddp_tensor_file f;
     if (!ddp_tensors_parse(&f, bytes, len, path, err, errlen)) {
         ddp_tensors_free(&f);
