@@ -23,7 +23,8 @@ const char *const cluster_words[] = {[DDP_CLUSTER_AUTO] = "auto", [DDP_CLUSTER_S
 const char *const communication_words[] = {[DDP_COMM_AUTO] = "auto", [DDP_COMM_NCCL] = "nccl",
                                            [DDP_COMM_RING] = "ring", [DDP_COMM_RING + 1] = NULL};
 const char *const precision_words[] = {[DDP_PRECISION_FP32] = "fp32", [DDP_PRECISION_BF16] = "bf16",
-                                       [DDP_PRECISION_FP16] = "fp16", [DDP_PRECISION_FP16 + 1] = NULL};
+                                       [DDP_PRECISION_FP16] = "fp16", [DDP_PRECISION_TF32] = "tf32",
+                                       [DDP_PRECISION_TF32 + 1] = NULL};
 const char *const part_words[] = {[0] = "train", [1] = "test", [2] = NULL}; /* ddp_dataset.part */
 const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
 const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};

@@ -328,7 +328,9 @@ DDP_CONTRACT(ddp_dataset)
 
 enum ddp_cluster_kind { DDP_CLUSTER_AUTO, DDP_CLUSTER_SLURM, DDP_CLUSTER_ENV, DDP_CLUSTER_LOCAL };
 enum ddp_comm_kind { DDP_COMM_AUTO, DDP_COMM_NCCL, DDP_COMM_RING };
-enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_BF16, DDP_PRECISION_FP16 };
+/* TF32: f32 values, whose products on a GPU's tensor cores read each factor rounded to
+ * 10 bits of mantissa (what PyTorch calls allow_tf32); the CPU has no such unit. */
+enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_BF16, DDP_PRECISION_FP16, DDP_PRECISION_TF32 };
 
 /* The program's configuration, every default filled in: the compiler's stages after
  * the checker read this very structure (compiler/config.c fills it), and the runtime

@@ -83,6 +83,7 @@ static struct {
     int (*destroy)(cublasHandle_t);
     int (*set_stream)(cublasHandle_t, CUstream);
     int (*set_workspace)(cublasHandle_t, void *, size_t);
+    int (*set_math_mode)(cublasHandle_t, int);
     int (*sgemm)(cublasHandle_t, int, int, int, int, int, const float *, const float *, int, const float *, int,
                  const float *, float *, int);
     int (*dgemm)(cublasHandle_t, int, int, int, int, int, const double *, const double *, int, const double *,
@@ -312,9 +313,11 @@ static bool load_blas(int driver_version, char *err, size_t len) {
     *(void **)&blas.destroy = dlsym(blas.library, "cublasDestroy_v2");
     *(void **)&blas.set_stream = dlsym(blas.library, "cublasSetStream_v2");
     *(void **)&blas.set_workspace = dlsym(blas.library, "cublasSetWorkspace_v2");
+    *(void **)&blas.set_math_mode = dlsym(blas.library, "cublasSetMathMode");
     *(void **)&blas.sgemm = dlsym(blas.library, "cublasSgemm_v2");
     *(void **)&blas.dgemm = dlsym(blas.library, "cublasDgemm_v2");
-    if (!blas.create || !blas.destroy || !blas.set_stream || !blas.set_workspace || !blas.sgemm || !blas.dgemm)
+    if (!blas.create || !blas.destroy || !blas.set_stream || !blas.set_workspace || !blas.set_math_mode ||
+        !blas.sgemm || !blas.dgemm)
         return ddp_fail(err, len, "%s lacks the functions of cuBLAS 12 (cublasCreate_v2, cublasSgemm_v2, ...)",
                         blas.path);
     return true;
@@ -474,6 +477,10 @@ static bool start_streams(ddp_device *d, Cuda *c) {
             status = blas.set_stream(c->handles[s], c->streams[s]);
         if (status == 0)
             status = blas.set_workspace(c->handles[s], (void *)(uintptr_t)c->workspaces[s], CUBLAS_WORKSPACE);
+        /* precision = tf32: f32 products on the tensor cores (CUBLAS_TF32_TENSOR_OP_MATH); else
+         * the default, which keeps f32 products in f32 */
+        if (status == 0)
+            status = blas.set_math_mode(c->handles[s], d->program->settings.precision == DDP_PRECISION_TF32 ? 3 : 0);
         if (status != 0)
             return ddp_device_fail(d, "starting cuBLAS (%s): status %d", blas.path, status);
     }

@@ -176,13 +176,16 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     ddp_say("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, cfg->evaluate ? "evaluating" : "training",
            p->name, p->source, (unsigned long long)p->hash);
     const ddp_device_info *gpu = ddp_gpu_info(rt);
+    /* precision = tf32 changes the f32 products of a GPU only */
+    bool tf32 = s->precision == DDP_PRECISION_TF32 && p->dtype == DDP_F32;
     if (gpu)
-        ddp_say("  device      %s: %s, %s (bus %s), %.1f GiB free%s\n", strcmp(ddp_gpu_backend(rt), "cuda") == 0 ? "gpu"
+        ddp_say("  device      %s: %s, %s (bus %s), %.1f GiB free%s%s\n", strcmp(ddp_gpu_backend(rt), "cuda") == 0 ? "gpu"
                : ddp_gpu_backend(rt), gpu->name, gpu->uuid, gpu->bus, (double)gpu->free_bytes / (1 << 30),
-               gpu->driver_version ? "" : " (a test instrument: correct, not fast)");
+               tf32 ? ", TF32 products" : "", gpu->driver_version ? "" : " (a test instrument: correct, not fast)");
     else
-        ddp_say("  device      cpu, %d threads (%s), %s kernels\n", ddp_pool_threads(rt->pool), cfg->threads_from,
-               rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64");
+        ddp_say("  device      cpu, %d threads (%s), %s kernels%s\n", ddp_pool_threads(rt->pool), cfg->threads_from,
+               rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64",
+               tf32 ? ", f32 products (tf32 is for a GPU's tensor cores)" : "");
     const ddp_cluster *c = &cfg->cluster;
     if (c->world == 1)
         ddp_say("  cluster     %s: one worker on %s\n", c->source, c->host);
