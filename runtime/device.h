@@ -81,6 +81,10 @@ struct ddp_device {
 bool ddp_device_open_cuda(const ddp_program *p, int ordinal, ddp_device **out, char *err, size_t len);
 /* How many CUDA devices this process sees; -1 with why when the driver is unusable. */
 int ddp_cuda_device_count(char *err, size_t len);
+/* x as the emulated tensor cores read a factor under precision = tf32 (PTX
+ * cvt.rna.tf32.f32): 10 bits of mantissa, to nearest with ties away from zero;
+ * infinities and NaN kept, a value past the largest TF32 rounded to infinity. */
+float ddp_tf32_round(float x);
 /* The emulated device, running the program's GPU module compiled for the host. */
 bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err, size_t len);
 void ddp_device_close(ddp_device *d);

@@ -411,16 +411,13 @@ static bool launch(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t
 
 /* ----------------------------------------------------------------- GEMM */
 
-/* x rounded to TF32 as a tensor core reads it (PTX cvt.rna.tf32.f32): 10 bits of
- * mantissa, to nearest with ties away from zero; infinities and NaN kept. */
-static double tf32(double x) {
-    float f = (float)x;
+float ddp_tf32_round(float x) {
     uint32_t bits;
-    memcpy(&bits, &f, 4);
-    if ((bits & 0x7f800000u) != 0x7f800000u) /* finite */
+    memcpy(&bits, &x, 4);
+    if ((bits & 0x7f800000u) != 0x7f800000u) /* finite: a carry into the exponent is the right rounding */
         bits = (bits + 0x1000u) & 0xffffe000u;
-    memcpy(&f, &bits, 4);
-    return f;
+    memcpy(&x, &bits, 4);
+    return x;
 }
 
 /* cuBLAS's column-major gemm, with its argument checks. */
@@ -456,7 +453,7 @@ static bool run_gemm(ddp_device *d, const ddp_device_gemm *g) {
             cols[j * k + l] = g->transb ? AT(b, l * (size_t)g->ldb + j) : AT(b, j * (size_t)g->ldb + l);
     if (!g->f64 && d->program->settings.precision == DDP_PRECISION_TF32)
         for (size_t i = 0; i < (m + n) * k; i++)
-            rows[i] = tf32(rows[i]);
+            rows[i] = ddp_tf32_round((float)rows[i]);
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < m; i++) {
             const double *x = rows + i * k, *y = cols + j * k;
