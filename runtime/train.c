@@ -26,17 +26,11 @@
  * to: the batch goes up as it is ready, and the accumulators, gradients (several
  * workers), statistics and parameters come down (or go back up) where the host reads
  * or changes them; every such crossing is a call of gpu.c, a no-op on the CPU. */
-#include <errno.h>
 #include <math.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "runtime.h"
 
@@ -116,11 +110,20 @@ static void read_test_signal(Run *r) {
     const char *v = getenv("DDP_TEST_SIGNAL");
     char name[8];
     long long step, rank = -1;
-    if (!v || sscanf(v, "%7[A-Z1]@%lld:%lld", name, &step, &rank) < 2 || (rank >= 0 && rank != r->rank))
+    if (!v)
         return;
-    r->test_signal = strcmp(name, "USR1") == 0 ? SIGUSR1 : strcmp(name, "TERM") == 0 ? SIGTERM
-                   : strcmp(name, "INT") == 0 ? SIGINT : 0;
-    r->test_step = step;
+    int sig = 0;
+    if (sscanf(v, "%7[A-Z1]@%lld:%lld", name, &step, &rank) >= 2)
+        sig = strcmp(name, "USR1") == 0 ? SIGUSR1 : strcmp(name, "TERM") == 0 ? SIGTERM
+            : strcmp(name, "INT") == 0 ? SIGINT : 0;
+    if (!sig || step < 1) {
+        ddp_error("warning: DDP_TEST_SIGNAL=%s is not USR1|TERM|INT@STEP[:RANK] (a step from 1); no signal raised", v);
+        return;
+    }
+    if (rank < 0 || rank == r->rank) {
+        r->test_signal = sig;
+        r->test_step = step;
+    }
 }
 
 static const char *signal_name(int sig) {

@@ -55,6 +55,7 @@ expect 1 "$root/run/ck already holds checkpoints of another run: pass --resume" 
 expect 1 "\-\-resume: no checkpoint in $root/none/checkpoints: give the checkpoint" $tiny --resume --run-dir "$root/none"
 expect 1 "\-\-resume: $root/run/ck/step-0000000001.safetensors is not a ddp checkpoint" sh -c \
     "$dir/tiny --data-root $root --run-dir $root/run-tiny --save $root/run/ck/step-0000000001.safetensors && $tiny --run-dir $root/run --resume $root/run/ck/step-0000000001.safetensors"
+expect 0 "DDP_TEST_SIGNAL=HUP@3 is not USR1|TERM|INT@STEP" env DDP_TEST_SIGNAL=HUP@3 $tiny --run-dir "$root/hup"
 expect 2 "\-\-resume-changed goes with --resume" $tiny --resume-changed
 expect 2 "\-\-evaluate does not go with --resume" $tiny --evaluate --resume
 expect 1 "precision = bf16 needs the GPU runtime" "$dir/tiny_bf16" --data-root "$root"
