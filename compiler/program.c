@@ -212,6 +212,17 @@ static const ddp_gemm *gemms_table(Ddpc *c, Ir *ir, int64_t *count) {
     return out;
 }
 
+/* A step's layer as its parameters name it: "block1.conv1"; "" for none. */
+static const char *layer_name(Ddpc *c, const GNode *n) {
+    if (!n || !n->name)
+        return "";
+    char *s = arena_printf(c->arena, "%s", n->name);
+    for (char *p = s; *p; p++)
+        if (*p == '/')
+            *p = '.';
+    return s;
+}
+
 static ddp_phase phase_steps(Ddpc *c, Ir *ir, Phase ph) {
     ddp_step *steps = NEW_ARRAY(c, ddp_step, ir->ops[ph].len);
     int count = 0;
@@ -235,6 +246,7 @@ static ddp_phase phase_steps(Ddpc *c, Ir *ir, Phase ph) {
                             .args = slots, .nargs = n};
         }
         }
+        s->layer = layer_name(c, op->layer);
         count++;
     }
     return (ddp_phase){.steps = steps, .count = count};

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 3
+#define DDP_ABI_VERSION 4
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -184,7 +184,8 @@ enum ddp_step_kind {
     X##_I64(T, index)               /* the kernel, GEMM or bucket */                                         \
     X##_SUB(T, ddp_dim, range)      /* DDP_STEP_KERNEL: the index range */                                   \
     X##_I64REFS(T, args, nargs)     /* DDP_STEP_KERNEL: the kernel's buffers, as buffer slots */             \
-    X##_I64(T, nargs)
+    X##_I64(T, nargs)                                                                                        \
+    X##_STR(T, layer)               /* the layer it works for ("block1.conv1"); "" for none (optimizer) */
 DDP_CONTRACT(ddp_step)
 
 /* C = op(A) op(B) + beta C, row-major, on buffer slots; op is a transpose when t* is 1.

@@ -47,6 +47,32 @@ typedef struct ddp_device_gemm {
     bool f64;
 } ddp_device_gemm;
 
+/* A convolution as cuDNN runs it, channels last: x is N x H x W x C, y is N x OH x OW x
+ * K, the filters w are K x R x S x C (cuDNN's NHWC filter format, "KRSC"; the program's
+ * saved layout is HWIO, turned by a kernel of the schedule before and after). Cross-
+ * correlation, as every framework's "convolution":
+ *   y[n,p,q,k] = sum_{r,s,c} x[n, p*stride0 - pad_before0 + r*dilation0,
+ *                              q*stride1 - pad_before1 + s*dilation1, c] * w[k,r,s,c]
+ * with x zero outside the image. The mode says which of the three tensors is written
+ * (the others are read): DDP_CONV_FORWARD y, DDP_CONV_BACKWARD_DATA x (from y's
+ * gradient), DDP_CONV_BACKWARD_FILTER w (from x and y's gradient); the written one
+ * becomes alpha * result + beta * itself, beta 0 or 1. */
+enum ddp_conv_mode { DDP_CONV_FORWARD, DDP_CONV_BACKWARD_DATA, DDP_CONV_BACKWARD_FILTER };
+
+typedef struct ddp_device_conv {
+    int mode;                   /* ddp_conv_mode */
+    int n, h, w, c;             /* the image */
+    int k, r, s;                /* filters, and their height and width */
+    int oh, ow;                 /* the output */
+    int stride[2], dilation[2], pad_before[2], pad_after[2]; /* [height, width] */
+    double beta;
+    ddp_dptr x, filters, y;
+    ddp_dptr workspace;         /* scratch the library may use, workspace_bytes of it */
+    size_t workspace_bytes;
+    bool f64;
+    bool tf32;                  /* f32 products may read TF32 factors (tensor cores) */
+} ddp_device_conv;
+
 typedef struct ddp_device ddp_device;
 
 typedef struct ddp_device_backend {
