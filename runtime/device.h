@@ -27,6 +27,8 @@ typedef uint64_t ddp_dptr;      /* a device address */
 
 enum { DDP_STREAM_COMPUTE, DDP_STREAM_UPLOAD, DDP_STREAMS };
 enum { DDP_EVENTS = 8 };        /* events are numbered 0..DDP_EVENTS-1 */
+enum { DDP_GRAPHS = 8 };        /* captured graphs are numbered 0..DDP_GRAPHS-1 */
+enum { DDP_MARKS = 4096 };      /* timing marks (--profile) are numbered 0..DDP_MARKS-1 */
 enum { DDP_MAX_BLOCK_THREADS = 1024, DDP_MAX_SHARED_BYTES = 48 * 1024 };
 
 typedef struct ddp_device_info {
@@ -93,6 +95,21 @@ typedef struct ddp_device_backend {
     bool (*wait)(ddp_device *d, int stream, int event); /* later work on stream waits for event */
     bool (*synchronize_event)(ddp_device *d, int event);
     bool (*synchronize)(ddp_device *d);
+    /* Stream capture, as CUDA graphs: the work queued on `stream` from capture_begin to
+     * capture_end is not run but kept, as it was queued (sizes, addresses and launch
+     * geometry fixed then), as graph `graph`; graph_launch queues all of it again on a
+     * stream, as one operation. While a stream captures, synchronising, copies from or
+     * to ordinary (pageable) host memory on it and events across the capture's edge are
+     * refused (and end the capture in failure), as CUDA refuses them. A pinned source is
+     * read when the graph runs. */
+    bool (*capture_begin)(ddp_device *d, int stream);
+    bool (*capture_end)(ddp_device *d, int stream, int graph);
+    bool (*graph_launch)(ddp_device *d, int stream, int graph);
+    /* Timing (--profile), as CUDA's timing events: mark `i` takes the time at which the
+     * stream's work queued before it has run; elapsed waits for mark `to` and gives
+     * the seconds from mark `from` to it. */
+    bool (*mark)(ddp_device *d, int stream, int i);
+    bool (*elapsed)(ddp_device *d, int from, int to, double *seconds);
 } ddp_device_backend;
 
 struct ddp_device {

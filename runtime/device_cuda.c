@@ -12,13 +12,12 @@
  * them all); a missing one is named with every place searched. Two streams (compute,
  * uploads), each with its cuBLAS handle and workspace. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <dlfcn.h>
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv.h"
 #include "device.h"
 #include "runtime.h"
 
@@ -27,7 +26,7 @@ enum { PTX_NEEDS = 11050, CUBLAS_WORKSPACE = 32 << 20 };
 typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUevent, *cublasHandle_t;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUevent, *CUgraph, *CUgraphExec, *cublasHandle_t;
 typedef struct {
     char bytes[16];
 } CUuuid;
@@ -66,6 +65,13 @@ typedef struct {
     X(cuEventDestroy, (CUevent))                                                                             \
     X(cuEventRecord, (CUevent, CUstream))                                                                    \
     X(cuEventSynchronize, (CUevent))                                                                         \
+    X(cuEventElapsedTime, (float *, CUevent, CUevent))                                                       \
+    X(cuStreamBeginCapture, (CUstream, int))                                                                 \
+    X(cuStreamEndCapture, (CUstream, CUgraph *))                                                             \
+    X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))                             \
+    X(cuGraphLaunch, (CUgraphExec, CUstream))                                                                \
+    X(cuGraphExecDestroy, (CUgraphExec))                                                                     \
+    X(cuGraphDestroy, (CUgraph))                                                                             \
     X(cuGetErrorName, (CUresult, const char **))                                                             \
     X(cuGetErrorString, (CUresult, const char **))
 
@@ -101,6 +107,9 @@ typedef struct Cuda {
     CUevent events[DDP_EVENTS];
     cublasHandle_t handles[DDP_STREAMS];
     CUdeviceptr workspaces[DDP_STREAMS];
+    CUgraph graphs[DDP_GRAPHS];
+    CUgraphExec graph_execs[DDP_GRAPHS];
+    CUevent *marks;             /* timing events, made as --profile first asks for them */
 } Cuda;
 
 /* ------------------------------------------------------------- messages */
@@ -200,102 +209,6 @@ int ddp_cuda_device_count(char *err, size_t len) {
 
 /* ---------------------------------------------------------------- cuBLAS */
 
-/* Appends dir to the list of places searched, once. */
-static void searched(char *list, size_t len, const char *dir) {
-    size_t n = strlen(list), d = strlen(dir);
-    for (const char *at = strstr(list, dir); at; at = strstr(at + 1, dir))
-        if ((at == list || at[-1] == ' ') && (at[d] == ',' || at[d] == 0))
-            return;
-    if (n < len - 1)
-        snprintf(list + n, len - n, "%s%s", n ? ", " : "", dir);
-}
-
-static bool try_blas(const char *dir, const char *name, char *tried, size_t tried_len) {
-    char path[1024];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-        return false;
-    searched(tried, tried_len, dir);
-    if (!(blas.library = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
-        return false;
-    snprintf(blas.path, sizeof blas.path, "%s", path);
-    return true;
-}
-
-/* Python's wheel folders below a prefix: lib/python3.*\/site-packages/nvidia/cublas/lib. */
-static bool try_wheels(const char *prefix, const char *name, char *tried, size_t tried_len) {
-    char pattern[512];
-    glob_t g;
-    const char *kinds[] = {"site-packages", "dist-packages"};
-    for (int k = 0; k < 2; k++) {
-        snprintf(pattern, sizeof pattern, "%s/lib/python3*/%s/nvidia/cublas/lib", prefix, kinds[k]);
-        if (glob(pattern, 0, NULL, &g) != 0)
-            continue;
-        bool found = false;
-        for (size_t i = 0; i < g.gl_pathc && !found; i++)
-            found = try_blas(g.gl_pathv[i], name, tried, tried_len);
-        globfree(&g);
-        if (found)
-            return true;
-    }
-    return false;
-}
-
-/* Every folder of a colon-separated list. */
-static bool try_list(const char *list, const char *name, char *tried, size_t tried_len) {
-    if (!list)
-        return false;
-    char *copy = strdup(list), *save = NULL;
-    bool found = false;
-    for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir && !found; dir = strtok_r(NULL, ":", &save))
-        found = *dir && try_blas(dir, name, tried, tried_len);
-    free(copy);
-    return found;
-}
-
-static bool find_blas(const char *name, char *tried, size_t tried_len) {
-    const char *only = getenv("DDP_CUDA_LIBRARY_PATH");
-    if (only)
-        return try_list(only, name, tried, tried_len);
-    const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
-    char dir[512];
-    for (int i = 0; i < 3; i++) {
-        if (!homes[i] || !*homes[i])
-            continue;
-        snprintf(dir, sizeof dir, "%s/lib64", homes[i]);
-        if (try_blas(dir, name, tried, tried_len))
-            return true;
-        snprintf(dir, sizeof dir, "%s/targets/x86_64-linux/lib", homes[i]);
-        if (try_blas(dir, name, tried, tried_len))
-            return true;
-    }
-    if (try_list(getenv("LD_LIBRARY_PATH"), name, tried, tried_len))
-        return true;
-    /* Python environments: the active one, those on PATH, the system's */
-    const char *prefixes[] = {getenv("VIRTUAL_ENV"), getenv("CONDA_PREFIX"), "/usr/local", "/usr"};
-    for (int i = 0; i < 4; i++)
-        if (prefixes[i] && *prefixes[i] && try_wheels(prefixes[i], name, tried, tried_len))
-            return true;
-    char *path = getenv("PATH") ? strdup(getenv("PATH")) : NULL, *save = NULL;
-    bool found = false;
-    for (char *bin = path ? strtok_r(path, ":", &save) : NULL; bin && !found; bin = strtok_r(NULL, ":", &save)) {
-        char prefix[512];
-        snprintf(prefix, sizeof prefix, "%s", bin);
-        char *slash = strrchr(prefix, '/');
-        if (slash && strcmp(slash, "/bin") == 0 && slash != prefix) {
-            *slash = 0;
-            found = try_wheels(prefix, name, tried, tried_len);
-        }
-    }
-    free(path);
-    if (found)
-        return true;
-    /* last, the loader's own search (its cache, RUNPATH) */
-    searched(tried, tried_len, "the loader's search");
-    if ((blas.library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
-        snprintf(blas.path, sizeof blas.path, "%s", name);
-    return blas.library != NULL;
-}
-
 static bool load_blas(int driver_version, char *err, size_t len) {
     if (blas.library)
         return true;
@@ -303,7 +216,7 @@ static bool load_blas(int driver_version, char *err, size_t len) {
     const char *names[] = {"libcublas.so.13", "libcublas.so.12"};
     char tried[2048] = "";
     for (int i = driver_version >= 13000 ? 0 : 1; i < 2 && !blas.library; i++)
-        find_blas(names[i], tried, sizeof tried);
+        blas.library = ddp_cuda_library_open(names[i], "cublas", blas.path, sizeof blas.path, tried, sizeof tried);
     if (!blas.library)
         return ddp_fail(err, len, "cuBLAS (%s) is not installed, or not in any place searched: %.1500s. Install "
                                   "the CUDA toolkit's cuBLAS, or `pip install nvidia-cublas-cu%d`, or name its "
@@ -415,12 +328,76 @@ static bool synchronize(ddp_device *d) {
     return check(d, cu.cuCtxSynchronize(), "running on the GPU");
 }
 
+/* ------------------------------------------------------------- timing */
+
+static bool mark(ddp_device *d, int stream, int i) {
+    Cuda *c = cuda(d);
+    if (i < 0 || i >= DDP_MARKS)
+        return ddp_device_fail(d, "no timing mark %d", i);
+    if (!c->marks && !(c->marks = calloc(DDP_MARKS, sizeof *c->marks)))
+        return ddp_device_fail(d, "out of memory for timing marks");
+    if (!c->marks[i] && !check(d, cu.cuEventCreate(&c->marks[i], 0), "creating a timing event"))
+        return false;
+    return check(d, cu.cuEventRecord(c->marks[i], c->streams[stream]), "recording a timing event");
+}
+
+static bool elapsed(ddp_device *d, int from, int to, double *seconds) {
+    Cuda *c = cuda(d);
+    float ms = 0;
+    if (!c->marks || from < 0 || to < 0 || from >= DDP_MARKS || to >= DDP_MARKS || !c->marks[from] || !c->marks[to])
+        return ddp_device_fail(d, "no timing marks %d, %d", from, to);
+    if (!check(d, cu.cuEventSynchronize(c->marks[to]), "waiting for a timing event") ||
+        !check(d, cu.cuEventElapsedTime(&ms, c->marks[from], c->marks[to]), "reading a timing event"))
+        return false;
+    *seconds = ms / 1e3;
+    return true;
+}
+
+/* --------------------------------------------------------------- graphs */
+
+static void drop_graph(Cuda *c, int g) {
+    if (c->graph_execs[g])
+        cu.cuGraphExecDestroy(c->graph_execs[g]);
+    if (c->graphs[g])
+        cu.cuGraphDestroy(c->graphs[g]);
+    c->graph_execs[g] = NULL, c->graphs[g] = NULL;
+}
+
+/* Captured by this thread only (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL): the
+ * communication thread's host work must not spoil it. */
+static bool capture_begin(ddp_device *d, int stream) {
+    return check(d, cu.cuStreamBeginCapture(cuda(d)->streams[stream], 1), "beginning a CUDA graph's capture");
+}
+
+static bool capture_end(ddp_device *d, int stream, int graph) {
+    Cuda *c = cuda(d);
+    CUgraph captured = NULL;
+    if (!check(d, cu.cuStreamEndCapture(c->streams[stream], &captured), "ending a CUDA graph's capture"))
+        return false;
+    drop_graph(c, graph);
+    c->graphs[graph] = captured;
+    return check(d, cu.cuGraphInstantiateWithFlags(&c->graph_execs[graph], captured, 0),
+                 "instantiating a CUDA graph");
+}
+
+static bool graph_launch(ddp_device *d, int stream, int graph) {
+    Cuda *c = cuda(d);
+    if (!c->graph_execs[graph])
+        return ddp_device_fail(d, "graph %d launched, never captured", graph);
+    return check(d, cu.cuGraphLaunch(c->graph_execs[graph], c->streams[stream]), "launching a CUDA graph");
+}
+
 static void close_device(ddp_device *d) {
     Cuda *c = cuda(d);
     if (!c)
         return;
     if (c->context) {
         cu.cuCtxSynchronize();
+        for (int g = 0; g < DDP_GRAPHS; g++)
+            drop_graph(c, g);
+        for (int m = 0; c->marks && m < DDP_MARKS; m++)
+            if (c->marks[m])
+                cu.cuEventDestroy(c->marks[m]);
         for (int s = 0; s < DDP_STREAMS; s++) {
             if (c->handles[s])
                 blas.destroy(c->handles[s]);
@@ -437,13 +414,15 @@ static void close_device(ddp_device *d) {
         cu.cuDevicePrimaryCtxRelease(c->device);
     }
     free(c->functions);
+    free(c->marks);
     free(c);
     d->state = NULL;
 }
 
 static const ddp_device_backend cuda_backend = {
     "cuda", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm,
-    record, wait_event, synchronize_event, synchronize,
+    record, wait_event, synchronize_event, synchronize, capture_begin, capture_end, graph_launch,
+    mark, elapsed,
 };
 
 /* ---------------------------------------------------------------- opening */

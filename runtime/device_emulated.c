@@ -20,7 +20,12 @@
  *   before its synchronisation reads NaN. A copy from pinned memory reads it when it
  *   runs, one from ordinary memory when it is queued, as CUDA's do.
  * - Matrix products are a column-major reference taking cuBLAS's arguments, checked
- *   as cuBLAS checks them (a leading dimension too small is refused). */
+ *   as cuBLAS checks them (a leading dimension too small is refused).
+ * - A stream being captured keeps its work in a graph instead of the queue; a graph's
+ *   launch queues a copy of that work, with the sizes and addresses of its capture.
+ *   What CUDA refuses while a stream captures (synchronising, copies from or to
+ *   pageable memory on it, events across the capture's edge) is refused here too and
+ *   spoils the capture. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdarg.h>
@@ -53,7 +58,7 @@ extern const uint64_t ddp_gpu_module_hash __attribute__((weak));
 
 enum { RESERVE = 1ull << 36, ALIGN = 256, STACK = 64 << 10 };
 
-typedef enum { W_UPLOAD, W_DOWNLOAD, W_COPY, W_FILL, W_LAUNCH, W_GEMM, W_RECORD, W_WAIT } WorkKind;
+typedef enum { W_UPLOAD, W_DOWNLOAD, W_COPY, W_FILL, W_LAUNCH, W_GEMM, W_RECORD, W_WAIT, W_MARK } WorkKind;
 
 typedef struct Work {
     WorkKind kind;
@@ -67,8 +72,14 @@ typedef struct Work {
     uint32_t grid, threads, shared;
     ddp_dptr args, scalars;
     ddp_device_gemm gemm;
-    int event;
+    int event;                  /* W_RECORD, W_WAIT; W_MARK: the mark */
 } Work;
+
+/* Work kept by a capture, to be queued again by each launch. */
+typedef struct Graph {
+    Work *work;
+    size_t count, cap;
+} Graph;
 
 typedef struct Pinned {
     void *p;
@@ -81,11 +92,17 @@ typedef struct Emulator {
     Work *work;
     size_t nwork, done, cap;
     size_t recorded[DDP_EVENTS]; /* queue position + 1 of each event's last record; 0: never */
+    size_t *marked;             /* the same for each timing mark */
+    double *mark_time;          /* seconds, when each mark's work ran */
     Pinned *pinned;
     int npinned;
     unsigned char *shared;      /* one block's shared memory */
     unsigned char *stacks;      /* one coroutine stack per thread of a block */
     struct Thread *team;        /* a block's threads, as coroutines */
+    int capturing;              /* the stream being captured; -1: none */
+    bool capture_spoiled;       /* something refused during the capture: it cannot end well */
+    Graph capture;              /* the work captured so far */
+    Graph graphs[DDP_GRAPHS];
 } Emulator;
 
 /* ----------------------------------------------------------- the builtins */
@@ -261,16 +278,35 @@ static bool on_device(Emulator *e, ddp_dptr p, size_t bytes) {
 
 /* --------------------------------------------------------------- the queue */
 
-static bool enqueue(ddp_device *d, Work w) {
-    Emulator *e = emulator(d);
-    if (e->nwork == e->cap) {
-        size_t cap = e->cap ? 2 * e->cap : 256;
-        Work *grown = realloc(e->work, cap * sizeof *grown);
+static bool append(ddp_device *d, Work **list, size_t *count, size_t *cap, Work w) {
+    if (*count == *cap) {
+        size_t grown_cap = *cap ? 2 * *cap : 256;
+        Work *grown = realloc(*list, grown_cap * sizeof *grown);
         if (!grown)
             return ddp_device_fail(d, "out of memory for the emulated device's queue");
-        e->work = grown, e->cap = cap;
+        *list = grown, *cap = grown_cap;
     }
-    e->work[e->nwork++] = w;
+    (*list)[(*count)++] = w;
+    return true;
+}
+
+/* Work for the queue, or for the capture when its stream is being captured. */
+static bool enqueue(ddp_device *d, Work w) {
+    Emulator *e = emulator(d);
+    if (e->capturing == w.stream)
+        return append(d, &e->capture.work, &e->capture.count, &e->capture.cap, w);
+    return append(d, &e->work, &e->nwork, &e->cap, w);
+}
+
+/* What CUDA refuses while `stream` (or, stream -1, any stream) is being captured:
+ * refused, and the capture spoiled, as cudaErrorStreamCaptureUnsupported. */
+static bool refused_in_capture(ddp_device *d, int stream, const char *what) {
+    Emulator *e = emulator(d);
+    if (e->capturing < 0 || (stream >= 0 && stream != e->capturing))
+        return false;
+    e->capture_spoiled = true;
+    ddp_device_fail(d, "%s while stream %d is being captured into a CUDA graph: operation not permitted when "
+                       "stream is capturing", what, e->capturing);
     return true;
 }
 
@@ -287,6 +323,7 @@ static bool run_work(ddp_device *d, Work *w) {
     case W_FILL: memset(to, w->byte, w->bytes); break;
     case W_LAUNCH: return run_launch(d, w);
     case W_GEMM: return run_gemm(d, &w->gemm);
+    case W_MARK: emulator(d)->mark_time[w->event] = ddp_trace_clock() / 1e6; break;
     case W_RECORD: case W_WAIT: break;
     }
     return true;
@@ -309,6 +346,8 @@ static bool run_until(ddp_device *d, size_t upto) {
         e->done = e->nwork = 0;
         for (int i = 0; i < DDP_EVENTS; i++)
             e->recorded[i] = 0;
+        if (e->marked)
+            memset(e->marked, 0, DDP_MARKS * sizeof *e->marked);
     }
     return ok;
 }
@@ -499,6 +538,8 @@ static bool upload(ddp_device *d, int stream, ddp_dptr to, const void *from, siz
     if (!check_range(d, to, bytes, "a copy to the device"))
         return false;
     Emulator *e = emulator(d);
+    if (!pinned(e, from, bytes) && refused_in_capture(d, stream, "a copy from pageable host memory"))
+        return false;
     Work w = {.kind = W_UPLOAD, .stream = stream, .to = to, .bytes = bytes, .host = (void *)from};
     if (!pinned(e, from, bytes)) { /* ordinary memory is copied at once, as CUDA stages it */
         w.host = malloc(bytes ? bytes : 1);
@@ -534,6 +575,8 @@ static bool keep_pending_sources(ddp_device *d, const void *to, size_t bytes) {
 static bool download(ddp_device *d, int stream, void *to, ddp_dptr from, size_t bytes) {
     if (!check_range(d, from, bytes, "a copy to the host") || !keep_pending_sources(d, to, bytes))
         return false;
+    if (!pinned(emulator(d), to, bytes) && refused_in_capture(d, stream, "a copy to pageable host memory"))
+        return false;
     memset(to, 0xff, bytes); /* what is read before the synchronisation is NaN */
     Work w = {.kind = W_DOWNLOAD, .stream = stream, .from = from, .bytes = bytes, .host = to};
     return enqueue(d, w);
@@ -557,6 +600,8 @@ static bool record(ddp_device *d, int stream, int event) {
     Emulator *e = emulator(d);
     if (event < 0 || event >= DDP_EVENTS)
         return ddp_device_fail(d, "no event %d", event);
+    if (refused_in_capture(d, stream, "an event recorded"))
+        return false;
     Work w = {.kind = W_RECORD, .stream = stream, .event = event};
     if (!enqueue(d, w))
         return false;
@@ -565,6 +610,8 @@ static bool record(ddp_device *d, int stream, int event) {
 }
 
 static bool wait_event(ddp_device *d, int stream, int event) {
+    if (refused_in_capture(d, stream, "a wait for an event recorded outside the capture"))
+        return false;
     Work w = {.kind = W_WAIT, .stream = stream, .event = event};
     return enqueue(d, w); /* the queue runs in order: what the event follows has run */
 }
@@ -573,11 +620,97 @@ static bool synchronize_event(ddp_device *d, int event) {
     Emulator *e = emulator(d);
     if (event < 0 || event >= DDP_EVENTS)
         return ddp_device_fail(d, "no event %d", event);
+    if (refused_in_capture(d, -1, "an event synchronisation"))
+        return false;
     return e->recorded[event] == 0 || run_until(d, e->recorded[event]);
 }
 
 static bool synchronize(ddp_device *d) {
+    if (refused_in_capture(d, -1, "a device synchronisation"))
+        return false;
     return run_until(d, emulator(d)->nwork);
+}
+
+/* ------------------------------------------------------------- timing */
+
+static bool mark(ddp_device *d, int stream, int i) {
+    Emulator *e = emulator(d);
+    if (i < 0 || i >= DDP_MARKS)
+        return ddp_device_fail(d, "no timing mark %d", i);
+    if (!e->marked && (!(e->marked = calloc(DDP_MARKS, sizeof *e->marked)) ||
+                       !(e->mark_time = calloc(DDP_MARKS, sizeof *e->mark_time))))
+        return ddp_device_fail(d, "out of memory for timing marks");
+    if (refused_in_capture(d, stream, "a timing mark"))
+        return false;
+    Work w = {.kind = W_MARK, .stream = stream, .event = i};
+    if (!enqueue(d, w))
+        return false;
+    e->marked[i] = e->nwork;
+    return true;
+}
+
+static bool elapsed(ddp_device *d, int from, int to, double *seconds) {
+    Emulator *e = emulator(d);
+    if (from < 0 || to < 0 || from >= DDP_MARKS || to >= DDP_MARKS || !e->marked)
+        return ddp_device_fail(d, "no timing marks %d, %d", from, to);
+    if (refused_in_capture(d, -1, "waiting for a timing mark") || (e->marked[to] && !run_until(d, e->marked[to])))
+        return false;
+    *seconds = e->mark_time[to] - e->mark_time[from];
+    return true;
+}
+
+/* --------------------------------------------------------------- graphs */
+
+static void free_graph(Graph *g) {
+    free(g->work);
+    *g = (Graph){0};
+}
+
+static bool capture_begin(ddp_device *d, int stream) {
+    Emulator *e = emulator(d);
+    if (e->capturing >= 0)
+        return ddp_device_fail(d, "stream %d: a capture begun while stream %d is being captured", stream,
+                               e->capturing);
+    e->capturing = stream;
+    e->capture_spoiled = false;
+    free_graph(&e->capture);
+    return true;
+}
+
+static bool capture_end(ddp_device *d, int stream, int graph) {
+    Emulator *e = emulator(d);
+    if (e->capturing != stream || graph < 0 || graph >= DDP_GRAPHS)
+        return ddp_device_fail(d, "stream %d: the end of a capture never begun (graph %d)", stream, graph);
+    e->capturing = -1;
+    if (e->capture_spoiled) {
+        free_graph(&e->capture);
+        return ddp_device_fail(d, "the capture failed: an operation it cannot hold was queued "
+                                  "(cudaErrorStreamCaptureInvalidated)");
+    }
+    free_graph(&e->graphs[graph]);
+    e->graphs[graph] = e->capture;
+    e->capture = (Graph){0};
+    return true;
+}
+
+/* The captured work queued again as it was; a copy to the host poisons its
+ * destination now, as when it was first queued. */
+static bool graph_launch(ddp_device *d, int stream, int graph) {
+    Emulator *e = emulator(d);
+    if (graph < 0 || graph >= DDP_GRAPHS || !e->graphs[graph].work)
+        return ddp_device_fail(d, "graph %d launched, never captured", graph);
+    if (refused_in_capture(d, stream, "a graph launched"))
+        return false;
+    const Graph *g = &e->graphs[graph];
+    for (size_t i = 0; i < g->count; i++) {
+        Work w = g->work[i];
+        w.stream = stream;
+        if (w.kind == W_DOWNLOAD)
+            memset(w.host, 0xff, w.bytes);
+        if (!enqueue(d, w))
+            return false;
+    }
+    return true;
 }
 
 /* --------------------------------------------------------- allocations */
@@ -622,6 +755,11 @@ static void close_device(ddp_device *d) {
         if (e->work[i].snapshot)
             free(e->work[i].host);
     free(e->work);
+    free(e->marked);
+    free(e->mark_time);
+    free_graph(&e->capture);
+    for (int g = 0; g < DDP_GRAPHS; g++)
+        free_graph(&e->graphs[g]);
     for (int i = 0; i < e->npinned; i++)
         free(e->pinned[i].p);
     free(e->pinned);
@@ -637,7 +775,8 @@ static void close_device(ddp_device *d) {
 
 static const ddp_device_backend emulated_backend = {
     "emulated", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm,
-    record, wait_event, synchronize_event, synchronize,
+    record, wait_event, synchronize_event, synchronize, capture_begin, capture_end, graph_launch,
+    mark, elapsed,
 };
 
 bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err, size_t len) {
@@ -659,6 +798,7 @@ bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err,
     d->ops = &emulated_backend;
     d->program = p;
     d->state = e;
+    e->capturing = -1;
     e->base = mmap(NULL, RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     e->stacks = mmap(NULL, (size_t)DDP_MAX_BLOCK_THREADS * STACK, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

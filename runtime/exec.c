@@ -3,10 +3,12 @@
  *
  * A kernel step runs the kernel on the live part of its index range, split among the
  * threads (a serial kernel on one); a GEMM step calls BLAS with sizes grown from the
- * live batch; a marker step calls the hook the transport installed. With poisoning on,
- * planned memory is NaN before a sequence starts and each value's bytes become NaN
- * again right after its last use, so a plan that let two live values share bytes, or
- * a kernel that read outside a value's life, changes the results. */
+ * live batch; a marker step calls the hook the transport installed. With --profile each
+ * step is timed on its own, which the CPU allows since every step has ended when its
+ * call returns. With poisoning on, planned memory is NaN before a sequence starts and
+ * each value's bytes become NaN again right after its last use, so a plan that let two
+ * live values share bytes, or a kernel that read outside a value's life, changes the
+ * results. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -247,6 +249,45 @@ static void sequence_of(const ddp_program *p, int phase, int64_t *sequence, int6
         *first += p->phases[ph].count;
 }
 
+/* Step i of a phase on the CPU: done when it returns (the pool waits for its threads). */
+static void run_step(ddp_runtime *rt, int phase, int64_t i) {
+    const ddp_program *p = rt->program;
+    const ddp_step *s = &p->phases[phase].steps[i];
+    switch (s->kind) {
+    case DDP_STEP_KERNEL: {
+        const ddp_kernel *k = &p->kernels[s->index];
+        void *const *args = rt->step_args[phase][i];
+        int64_t end = live(rt, s->range);
+        if (k->flags & DDP_KERNEL_SERIAL)
+            rt->kernels[s->index](args, rt->scalars, 0, end);
+        else
+            ddp_pool_run(rt->pool, rt->kernels[s->index], args, rt->scalars, 0, end);
+        break;
+    }
+    case DDP_STEP_GEMM:
+        run_gemm(rt, &p->gemms[s->index]);
+        break;
+    case DDP_STEP_BUCKET_READY:
+        if (rt->hooks.bucket_ready)
+            rt->hooks.bucket_ready(rt->hooks.ctx, s->index);
+        break;
+    case DDP_STEP_WAIT_BUCKETS:
+        if (rt->hooks.wait_buckets)
+            rt->hooks.wait_buckets(rt->hooks.ctx);
+        break;
+    case DDP_STEP_METRICS_READY:
+        if (rt->hooks.metrics_ready)
+            rt->hooks.metrics_ready(rt->hooks.ctx);
+        break;
+    }
+}
+
+static void run_step_profiled(ddp_runtime *rt, int phase, int64_t i) {
+    double begin = ddp_trace_clock();
+    run_step(rt, phase, i);
+    ddp_profile_step(rt->profile, phase, i, (ddp_trace_clock() - begin) * 1e-6);
+}
+
 bool ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
     const ddp_program *p = rt->program;
     const ddp_phase *ph = &p->phases[phase];
@@ -258,34 +299,10 @@ bool ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
     if (rt->options.poison && first == 0 && (phase == DDP_PHASE_FORWARD || phase == DDP_PHASE_EVAL))
         poison_sequence_start(rt);
     for (int64_t i = first; i < first + count && i < ph->count; i++, position++) {
-        const ddp_step *s = &ph->steps[i];
-        switch (s->kind) {
-        case DDP_STEP_KERNEL: {
-            const ddp_kernel *k = &p->kernels[s->index];
-            void *const *args = rt->step_args[phase][i];
-            int64_t end = live(rt, s->range);
-            if (k->flags & DDP_KERNEL_SERIAL)
-                rt->kernels[s->index](args, rt->scalars, 0, end);
-            else
-                ddp_pool_run(rt->pool, rt->kernels[s->index], args, rt->scalars, 0, end);
-            break;
-        }
-        case DDP_STEP_GEMM:
-            run_gemm(rt, &p->gemms[s->index]);
-            break;
-        case DDP_STEP_BUCKET_READY:
-            if (rt->hooks.bucket_ready)
-                rt->hooks.bucket_ready(rt->hooks.ctx, s->index);
-            break;
-        case DDP_STEP_WAIT_BUCKETS:
-            if (rt->hooks.wait_buckets)
-                rt->hooks.wait_buckets(rt->hooks.ctx);
-            break;
-        case DDP_STEP_METRICS_READY:
-            if (rt->hooks.metrics_ready)
-                rt->hooks.metrics_ready(rt->hooks.ctx);
-            break;
-        }
+        if (rt->profile)
+            run_step_profiled(rt, phase, i);
+        else
+            run_step(rt, phase, i);
         if (rt->options.poison)
             poison_after(rt, sequence, position);
     }

@@ -11,7 +11,17 @@
  * the batch's upload; arena and workspace have no mirror. The next batch goes up from
  * pinned memory on its own stream into a staging area while the current step runs,
  * and the compute stream copies it into place when the step before is done with the
- * batch it used. */
+ * batch it used.
+ *
+ * A phase run whole on a full batch is a CUDA graph from its second run on: captured
+ * then (the first run warms up: cuBLAS picks its kernels, the device loads the code)
+ * and launched as one operation after, instead of hundreds of launches. What changes
+ * from step to step lives in device memory the graph reads (the scalars, uploaded
+ * before it; the batch, copied into place before it), and its sizes follow the full
+ * batch; a shorter batch (the last of an epoch, an empty shard) runs step by step.
+ *
+ * --profile times each step of a training phase between two timing events and tells
+ * the profile after the phase (so the phase then runs step by step, and waits). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +41,8 @@ struct ddp_gpu {
     ddp_dptr staging;           /* the next batch, as it arrives */
     bool upload_queued;         /* a batch is on its way up: its mirror must not be written yet */
     void *pinned[DDP_REGION_COUNT]; /* the mirrors the device allocated (pinned), to give back */
+    int64_t full_runs[DDP_PHASE_COUNT]; /* runs of each phase whole on a full batch */
+    bool captured[DDP_PHASE_COUNT]; /* graph `phase` holds the phase */
 };
 
 bool ddp_device_fail(ddp_device *d, const char *fmt, ...) {
@@ -282,17 +294,35 @@ static bool poison(ddp_runtime *rt, int phase, int64_t first, int64_t sequence, 
     return true;
 }
 
-bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count, int64_t sequence,
-                       int64_t position) {
-    ddp_gpu *g = rt->gpu;
-    ddp_device *d = g->dev;
+/* --profile: a training phase's steps each between two timing marks. */
+static bool timed(const ddp_runtime *rt, int phase) {
+    return rt->profile && phase != DDP_PHASE_EVAL && rt->gpu->dev->ops->mark;
+}
+
+/* Each timed step's time, from its marks, told to the profile. */
+static bool read_marks(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
+    ddp_device *d = rt->gpu->dev;
+    for (int64_t i = 0; i < count && i + 1 < DDP_MARKS; i++) {
+        double seconds;
+        if (!d->ops->elapsed(d, (int)i, (int)i + 1, &seconds))
+            return failed(rt, "reading the profile's timing events");
+        ddp_profile_step(rt->profile, phase, first + i, seconds);
+    }
+    return true;
+}
+
+static bool queue_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count, int64_t sequence,
+                        int64_t position) {
     const ddp_phase *ph = &rt->program->phases[phase];
-    /* the scalars travel from ordinary memory, so they are taken as they are now */
-    if (!d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars))
-        return failed(rt, "copying the step's scalars to the GPU");
+    ddp_device *d = rt->gpu->dev;
+    bool timing = timed(rt, phase);
+    if (count > ph->count - first)
+        count = ph->count - first;
     if (rt->options.poison && !poison(rt, phase, first, sequence, position, true))
         return failed(rt, "poisoning");
-    for (int64_t i = first; i < first + count && i < ph->count; i++, position++) {
+    if (timing && !d->ops->mark(d, DDP_STREAM_COMPUTE, 0))
+        return failed(rt, "recording a timing event");
+    for (int64_t i = first; i < first + count; i++, position++) {
         const ddp_step *s = &ph->steps[i];
         bool ok = true;
         if (s->kind == DDP_STEP_KERNEL)
@@ -304,8 +334,49 @@ bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count,
             return failed(rt, s->kind == DDP_STEP_KERNEL ? rt->program->kernels[s->index].name : "a matrix product");
         if (rt->options.poison && !poison(rt, phase, first, sequence, position, false))
             return failed(rt, "poisoning");
+        if (timing && i - first + 1 < DDP_MARKS && !d->ops->mark(d, DDP_STREAM_COMPUTE, (int)(i - first + 1)))
+            return failed(rt, "recording a timing event");
     }
-    return true;
+    return !timing || read_marks(rt, phase, first, count);
+}
+
+/* Whether this run of the phase may be (or be served by) its graph: the whole phase,
+ * a full batch, and nothing that needs each step apart (poisoning). */
+static bool graph_fits(const ddp_runtime *rt, int phase, int64_t first, int64_t count) {
+    const ddp_program *p = rt->program;
+    return !rt->options.no_graphs && !rt->options.poison && !timed(rt, phase) && rt->gpu->dev->ops->capture_begin &&
+           first == 0 &&
+           count >= p->phases[phase].count && rt->scalars[DDP_S_LOCAL_BATCH].i == p->settings.batch_per_replica;
+}
+
+/* The phase's graph launched, captured first if it is not yet. */
+static bool run_graph(ddp_runtime *rt, int phase, int64_t sequence, int64_t position) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    if (!g->captured[phase]) {
+        if (!d->ops->capture_begin(d, DDP_STREAM_COMPUTE))
+            return failed(rt, "capturing a CUDA graph");
+        bool queued = queue_steps(rt, phase, 0, rt->program->phases[phase].count, sequence, position);
+        if (!d->ops->capture_end(d, DDP_STREAM_COMPUTE, phase) || !queued)
+            return queued ? failed(rt, "capturing a CUDA graph") : false;
+        g->captured[phase] = true;
+        static const char *const names[DDP_PHASE_COUNT] = {"forward", "backward", "optimizer", "evaluation"};
+        ddp_log_only("GPU: the %s phase runs as a CUDA graph from its run %lld on\n", names[phase],
+                     (long long)g->full_runs[phase]);
+    }
+    return d->ops->graph_launch(d, DDP_STREAM_COMPUTE, phase) || failed(rt, "launching a CUDA graph");
+}
+
+bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count, int64_t sequence,
+                       int64_t position) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    /* the scalars travel from ordinary memory, so they are taken as they are now */
+    if (!d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars))
+        return failed(rt, "copying the step's scalars to the GPU");
+    if (graph_fits(rt, phase, first, count) && g->full_runs[phase]++ > 0)
+        return run_graph(rt, phase, sequence, position);
+    return queue_steps(rt, phase, first, count, sequence, position);
 }
 
 bool ddp_gpu_synchronize(ddp_runtime *rt) {

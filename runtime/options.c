@@ -27,6 +27,8 @@ static const char usage[] =
     "  --lr X                the learning rate (a schedule's peak)\n"
     "  --device D            auto, cpu, gpu or emulated (default auto: the GPU where one is usable)\n"
     "  --threads N           compute threads (default: this process's CPUs)\n"
+    "  --no-cuda-graphs      on a GPU, queue every kernel each step instead of replaying\n"
+    "                        each phase captured as a CUDA graph\n"
     "  --data-root DIR       where relative dataset paths start (default: the working folder)\n"
     "  --metrics FILE        write one JSON object per epoch to FILE\n"
     "  --save FILE           write the final parameters to FILE (safetensors)\n"
@@ -50,6 +52,9 @@ static const char usage[] =
     "  --interface NAME      the network interface whose address the other workers use\n"
     "                        (default: the one that reaches the coordinator)\n"
     "  --trace FILE          write a Chrome trace of every worker's steps to FILE\n"
+    "  --profile             time every kernel and library call of the training steps; at\n"
+    "                        the end, print where a step's time goes (by part, layer and\n"
+    "                        call) and write it to profile.txt and profile.json in the run folder\n"
     "  --baseline-cpu        run the baseline x86-64 kernels even where AVX2 is present\n"
     "  --help                this text\n"
     "\n"
@@ -125,8 +130,8 @@ static int default_threads(char *from, size_t len) {
 
 typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_METRICS, F_SAVE, F_LOAD,
                F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD, F_LOCAL_RANK, F_LOCAL_WORLD,
-               F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_INTERFACE, F_TRACE, F_RUN_DIR,
-               F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_HELP } Flag;
+               F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_INTERFACE, F_TRACE, F_PROFILE,
+               F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -142,9 +147,10 @@ static const struct {
     {"--local-rank", F_LOCAL_RANK, true}, {"--local-world-size", F_LOCAL_WORLD, true},
     {"--coordinator", F_COORDINATOR, true}, {"--port-base", F_PORT_BASE, true},
     {"--rendezvous-timeout", F_RENDEZVOUS_TIMEOUT, true}, {"--peer-timeout", F_PEER_TIMEOUT, true},
-    {"--interface", F_INTERFACE, true}, {"--trace", F_TRACE, true},
+    {"--interface", F_INTERFACE, true}, {"--trace", F_TRACE, true},   {"--profile", F_PROFILE, false},
     {"--run-dir", F_RUN_DIR, true},     {"--resume-changed", F_RESUME_CHANGED, false},
     {"--resume", F_RESUME, true},       {"--requeue-on-signal", F_REQUEUE, false},
+    {"--no-cuda-graphs", F_NO_GRAPHS, false},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
 
@@ -213,6 +219,7 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
     case F_COORDINATOR: cfg->cluster_flags.coordinator = v; return -1;
     case F_INTERFACE: cfg->interface = v; return -1;
     case F_TRACE: cfg->trace_path = v; return -1;
+    case F_PROFILE: cfg->profile = true; return -1;
     case F_RUN_DIR: cfg->run_dir = v; return -1;
     case F_RESUME:
         cfg->resume = true;
@@ -243,6 +250,7 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
     case F_EVALUATE: cfg->evaluate = true; return -1;
     case F_SYNTHETIC: cfg->synthetic = true; return -1;
     case F_BASELINE: cfg->exec.baseline_cpu = true; return -1;
+    case F_NO_GRAPHS: cfg->exec.no_graphs = true; return -1;
     case F_HELP: return 0;
     }
     return -1;
@@ -291,6 +299,8 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
                               "(give a checkpoint to --load instead)", cfg->resume ? "--resume" : "--run-dir");
     if (cfg->resume_changed && !cfg->resume)
         return bad_usage(cfg, "--resume-changed goes with --resume");
+    if (cfg->evaluate && cfg->profile)
+        return bad_usage(cfg, "--evaluate and --profile do not go together: the profile is of training steps");
     if (cfg->evaluate && cfg->synthetic)
         return bad_usage(cfg, "--evaluate and --synthetic do not go together: evaluation reads the validation data");
     if (cfg->evaluate && s->validation.kind < 0)

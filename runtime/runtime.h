@@ -125,12 +125,45 @@ bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t er
 void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n, void *x,
                     void *y, int64_t *ids);
 
+/* -------------------------------------------------------------- profile.c */
+
+/* --profile: each training step's time by schedule step, by part and by layer. The
+ * executor (CPU or GPU, whatever measured the time) tells it each schedule step's
+ * time, the training loop the parts that are no schedule step and each step's end;
+ * every call of a training step comes before its ddp_profile_end_step. A NULL
+ * profile records nothing. The first DDP_PROFILE_WARMUP_STEPS steps are left out. */
+typedef struct ddp_profile ddp_profile;
+enum { DDP_PROFILE_WARMUP_STEPS = 1 };
+/* The parts of a step that are no schedule step; the rest of its wall time that no
+ * call or part measured is its "other" share. */
+enum ddp_profile_part {
+    DDP_PROFILE_DATA,          /* waiting for the batch, assembling it, sending it to the device */
+    DDP_PROFILE_COMMUNICATION, /* the wait for the gradients' sum; the loss and metrics' all-reduce */
+    DDP_PROFILE_PARTS
+};
+ddp_profile *ddp_profile_new(const ddp_program *p); /* NULL: out of memory */
+void ddp_profile_free(ddp_profile *pf);
+/* Schedule step `step` of a training phase took seconds in the current training step:
+ * a kernel or library call counts for its phase and layer, a wait for the gradient
+ * buckets as communication; evaluation is not profiled. */
+void ddp_profile_step(ddp_profile *pf, int phase, int64_t step, double seconds);
+void ddp_profile_part(ddp_profile *pf, int part, double seconds);
+/* The samples of the current step on this worker (the library calls' sizes grow with it). */
+void ddp_profile_local_batch(ddp_profile *pf, int64_t samples);
+void ddp_profile_end_step(ddp_profile *pf, double step_seconds);
+/* The averages per step: worker 0 prints the table (through ddp_say) and writes it to
+ * run_dir/profile.txt, every worker its figures to run_dir/profile.json (worker 0) or
+ * profile.rankR.json; false with err when a file cannot be written. */
+bool ddp_profile_report(ddp_profile *pf, int64_t rank, int64_t workers, const char *device, const char *run_dir,
+                        char *err, size_t len);
+
 /* ----------------------------------------------------------------- exec.c */
 
 typedef struct ddp_options {
     int threads;           /* 0: as many as the process may use */
     bool baseline_cpu;     /* the baseline kernels even where AVX2 is there */
     bool poison;           /* fill planned memory with NaN outside each value's life */
+    bool no_graphs;        /* on a GPU, every phase step by step, never as a CUDA graph */
 } ddp_options;
 
 
@@ -157,6 +190,7 @@ typedef struct ddp_runtime {
     int64_t epochs;                /* of the run, for schedules (the program's unless changed) */
     double rate_override;          /* NAN: the program's learning rate */
     struct ddp_gpu *gpu;           /* the GPU that runs the schedule (gpu.c); NULL: the CPU */
+    ddp_profile *profile;          /* --profile: told each schedule step's time; NULL: off */
     char device_error[2048];       /* why the GPU failed */
 } ddp_runtime;
 
@@ -510,6 +544,7 @@ typedef struct ddp_config {
     int64_t rendezvous_timeout, peer_timeout; /* seconds */
     const char *interface;      /* --interface: the network interface whose address peers use */
     const char *trace_path;     /* --trace */
+    bool profile;               /* --profile */
     const char *run_dir;        /* --run-dir; NULL: runs/MODEL-JOB */
     bool resume;                /* --resume */
     const char *resume_path;    /* its checkpoint or folder; NULL: the run's newest */

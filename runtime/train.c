@@ -14,7 +14,9 @@
  * at them, so every worker takes the same decisions (S11, S12); batch normalisation's
  * running statistics are averaged before validation and saving; only worker 0 prints
  * and writes files. With --trace every phase of every step is a span, and worker 0
- * gathers every worker's spans into the file at the end.
+ * gathers every worker's spans into the file at the end. With --profile the executor
+ * times each call of the schedule, this loop each step and its waits for data and
+ * for the other workers (profile.c).
  *
  * Checkpoints (checkpoint.c) are written at step boundaries: every N steps or epochs
  * as the program says, and when SIGUSR1, SIGTERM or SIGINT reaches any worker. The
@@ -61,6 +63,7 @@ typedef struct Run {
     ddp_ring *ring;             /* NULL for one worker */
     ddp_comm *comm;             /* the buckets' all-reduce during backward; NULL for one worker */
     ddp_trace *trace;           /* NULL without --trace */
+    ddp_profile *profile;       /* NULL without --profile */
     double global[2 * 64 + 4];  /* the accumulators summed over the workers, then the flags:
                                    non-finite, workers asked to stop, of them by SIGINT, by SIGUSR1 */
     int64_t step;               /* optimizer steps taken */
@@ -167,6 +170,12 @@ static bool failed_after(const Run *r, const char *doing, const char *err, char 
 static void span(Run *r, const char *name, double begin) {
     ddp_trace_event e = {name, DDP_LANE_COMPUTE, r->step, -1, 0, begin, ddp_trace_clock(), NULL, 0};
     ddp_trace_span(r->trace, &e);
+}
+
+/* A part of the step that is no schedule step, from begin to now, for --profile. */
+static void profile_part(Run *r, int part, double begin) {
+    if (r->profile)
+        ddp_profile_part(r->profile, part, (ddp_trace_clock() - begin) * 1e-6);
 }
 
 /* ------------------------------------------------------------------ passes */
@@ -477,17 +486,20 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
         raise(r->test_signal);
     ddp_link_at_step(r->job->link, r->step + 1);
     char lost[768];
+    double t = ddp_trace_clock();
     if (!next_batch(r, r->train_loader, global, "data wait", lost, sizeof lost)) {
         say_where(r, epoch, b, false, "reading the batch", lost, why, len);
         return false;
     }
+    profile_part(r, DDP_PROFILE_DATA, t);
+    ddp_profile_local_batch(r->profile, rt->scalars[DDP_S_LOCAL_BATCH].i);
     StepRecord rec = {r->step + 1, epoch, b, r->train_pass.batches, {0}, rt->scalars[DDP_S_LOCAL_BATCH].i, false};
     const int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
     for (int64_t i = 0; i < rec.rows && i < 4; i++)
         rec.ids[i] = ids[i];
     rt->scalars[DDP_S_EPOCH].i = epoch;
     ddp_prepare_step(rt, r->step, r->plan.steps);
-    double t = ddp_trace_clock();
+    t = ddp_trace_clock();
     if (!run_phase(r, DDP_PHASE_FORWARD, epoch, b, "forward", why, len))
         return false;
     span(r, "forward", t);
@@ -500,6 +512,7 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
     t = ddp_trace_clock();
     bool summed = sum_gradients(r, lost, sizeof lost);
     span(r, "gradient wait", t);
+    profile_part(r, DDP_PROFILE_COMMUNICATION, t);
     if (!summed) {
         say_where(r, epoch, b, false, "summing the gradients", lost, why, len);
         return false;
@@ -507,10 +520,12 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
     /* several workers: a loss that is not finite on any stops all of them before the
      * update, so that every worker's flag is then its gradients' alone, the same */
     if (r->ring) {
+        t = ddp_trace_clock();
         if (!sum_accumulators(r, r->global, lost, sizeof lost)) {
             say_where(r, epoch, b, false, "summing the loss and metrics", lost, why, len);
             return false;
         }
+        profile_part(r, DDP_PROFILE_COMMUNICATION, t);
         if (!isfinite(r->global[0])) {
             finite_step(r, &rec, why, len); /* says so */
             return false;
@@ -612,7 +627,9 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
         double t = now_seconds();
         if (!train_step(r, epoch, b, why, len))
             return false;
-        training += now_seconds() - t;
+        double took = now_seconds() - t;
+        training += took;
+        ddp_profile_end_step(r->profile, took);
         trained += pass->global_sizes[b];
         r->epoch_rate = training > 0 ? (double)trained / training : 0;
         bool validating = validation_due(r, epoch, false);
@@ -930,6 +947,29 @@ static bool write_trace(Run *r, char *err, size_t len) {
     return ok;
 }
 
+/* --profile: every step timed from now on (the executor times the schedule's). */
+static bool start_profile(Run *r, char *err, size_t len) {
+    if (!r->cfg->profile || r->cfg->evaluate)
+        return true;
+    if (!(r->profile = ddp_profile_new(r->rt->program)))
+        return ddp_fail(err, len, "--profile: out of memory");
+    r->rt->profile = r->profile;
+    return true;
+}
+
+/* The profile of a run that trained to its end or stopped on a signal; status 1 when
+ * its files cannot be written. */
+static int report_profile(Run *r, int status) {
+    char err[1024], why[1200];
+    if (!r->profile || (status != 0 && !r->stopped))
+        return status;
+    ddp_report_interrupt(r->report);
+    if (ddp_profile_report(r->profile, r->rank, r->workers, ddp_gpu_backend(r->rt), r->run_dir, err, sizeof err))
+        return status;
+    snprintf(why, sizeof why, "after the last step, writing the profile: %s", err);
+    return failure(r, why);
+}
+
 /* With a ring and buckets, a communication thread sums them during backward. */
 static bool start_comm(Run *r, char *err, size_t len) {
     ddp_runtime *rt = r->rt;
@@ -954,7 +994,8 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
     if (rt->program->accum_pairs > 64 || rt->program->settings.nmetrics > DDP_MAX_METRICS)
         status = failure(&r, "the program has more metrics than this runtime can hold");
     else if ((validation && !prepare_validation(&r, err, sizeof err)) ||
-             (!cfg->evaluate && !prepare_training(&r, err, sizeof err)) || !start_comm(&r, err, sizeof err))
+             (!cfg->evaluate && !prepare_training(&r, err, sizeof err)) || !start_comm(&r, err, sizeof err) ||
+             !start_profile(&r, err, sizeof err))
         status = failure(&r, err);
     else if (!cfg->evaluate && !start_run(&r, resumed, sizeof resumed, err, sizeof err))
         status = failure(&r, err);
@@ -968,7 +1009,7 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
         } else {
             catch_stop_signals(true);
             read_test_signal(&r);
-            status = train_all(&r);
+            status = report_profile(&r, train_all(&r));
             catch_stop_signals(false);
         }
         if (status == 0 && r.trace && !write_trace(&r, err, sizeof err)) {
@@ -979,6 +1020,8 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
     }
     ddp_comm_stop(r.comm);
     rt->hooks = (ddp_hooks){0};
+    rt->profile = NULL;
+    ddp_profile_free(r.profile);
     ddp_loader_free(r.train_loader);
     ddp_loader_free(r.validation_loader);
     pass_free(&r.train_pass);

@@ -1,8 +1,9 @@
 #!/bin/sh
 # bundle.sh BUILD_DIR OUT: what tests/gpu/check.sh needs on a GPU machine, which has
-# no compiler and no Fashion-MNIST: OUT/bin.tar.xz (the kernel checks of BUILD_DIR and
-# fashion.ddp built with its data read below --data-root, stripped: they need only
-# libc, libm and the driver they load themselves) and OUT/data/fashion-mnist. About
+# no compiler and no Fashion-MNIST: OUT/bin.tar.xz (the kernel checks of BUILD_DIR,
+# fashion.ddp built with its data read below --data-root, and the programs of
+# bench/gpu_throughput.sh, stripped: they need only libc, libm and the driver they load
+# themselves), OUT/data/fashion-mnist and OUT/bench (gpu_throughput.sh and .py). About
 # 40 MB, to carry with the device tool.
 set -eu
 build=$(cd "$1" && pwd) out=$2
@@ -17,7 +18,10 @@ for check in "$build"/tests/gpu_check_*; do
 done
 sed "s|\"$data/|\"fashion-mnist/|" "$source/samples/fashion.ddp" > "$stage/fashion.ddp"
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion"
+sh "$source/bench/gpu_throughput.sh" --build "$build" "$stage/bin"
 strip "$stage"/bin/*
 tar -C "$stage/bin" -cf - . | xz -9 -T2 > "$out/bin.tar.xz"
 cp "$data"/*-ubyte.gz "$out/data/fashion-mnist/"
-echo "bundle.sh: $out holds $(du -sh "$out" | cut -f1): $(ls "$stage/bin" | wc -l) programs, Fashion-MNIST"
+mkdir -p "$out/bench"
+cp "$source/bench/gpu_throughput.sh" "$source/bench/gpu_throughput.py" "$out/bench/"
+echo "bundle.sh: $out holds $(du -sh "$out" | cut -f1): $(ls "$stage/bin" | wc -l) programs, Fashion-MNIST, the GPU benchmark"

@@ -13,6 +13,10 @@ rounding some 10^4 times a step (batch normalisation of a few values): in f32 on
 differs from the same step in f64 by 2e-3 of the norm on the CPU alone, and in f64 a
 second step already takes the two devices' different summation orders past 1e-12.
 
+The emulated runs take the CUDA-graph path (each training phase captured at its
+second step and replayed after), which their logs must say; with --no-cuda-graphs
+the CNN's saved parameters are the same bytes.
+
 Then, on tests/train/files.ddp's programs (batch normalisation, dropout, files,
 validation): validation figures, --save, --load with --evaluate, and --trace on the
 emulated device agree with the CPU's."""
@@ -71,7 +75,19 @@ def compare_training(ddpc, tmp):
         for device in ("cpu", "emulated"):
             saved[device] = os.path.join(tmp, "%s_%s.safetensors" % (name, device))
             count = ["--epochs", "1", "--steps-per-epoch", str(steps)] if flags else ["--epochs", str(steps)]
-            run([program, "--device", device, "--threads", "1", "--save", saved[device]] + count + flags)
+            folder = os.path.join(tmp, "%s_%s_run" % (name, device))
+            run([program, "--device", device, "--threads", "1", "--save", saved[device], "--run-dir", folder] +
+                count + flags)
+        if flags and steps > 1:  # full batches from the second step on: each training phase a CUDA graph
+            log = open(os.path.join(tmp, "%s_emulated_run" % name, "log.txt")).read()
+            graphs = [p for p in ("forward", "backward", "optimizer") if "the %s phase runs as a CUDA graph" % p in log]
+            check(len(graphs) == 3, "%s: the emulated device ran %s as CUDA graphs" % (name, graphs))
+        if name == "fashion_cnn_adam":  # the graphs replay exactly what the calls one by one do
+            plain = os.path.join(tmp, "%s_no_graphs.safetensors" % name)
+            run([program, "--device", "emulated", "--threads", "1", "--save", plain, "--no-cuda-graphs",
+                 "--run-dir", os.path.join(tmp, "%s_no_graphs_run" % name)] + count + flags)
+            check(open(plain, "rb").read() == open(saved["emulated"], "rb").read(),
+                  "%s: with --no-cuda-graphs the emulated device saves the very same bytes" % name)
         d, where = distance(saved["cpu"], saved["emulated"])
         floor, ceiling = tolerance if isinstance(tolerance, tuple) else (0, tolerance)
         check(floor <= d <= ceiling, "%s (%s, %d %s): emulated against CPU %.2e of the norm (%s%.0e; most in %s)"

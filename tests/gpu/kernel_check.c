@@ -20,8 +20,14 @@
  * `leading-dimension` (every product's A one element short of its rows),
  * `synchronisation` (no waiting: copies to the host read before they land), `copy`
  * (the host reads device memory itself instead of copying it), `threads` (blocks of
- * 2048 threads), `shared` (64 KB of shared memory a block). Each must fail on the
- * emulated device, as on a GPU; tests/gpu/mutations.sh checks that it does. */
+ * 2048 threads), `shared` (64 KB of shared memory a block), `capture-sync` (a
+ * synchronisation while a CUDA graph is being captured), `capture-pageable` (a copy
+ * from ordinary host memory into a capture). Each must fail on the emulated device, as
+ * on a GPU; tests/gpu/mutations.sh checks that it does.
+ *
+ * Then the CUDA graphs: each phase run whole three times from the same state and
+ * batch, step by step (its first run), captured as a graph (the second) and replayed
+ * (the third), must leave every buffer alive at its end the same, bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +206,17 @@ static bool too_much_shared(ddp_device *d, int stream, int64_t k, uint32_t grid,
     return real->launch(d, stream, k, grid, threads, 64 << 10, args, scalars, begin, end);
 }
 
+static bool synchronised_in_capture(ddp_device *d, int stream) {
+    return real->capture_begin(d, stream) && real->synchronize(d);
+}
+
+static bool pageable_in_capture(ddp_device *d, int stream) {
+    static double ordinary[DDP_S_COUNT];
+    ddp_dptr scratch;
+    return real->alloc(d, sizeof ordinary, &scratch) && real->capture_begin(d, stream) &&
+           real->upload(d, stream, scratch, ordinary, sizeof ordinary);
+}
+
 static bool mutate(ddp_device *dev, const char *kind) {
     real = dev->ops;
     mutated = *real;
@@ -213,6 +230,10 @@ static bool mutate(ddp_device *dev, const char *kind) {
         mutated.launch = too_many_threads;
     else if (strcmp(kind, "shared") == 0)
         mutated.launch = too_much_shared;
+    else if (strcmp(kind, "capture-sync") == 0)
+        mutated.capture_begin = synchronised_in_capture;
+    else if (strcmp(kind, "capture-pageable") == 0)
+        mutated.capture_begin = pageable_in_capture;
     else
         return false;
     dev->ops = &mutated;
@@ -278,6 +299,66 @@ static void check_training_step(Check *k, int64_t training_step, int64_t steps) 
     }
 }
 
+/* Every buffer alive at the end of the phase, copied from the device into out. */
+static void take_results(Check *k, int phase, void *const *out) {
+    int64_t sequence = phase == DDP_PHASE_EVAL ? 2 : 1, position = program->phases[phase].count - 1;
+    for (int q = 0; q < phase && phase != DDP_PHASE_EVAL; q++)
+        position += program->phases[q].count;
+    for (int64_t i = 0; i < program->nbuffers; i++) {
+        const ddp_buffer *b = &program->buffers[i];
+        if (alive(b, sequence, position))
+            exchange(k, b, at(out, b), false);
+    }
+}
+
+/* Each phase from the CPU's state at its start, three times on the device: the last
+ * two (captured as a graph, replayed) must end as the first (step by step) did. */
+static void check_graphs(Check *k) {
+    ddp_runtime *cpu = k->cpu, *gpu = k->gpu;
+    int64_t batch = program->settings.batch_per_replica;
+    make_batch(cpu, 0);
+    ddp_set_batch(cpu, batch, batch);
+    ddp_set_batch(gpu, batch, batch);
+    ddp_prepare_step(cpu, 0, 1);
+    ddp_prepare_step(gpu, 0, 1);
+    void *rounds[3][DDP_REGION_COUNT];
+    for (int n = 0; n < 3; n++)
+        for (int r = 0; r < DDP_REGION_COUNT; r++)
+            if (!(rounds[n][r] = calloc(1, (size_t)program->region_bytes[r] + 64)))
+                fail("allocating", "out of memory");
+    int differing = 0;
+    for (int phase = 0; phase < DDP_PHASE_COUNT; phase++) {
+        for (int n = 0; n < 3; n++) {
+            for (int r = 0; r < DDP_REGION_COUNT; r++)
+                if (program->region_bytes[r] &&
+                    !ddp_gpu_exchange(gpu, r, 0, program->region_bytes[r], cpu->region[r], true))
+                    fail("copying the state to the device", gpu->device_error);
+            memcpy(gpu->scalars, cpu->scalars, sizeof cpu->scalars);
+            if (!ddp_run_phase(gpu, phase) || !ddp_gpu_synchronize(gpu))
+                fail(n == 0 ? "running a phase step by step" : n == 1 ? "capturing a phase as a CUDA graph"
+                                                                      : "replaying a CUDA graph",
+                     gpu->device_error);
+            take_results(k, phase, rounds[n]);
+        }
+        for (int64_t i = 0; i < program->nbuffers; i++) {
+            const ddp_buffer *b = &program->buffers[i];
+            for (int n = 1; n < 3; n++)
+                if (memcmp(at(rounds[0], b), at(rounds[n], b), (size_t)b->bytes) != 0) {
+                    differing++;
+                    printf("  FAIL the %s phase %s: %s differs from the phase run step by step\n",
+                           phase_names[phase], n == 1 ? "captured" : "replayed", b->name);
+                }
+        }
+        ddp_run_phase(cpu, phase);
+    }
+    for (int n = 0; n < 3; n++)
+        for (int r = 0; r < DDP_REGION_COUNT; r++)
+            free(rounds[n][r]);
+    k->failures += differing;
+    printf("kernel_check %s on the %s device: every phase captured as a CUDA graph and replayed, %s\n",
+           program->name, ddp_gpu_backend(gpu), differing ? "FAIL" : "ok: bit for bit as step by step");
+}
+
 int main(int argc, char **argv) {
     const char *kind = "gpu", *mutation = NULL;
     long steps = 1;
@@ -294,7 +375,8 @@ int main(int argc, char **argv) {
     }
     if (usage) {
         fprintf(stderr, "usage: kernel_check [gpu|emulated] [--training-steps N] "
-                        "[--mutate=leading-dimension|synchronisation|copy|threads|shared]\n");
+                        "[--mutate=leading-dimension|synchronisation|copy|threads|shared|capture-sync|"
+                        "capture-pageable]\n");
         return 2;
     }
     char why[1024];
@@ -322,6 +404,7 @@ int main(int argc, char **argv) {
     }
     for (long t = 0; t < steps; t++)
         check_training_step(&k, t, steps);
+    check_graphs(&k);
     printf("kernel_check %s on the %s device: %ld training step%s, %d steps of their schedules, %s; largest "
            "difference %.3g of the tolerance\n", program->name, ddp_gpu_backend(gpu), steps, steps > 1 ? "s" : "",
            k.checked, k.failures ? "FAIL" : "ok", k.worst);

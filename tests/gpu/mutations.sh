@@ -9,7 +9,9 @@
 #   - a missing synchronisation: what the host reads is NaN, not the results;
 #   - a missing copy: the host touching device memory is stopped, with a message;
 #   - a launch beyond the GPU's limits (2048 threads, 64 KB of shared memory a block)
-#     is refused, as the driver refuses it.
+#     is refused, as the driver refuses it;
+#   - a synchronisation, or a copy from ordinary host memory, while a CUDA graph is
+#     being captured is refused, as the driver refuses it.
 set -u
 ddpc=$1 source=$2 check=$3 unbarred=$4
 failures=0
@@ -46,6 +48,10 @@ expect_failure "a wrong leading dimension" "CUBLAS_STATUS_INVALID_VALUE" "$check
 expect_failure "a missing synchronisation" "differs by inf" "$check" emulated --mutate=synchronisation
 expect_failure "a missing copy" "host code read or wrote device memory" "$check" emulated --mutate=copy
 expect_failure "blocks of 2048 threads" "threads a block: at most 1024" "$check" emulated --mutate=threads
+expect_failure "a synchronisation inside a graph's capture" "operation not permitted when stream is capturing" \
+    "$check" emulated --mutate=capture-sync
+expect_failure "a pageable copy inside a graph's capture" "pageable host memory while stream" \
+    "$check" emulated --mutate=capture-pageable
 expect_failure "64 KB of shared memory" "bytes of shared memory a block: at most 49152" "$check" emulated \
     --mutate=shared
 [ $failures -eq 0 ] || exit 1

@@ -58,6 +58,11 @@ expect 1 "\-\-resume: $root/run/ck/step-0000000001.safetensors is not a ddp chec
 expect 0 "DDP_TEST_SIGNAL=HUP@3 is not USR1|TERM|INT@STEP" env DDP_TEST_SIGNAL=HUP@3 $tiny --run-dir "$root/hup"
 expect 2 "\-\-resume-changed goes with --resume" $tiny --resume-changed
 expect 2 "\-\-evaluate does not go with --resume" $tiny --evaluate --resume
+expect 2 "\-\-evaluate and \-\-profile do not go together" $tiny --evaluate --profile
+expect 2 "unknown option \`--profile=yes\`" $tiny --profile=yes
+expect 0 "\-\-profile  *time every kernel" "$dir/tiny" --help
+expect 0 "\-\-no-cuda-graphs  *on a GPU, queue every kernel" "$dir/tiny" --help
+expect 2 "unknown option \`--no-cuda-graphs=1\`" $tiny --no-cuda-graphs=1
 expect 1 "precision = bf16 needs the GPU runtime" "$dir/tiny_bf16" --data-root "$root"
 expect 1 "communication = nccl needs GPUs" "$dir/tiny_nccl" --data-root "$root"
 expect 1 "not a task of a Slurm job step" env -u SLURM_STEP_ID "$dir/tiny_slurm" --data-root "$root"
