@@ -173,6 +173,7 @@ static XExpr *remat(Ddpc *c, XExpr *e, int *budget) {
 static IrOp *op_for(Diff *d, OpKind kind, IrOp *fwd) {
     IrOp *op = ir_op(d->c, d->ir, PH_BACKWARD, kind);
     op->layer = fwd->layer;
+    op->path = fwd->path;
     return op;
 }
 
@@ -350,6 +351,52 @@ static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
         b->range = (IrDim){0, x->per_sample / x->shape.dim[x->shape.rank - 1]};
 }
 
+/* A library convolution's adjoints, on the library path: x's gradient from y's and the
+ * filters (KRSC again), the filters' gradient from x and y's (KRSC, turned HWIO into
+ * the parameter's gradient). The generated path (this layer's im2col and product,
+ * visited next) writes the same gradients, so each path must find them as they are
+ * now: whether a contribution overwrites or adds is decided for both alike. */
+static void backward_conv(Diff *d, IrOp *op) {
+    Ddpc *c = d->c;
+    Tensor *x = op->in[0], *krsc = op->in[1], *y = op->out[0];
+    Tensor *w = krsc->producer->in[0];
+    if (!y->grad)
+        return;
+    Tensor *x_grad = requires(x) ? tensor_storage(grad_of(d, x)) : NULL;
+    Tensor *w_grad = tensor_storage(grad_of(d, w));
+    bool x_written = x_grad && x_grad->written, w_written = w_grad->written;
+    if (x_grad) {
+        Tensor *filters = ir_filters_krsc(c, d->ir, PH_BACKWARD, w, op->layer);
+        IrOp *b = op_for(d, OP_CONV, op);
+        *b = *op;
+        b->phase = PH_BACKWARD;
+        b->code = DDP_CONV_BACKWARD_DATA;
+        b->in[0] = y->grad;
+        b->in[1] = filters;
+        b->accumulate = accumulates(d, x);
+        b->out[0] = grad_of(d, x);
+        b->out[1] = ir_conv_workspace(c, d->ir, op->layer, "data_workspace");
+    }
+    Tensor *krsc_grad = ir_tensor(c, d->ir, arena_printf(c->arena, "d:%s", krsc->name), T_WORK, krsc->dtype, false,
+                                  &krsc->shape);
+    IrOp *f = op_for(d, OP_CONV, op);
+    *f = *op;
+    f->phase = PH_BACKWARD;
+    f->code = DDP_CONV_BACKWARD_FILTER;
+    f->in[1] = y->grad;
+    f->out[0] = krsc_grad;
+    f->out[1] = ir_conv_workspace(c, d->ir, op->layer, "filter_workspace");
+    f->accumulate = false;
+    IrOp *back = op_for(d, OP_FILTERS_TO_HWIO, op);
+    back->in[back->nin++] = krsc_grad;
+    back->accumulate = accumulates(d, w);
+    back->out[back->nout++] = grad_of(d, w);
+    back->range = (IrDim){w->elems, 0};
+    if (x_grad)
+        x_grad->written = x_written;
+    w_grad->written = w_written;
+}
+
 /* mean and var of x, per channel: dx += (dmean + 2 dvar (x - mean)) / rows. */
 static void backward_bn_stats(Diff *d, IrOp *op) {
     Ddpc *c = d->c;
@@ -437,6 +484,7 @@ void autodiff(Ddpc *c, Ir *ir) {
         case OP_GEMM: backward_gemm(&d, op); break;
         case OP_POINTWISE: backward_pointwise(&d, op); break;
         case OP_IM2COL: backward_simple(&d, op, OP_COL2IM); break;
+        case OP_CONV: backward_conv(&d, op); break;
         case OP_MAXPOOL: backward_simple(&d, op, OP_MAXPOOL_BWD); break;
         case OP_AVGPOOL: backward_simple(&d, op, OP_AVGPOOL_BWD); break;
         case OP_GAP: backward_simple(&d, op, OP_GAP_BWD); break;

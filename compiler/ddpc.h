@@ -684,6 +684,9 @@ typedef enum {
     OP_POINTWISE,     /* out[k][i] = expr[k](i) */
     OP_IM2COL,        /* in0 [n, h, w, c] -> out [n * oh * ow, kh * kw * c] */
     OP_COL2IM,        /* the adjoint: columns added back into an image */
+    OP_CONV,          /* a library convolution (code: ddp_conv_mode); in x|dy, filters (KRSC)|dy; out y|dx|dfilters, workspace */
+    OP_FILTERS_TO_KRSC, /* HWIO filters -> KRSC, the layout of a library convolution */
+    OP_FILTERS_TO_HWIO, /* KRSC filter gradients -> HWIO (+ out) */
     OP_MAXPOOL, OP_MAXPOOL_BWD, OP_AVGPOOL, OP_AVGPOOL_BWD,
     OP_GAP, OP_GAP_BWD,             /* global average pool and its adjoint */
     OP_BN_STATS,      /* in0 [rows, c] -> out [2c]: batch mean and variance per channel */
@@ -719,6 +722,7 @@ struct IrOp {
     Tensor *out[4];
     int nout;
     bool accumulate;          /* add into out[0] instead of overwriting it */
+    int path;                 /* ddp_path: a convolution's generated ops, or its library call's */
     GNode *layer;
     XExpr *expr[4];           /* OP_POINTWISE: one per output */
     IrDim range;              /* the kernel's index range */
@@ -789,6 +793,10 @@ void ir_lower_update(Ddpc *c, Ir *ir);
 Tensor *ir_tensor(Ddpc *c, Ir *ir, const char *name, TensorKind kind, DType dt, bool batched,
                   const Shape *shape);
 IrOp *ir_op(Ddpc *c, Ir *ir, Phase phase, OpKind kind);
+/* A library convolution's pieces (its path DDP_PATH_LIBRARY): the filters w (HWIO)
+ * turned KRSC into a work tensor, and the scratch a convolution of `layer` may use. */
+Tensor *ir_filters_krsc(Ddpc *c, Ir *ir, Phase phase, Tensor *w, GNode *layer);
+Tensor *ir_conv_workspace(Ddpc *c, Ir *ir, GNode *layer, const char *what);
 /* The tensor whose memory t uses: itself, or the one a view (reshape, flatten) shares. */
 Tensor *tensor_storage(Tensor *t);
 XExpr *x_load(Ddpc *c, Tensor *t, Bcast bc);

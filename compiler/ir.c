@@ -25,7 +25,8 @@ const char *dtype_name(DType dt) {
 const char *op_kind_name(OpKind k) {
     static const char *const names[] = {
         [OP_GEMM] = "gemm", [OP_POINTWISE] = "pointwise", [OP_IM2COL] = "im2col",
-        [OP_COL2IM] = "col2im", [OP_MAXPOOL] = "maxpool", [OP_MAXPOOL_BWD] = "maxpool_bwd",
+        [OP_COL2IM] = "col2im", [OP_CONV] = "conv", [OP_FILTERS_TO_KRSC] = "filters_to_krsc",
+        [OP_FILTERS_TO_HWIO] = "filters_to_hwio", [OP_MAXPOOL] = "maxpool", [OP_MAXPOOL_BWD] = "maxpool_bwd",
         [OP_AVGPOOL] = "avgpool", [OP_AVGPOOL_BWD] = "avgpool_bwd", [OP_GAP] = "gap",
         [OP_GAP_BWD] = "gap_bwd", [OP_BN_STATS] = "bn_stats", [OP_BN_RUNNING] = "bn_running",
         [OP_BN_BWD_SUMS] = "bn_bwd_sums", [OP_SOFTMAX] = "softmax",
@@ -299,6 +300,47 @@ static void window_attrs(IrOp *op, const GNode *n) {
     op->layer = (GNode *)n;
 }
 
+Tensor *ir_filters_krsc(Ddpc *c, Ir *ir, Phase phase, Tensor *w, GNode *layer) {
+    int64_t krsc[4] = {w->shape.dim[3], w->shape.dim[0], w->shape.dim[1], w->shape.dim[2]};
+    Tensor *t = ir_tensor(c, ir, arena_printf(c->arena, "%s:krsc", w->name), T_WORK, w->dtype, false,
+                          &(Shape){4, {krsc[0], krsc[1], krsc[2], krsc[3]}});
+    t->layer = layer;
+    IrOp *op = ir_op(c, ir, phase, OP_FILTERS_TO_KRSC);
+    add_in(op, w);
+    add_out(op, t);
+    op->range = dim_fixed(t->elems);
+    op->layer = layer;
+    op->path = DDP_PATH_LIBRARY;
+    return t;
+}
+
+/* As much scratch as the generated path's columns take (at least 64 Ki elements):
+ * what a convolution library may use instead of them. */
+Tensor *ir_conv_workspace(Ddpc *c, Ir *ir, GNode *layer, const char *what) {
+    const LayerAttrs *a = &layer->attrs;
+    GNode *in = layer->inputs[0];
+    int64_t columns = layer->out.dim[0] * layer->out.dim[1] * a->kernel[0] * a->kernel[1] * in->out.dim[2];
+    int64_t elems = columns * ir->batch > (1 << 16) ? columns * ir->batch : 1 << 16;
+    Tensor *t = ir_tensor(c, ir, arena_printf(c->arena, "%s:%s", layer->name, what), T_WORK, ir->dtype, false,
+                          &(Shape){1, {elems}});
+    t->layer = layer;
+    return t;
+}
+
+/* The library's convolution beside the generated one (im2col and a product): the
+ * runtime runs one or the other (ddp_path), the same values coming out of both. */
+static void library_conv2d(Lower *L, GNode *n, Tensor *x, Tensor *w, Tensor *z) {
+    Tensor *krsc = ir_filters_krsc(L->c, L->ir, L->phase, w, n);
+    IrOp *op = ir_op(L->c, L->ir, L->phase, OP_CONV);
+    add_in(op, x);
+    add_in(op, krsc);
+    add_out(op, z);
+    add_out(op, ir_conv_workspace(L->c, L->ir, n, L->phase == PH_EVAL ? "eval:workspace" : "workspace"));
+    window_attrs(op, n);
+    op->code = DDP_CONV_FORWARD;
+    op->path = DDP_PATH_LIBRARY;
+}
+
 static void lower_conv2d(Lower *L, GNode *n) {
     Ddpc *c = L->c;
     Tensor *x = L->value[n->inputs[0]->id];
@@ -327,6 +369,7 @@ static void lower_conv2d(Lower *L, GNode *n) {
         add_in(op, x);
         add_out(op, col);
         window_attrs(op, n);
+        op->path = DDP_PATH_GENERATED;
         op->rows_per_sample = rows;
         op->channels = cin;
         op->range = dim_batched(rows); /* one index per row of the column matrix */
@@ -341,6 +384,8 @@ static void lower_conv2d(Lower *L, GNode *n) {
     op->n = dim_fixed(f);
     op->k = dim_fixed(kk);
     op->layer = n;
+    op->path = DDP_PATH_GENERATED;
+    library_conv2d(L, n, x, p->weight, z);
     L->value[n->id] = activation_op(L, n, z, a->activation, p->bias);
 }
 

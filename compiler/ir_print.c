@@ -157,8 +157,12 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
         sb_printf(&sb, " %s= %s(", op->accumulate ? "+" : "", op_kind_name(op->kind));
         tensor_list(&sb, op->in, op->nin);
         sb_putc(&sb, ')');
+        if (op->kind == OP_CONV)
+            sb_printf(&sb, "   %s", op->code == DDP_CONV_FORWARD         ? "forward"
+                                     : op->code == DDP_CONV_BACKWARD_DATA ? "backward data"
+                                                                          : "backward filter");
         if (op->kind == OP_IM2COL || op->kind == OP_COL2IM || op->kind == OP_MAXPOOL ||
-            op->kind == OP_MAXPOOL_BWD || op->kind == OP_AVGPOOL || op->kind == OP_AVGPOOL_BWD)
+            op->kind == OP_MAXPOOL_BWD || op->kind == OP_AVGPOOL || op->kind == OP_AVGPOOL_BWD || op->kind == OP_CONV)
             sb_printf(&sb, "   %lldx%lld, stride %lldx%lld, pad %lld,%lld,%lld,%lld",
                       (long long)op->kernel[0], (long long)op->kernel[1], (long long)op->stride[0],
                       (long long)op->stride[1], (long long)op->pad[0], (long long)op->pad[1],
@@ -173,8 +177,10 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
         break;
     }
     if (op->kind != OP_BUCKET_READY && op->kind != OP_WAIT_BUCKETS && op->kind != OP_METRICS_READY &&
-        op->kind != OP_GEMM)
+        op->kind != OP_GEMM && op->kind != OP_CONV)
         sb_printf(&sb, "   [range %s]", dim_text(c, op->range));
+    if (op->path)
+        sb_printf(&sb, "   (%s)", op->path == DDP_PATH_GENERATED ? "generated" : "library");
     while (sb.len && sb.data[sb.len - 1] == ' ')
         sb.data[--sb.len] = '\0';
     fprintf(out, "%s\n", sb.data);

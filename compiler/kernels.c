@@ -395,6 +395,25 @@ static void gen_im2col(Cg *cg, IrOp *op, LLVMValueRef row) {
     cg_loop_end(cg, &lh);
 }
 
+/* Filters between the program's layout, HWIO ([R, S, C, K]), and a convolution
+ * library's, KRSC: one index per element written. Both are (r, s, c) runs with k
+ * outermost in KRSC and innermost in HWIO, so an element's (r, s, c) position is the
+ * same number in both. */
+static void gen_filters_to_krsc(Cg *cg, IrOp *op, LLVMValueRef i) {
+    int64_t k = op->in[0]->shape.dim[3], rsc = op->in[0]->elems / k;
+    LLVMValueRef filter = divs(cg, i, I(cg, rsc)), at = rems(cg, i, I(cg, rsc));
+    cg_store(cg, op->out[0], i, cg_load(cg, op->in[0], add(cg, mul(cg, at, I(cg, k)), filter)));
+}
+
+static void gen_filters_to_hwio(Cg *cg, IrOp *op, LLVMValueRef i) {
+    int64_t k = op->out[0]->shape.dim[3], rsc = op->out[0]->elems / k;
+    LLVMValueRef filter = rems(cg, i, I(cg, k)), at = divs(cg, i, I(cg, k));
+    LLVMValueRef v = cg_load(cg, op->in[0], add(cg, mul(cg, filter, I(cg, rsc)), at));
+    if (op->accumulate)
+        v = fadd(cg, cg_load(cg, op->out[0], i), v);
+    cg_store(cg, op->out[0], i, v);
+}
+
 /* Calls visit for every output window position (oh, ow) whose window covers input
  * (ih, iw) through kernel offset (kh, kw): oh = (ih + pad - kh dil) / stride exactly. */
 typedef void (*WindowVisit)(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
@@ -1165,7 +1184,7 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
 /* ------------------------------------------------------------------- driver */
 
 bool op_has_kernel(const IrOp *op) {
-    return op->kind != OP_GEMM && op->kind != OP_BUCKET_READY && op->kind != OP_WAIT_BUCKETS &&
+    return op->kind != OP_GEMM && op->kind != OP_CONV && op->kind != OP_BUCKET_READY && op->kind != OP_WAIT_BUCKETS &&
            op->kind != OP_METRICS_READY && op->kind != OP_FILL;
 }
 
@@ -1213,6 +1232,8 @@ static IndexBody body_of(OpKind kind) {
     case OP_REDUCE_ROWS: return gen_reduce_rows;
     case OP_IM2COL: return gen_im2col;
     case OP_COL2IM: return gen_col2im;
+    case OP_FILTERS_TO_KRSC: return gen_filters_to_krsc;
+    case OP_FILTERS_TO_HWIO: return gen_filters_to_hwio;
     case OP_MAXPOOL: return gen_maxpool;
     case OP_MAXPOOL_BWD: return gen_maxpool_bwd;
     case OP_AVGPOOL: return gen_avgpool;

@@ -190,25 +190,36 @@ static const ddp_kernel *kernels_table(Ddpc *c, Ir *ir) {
     return out;
 }
 
-/* Every GEMM of every phase, numbered in that order (the steps name them by number). */
-static const ddp_gemm *gemms_table(Ddpc *c, Ir *ir, int64_t *count) {
+/* The ops of a kind over every phase, in order, each numbered by its place there
+ * (kernel_index: the steps name GEMMs and convolutions by these numbers). */
+static int64_t ops_of_kind(Ddpc *c, Ir *ir, OpKind kind, IrOp ***out) {
     int n = 0;
     for (int ph = 0; ph < PH_COUNT; ph++)
         for (int i = 0; i < ir->ops[ph].len; i++)
-            n += ir->ops[ph].items[i]->kind == OP_GEMM;
-    ddp_gemm *out = NEW_ARRAY(c, ddp_gemm, n);
-    *count = 0;
+            n += ir->ops[ph].items[i]->kind == kind;
+    *out = NEW_ARRAY(c, IrOp *, n);
+    n = 0;
     for (int ph = 0; ph < PH_COUNT; ph++)
-        for (int i = 0; i < ir->ops[ph].len; i++) {
-            IrOp *op = ir->ops[ph].items[i];
-            if (op->kind != OP_GEMM)
-                continue;
-            op->kernel_index = (int)*count;
-            out[(*count)++] = (ddp_gemm){.a = tensor_storage(op->in[0])->slot, .b = tensor_storage(op->in[1])->slot,
-                                         .c = tensor_storage(op->out[0])->slot, .transpose_a = op->ta,
-                                         .transpose_b = op->tb, .m = abi_dim(op->m), .n = abi_dim(op->n),
-                                         .k = abi_dim(op->k), .beta = op->accumulate ? 1 : 0};
-        }
+        for (int i = 0; i < ir->ops[ph].len; i++)
+            if (ir->ops[ph].items[i]->kind == kind) {
+                ir->ops[ph].items[i]->kernel_index = n;
+                (*out)[n++] = ir->ops[ph].items[i];
+            }
+    return n;
+}
+
+/* Every GEMM of every phase, numbered in that order (the steps name them by number). */
+static const ddp_gemm *gemms_table(Ddpc *c, Ir *ir, int64_t *count) {
+    IrOp **ops = NULL;
+    *count = ops_of_kind(c, ir, OP_GEMM, &ops);
+    ddp_gemm *out = NEW_ARRAY(c, ddp_gemm, *count);
+    for (int64_t i = 0; i < *count; i++) {
+        const IrOp *op = ops[i];
+        out[i] = (ddp_gemm){.a = tensor_storage(op->in[0])->slot, .b = tensor_storage(op->in[1])->slot,
+                            .c = tensor_storage(op->out[0])->slot, .transpose_a = op->ta, .transpose_b = op->tb,
+                            .m = abi_dim(op->m), .n = abi_dim(op->n), .k = abi_dim(op->k),
+                            .beta = op->accumulate ? 1 : 0};
+    }
     return out;
 }
 
@@ -223,6 +234,30 @@ static const char *layer_name(Ddpc *c, const GNode *n) {
     return s;
 }
 
+/* Every library convolution of every phase, numbered in that order. */
+static const ddp_conv *convs_table(Ddpc *c, Ir *ir, int64_t *count) {
+    IrOp **ops = NULL;
+    *count = ops_of_kind(c, ir, OP_CONV, &ops);
+    ddp_conv *out = NEW_ARRAY(c, ddp_conv, *count);
+    for (int64_t i = 0; i < *count; i++) {
+        const IrOp *op = ops[i];
+        /* the image is x (forward, backward filter) or x's gradient; the output y or dy */
+        Tensor *image = op->code == DDP_CONV_BACKWARD_DATA ? op->out[0] : op->in[0];
+        Tensor *filters = op->code == DDP_CONV_BACKWARD_FILTER ? op->out[0] : op->in[1];
+        Tensor *output = op->code == DDP_CONV_FORWARD ? op->out[0] : op->code == DDP_CONV_BACKWARD_DATA
+                                                                         ? op->in[0] : op->in[1];
+        out[i] = (ddp_conv){
+            .mode = op->code, .x = tensor_storage(image)->slot, .filters = tensor_storage(filters)->slot,
+            .y = tensor_storage(output)->slot, .workspace = tensor_storage(op->out[1])->slot,
+            .n = {0, 1}, .image = {image->shape.dim[0], image->shape.dim[1], image->shape.dim[2]},
+            .filter = {filters->shape.dim[0], filters->shape.dim[1], filters->shape.dim[2]},
+            .output = {output->shape.dim[0], output->shape.dim[1]}, .stride = {op->stride[0], op->stride[1]},
+            .dilation = {op->dilation[0], op->dilation[1]}, .pad_before = {op->pad[0], op->pad[2]},
+            .pad_after = {op->pad[1], op->pad[3]}, .beta = op->accumulate ? 1 : 0};
+    }
+    return out;
+}
+
 static ddp_phase phase_steps(Ddpc *c, Ir *ir, Phase ph) {
     ddp_step *steps = NEW_ARRAY(c, ddp_step, ir->ops[ph].len);
     int count = 0;
@@ -231,6 +266,7 @@ static ddp_phase phase_steps(Ddpc *c, Ir *ir, Phase ph) {
         ddp_step *s = &steps[count];
         switch (op->kind) {
         case OP_GEMM: *s = (ddp_step){.kind = DDP_STEP_GEMM, .index = op->kernel_index}; break;
+        case OP_CONV: *s = (ddp_step){.kind = DDP_STEP_CONV, .index = op->kernel_index}; break;
         case OP_BUCKET_READY: *s = (ddp_step){.kind = DDP_STEP_BUCKET_READY, .index = op->bucket}; break;
         case OP_WAIT_BUCKETS: *s = (ddp_step){.kind = DDP_STEP_WAIT_BUCKETS}; break;
         case OP_METRICS_READY: *s = (ddp_step){.kind = DDP_STEP_METRICS_READY}; break;
@@ -247,6 +283,7 @@ static ddp_phase phase_steps(Ddpc *c, Ir *ir, Phase ph) {
         }
         }
         s->layer = layer_name(c, op->layer);
+        s->path = op->path;
         count++;
     }
     return (ddp_phase){.steps = steps, .count = count};
@@ -282,6 +319,7 @@ static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const c
     p.kernels = kernels_table(c, ir);
     p.nkernels = ir->kernel_ops.len;
     p.gemms = gemms_table(c, ir, &p.ngemms);
+    p.convs = convs_table(c, ir, &p.nconvs);
     for (int ph = 0; ph < PH_COUNT; ph++)
         p.phases[ph] = phase_steps(c, ir, (Phase)ph);
     ddp_bucket *buckets = NEW_ARRAY(c, ddp_bucket, ir->buckets.len);

@@ -18,6 +18,11 @@
  * rounded as the tensor cores read it (ddp_tf32_round). */
 void ddp_conv_reference(const ddp_device_conv *c, void *x, void *filters, void *y);
 
+/* The checks cuDNN makes of a convolution's descriptor (CUDNN_STATUS_BAD_PARAM): the
+ * mode, beta 0 or 1, no empty tensor, strides and dilations of at least 1, padding of
+ * at least 0, and the output size that follows from the rest. false with why in err. */
+bool ddp_conv_check(const ddp_device_conv *c, char *err, size_t len);
+
 /* cuDNN: a handle bound to one CUDA stream, and execution plans made for it. */
 typedef struct ddp_cudnn ddp_cudnn;
 typedef struct ddp_cudnn_plan ddp_cudnn_plan;

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <glob.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -662,30 +663,35 @@ static void name_plan(ddp_cudnn_plan *p, const Trial *t) {
 
 /* ---------------------------------------------------------------- plans and runs */
 
-/* Whether the fields the plan was made for match (the pointers and beta aside: the
- * pointers are checked for alignment, and beta is part of the graph). */
+/* Whether the fields the plan was made for match (the pointers and the workspace's
+ * size aside: the pointers are checked for alignment, the workspace against the
+ * plan's need), field by field: a descriptor's padding bytes may hold anything. */
 static bool same_shape(const ddp_device_conv *a, const ddp_device_conv *b) {
-    ddp_device_conv x = *a, y = *b;
-    x.x = y.x = x.filters = y.filters = x.y = y.y = x.workspace = y.workspace = 0;
-    x.workspace_bytes = y.workspace_bytes = 0;
-    return memcmp(&x, &y, sizeof x) == 0;
+    return memcmp(a, b, offsetof(ddp_device_conv, beta)) == 0 && a->beta == b->beta && a->f64 == b->f64 &&
+           a->tf32 == b->tf32;
 }
 
-static bool valid_shape(const ddp_device_conv *c, char *err, size_t len) {
+/* Shared with the emulated device, which refuses what cuDNN refuses. */
+bool ddp_conv_check(const ddp_device_conv *c, char *err, size_t len) {
     int reach_h = (c->r - 1) * c->dilation[0] + 1, reach_w = (c->s - 1) * c->dilation[1] + 1;
+    int padded_h = c->h + c->pad_before[0] + c->pad_after[0], padded_w = c->w + c->pad_before[1] + c->pad_after[1];
     if (c->mode < DDP_CONV_FORWARD || c->mode > DDP_CONV_BACKWARD_FILTER || (c->beta != 0 && c->beta != 1))
-        return ddp_fail(err, len, "cuDNN convolution: mode %d, beta %g (modes 0-2 and beta 0 or 1 only)", c->mode,
-                        c->beta);
-    if (c->n < 1 || c->c < 1 || c->k < 1 || c->oh < 1 || c->ow < 1)
-        return ddp_fail(err, len, "cuDNN convolution: an empty tensor (n %d, c %d, k %d, output %dx%d)", c->n, c->c,
-                        c->k, c->oh, c->ow);
-    if (c->stride[0] < 1 || c->stride[1] < 1 || c->dilation[0] < 1 || c->dilation[1] < 1 ||
-        c->oh != (c->h + c->pad_before[0] + c->pad_after[0] - reach_h) / c->stride[0] + 1 ||
-        c->ow != (c->w + c->pad_before[1] + c->pad_after[1] - reach_w) / c->stride[1] + 1)
-        return ddp_fail(err, len, "cuDNN convolution: the output %dx%d does not follow from the image %dx%d, filters "
-                                  "%dx%d, strides %d,%d, dilations %d,%d, padding %d+%d, %d+%d", c->oh, c->ow, c->h,
-                        c->w, c->r, c->s, c->stride[0], c->stride[1], c->dilation[0], c->dilation[1],
-                        c->pad_before[0], c->pad_after[0], c->pad_before[1], c->pad_after[1]);
+        return ddp_fail(err, len, "convolution: CUDNN_STATUS_BAD_PARAM: mode %d, beta %g (modes 0-2 and beta 0 or 1 "
+                                  "only)", c->mode, c->beta);
+    if (c->n < 1 || c->h < 1 || c->w < 1 || c->c < 1 || c->k < 1 || c->r < 1 || c->s < 1 || c->oh < 1 || c->ow < 1)
+        return ddp_fail(err, len, "convolution: CUDNN_STATUS_BAD_PARAM: an empty tensor (image %dx%dx%dx%d, filters "
+                                  "%dx%dx%dx%d, output %dx%d)", c->n, c->h, c->w, c->c, c->k, c->r, c->s, c->c, c->oh,
+                        c->ow);
+    /* a padded image smaller than the filters' reach has no output, whatever the
+     * division below would round to */
+    if (c->stride[0] < 1 || c->stride[1] < 1 || c->dilation[0] < 1 || c->dilation[1] < 1 || c->pad_before[0] < 0 ||
+        c->pad_before[1] < 0 || c->pad_after[0] < 0 || c->pad_after[1] < 0 || padded_h < reach_h ||
+        padded_w < reach_w || c->oh != (padded_h - reach_h) / c->stride[0] + 1 ||
+        c->ow != (padded_w - reach_w) / c->stride[1] + 1)
+        return ddp_fail(err, len, "convolution: CUDNN_STATUS_BAD_PARAM: the output %dx%d does not follow from the "
+                                  "image %dx%d, filters %dx%d, strides %d,%d, dilations %d,%d, padding %d+%d, %d+%d",
+                        c->oh, c->ow, c->h, c->w, c->r, c->s, c->stride[0], c->stride[1], c->dilation[0],
+                        c->dilation[1], c->pad_before[0], c->pad_after[0], c->pad_before[1], c->pad_after[1]);
     return true;
 }
 
@@ -714,7 +720,7 @@ static void keep(ddp_cudnn_plan *p, Maker *m, const Trial *t, void *engine) {
 
 bool ddp_cudnn_plan_conv(ddp_cudnn *h, const ddp_device_conv *c, ddp_cudnn_plan **out, char *err, size_t len) {
     *out = NULL;
-    if (!valid_shape(c, err, len))
+    if (!ddp_conv_check(c, err, len))
         return false;
     ddp_cudnn_plan *p = calloc(1, sizeof *p);
     if (!p)

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 4
+#define DDP_ABI_VERSION 5
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -177,7 +177,14 @@ enum ddp_step_kind {
     DDP_STEP_BUCKET_READY,  /* index: a gradient bucket is final; all-reduce may start */
     DDP_STEP_WAIT_BUCKETS,  /* every bucket's all-reduce must be done (before the optimizer) */
     DDP_STEP_METRICS_READY, /* the loss and metric sums of this batch are final */
+    DDP_STEP_CONV,          /* index: a ddp_conv, through a convolution library */
 };
+
+/* A convolution is in the schedule twice: as generated steps (im2col, products,
+ * col2im) and as library steps (the filters turned KRSC, the library's convolution,
+ * the filters' gradient turned back); an executor runs the steps of one path and of
+ * DDP_PATH_ALL, skipping the other's. Both write the same values. */
+enum ddp_path { DDP_PATH_ALL, DDP_PATH_GENERATED, DDP_PATH_LIBRARY };
 
 #define DDP_FIELDS_ddp_step(X, T)                                                                            \
     X##_I64(T, kind)                /* ddp_step_kind */                                                      \
@@ -185,7 +192,8 @@ enum ddp_step_kind {
     X##_SUB(T, ddp_dim, range)      /* DDP_STEP_KERNEL: the index range */                                   \
     X##_I64REFS(T, args, nargs)     /* DDP_STEP_KERNEL: the kernel's buffers, as buffer slots */             \
     X##_I64(T, nargs)                                                                                        \
-    X##_STR(T, layer)               /* the layer it works for ("block1.conv1"); "" for none (optimizer) */
+    X##_STR(T, layer)               /* the layer it works for ("block1.conv1"); "" for none (optimizer) */ \
+    X##_I64(T, path)                /* ddp_path */
 DDP_CONTRACT(ddp_step)
 
 /* C = op(A) op(B) + beta C, row-major, on buffer slots; op is a transpose when t* is 1.
@@ -201,6 +209,30 @@ DDP_CONTRACT(ddp_step)
     X##_SUB(T, ddp_dim, k)                                                                                   \
     X##_F64(T, beta)
 DDP_CONTRACT(ddp_gemm)
+
+/* A convolution as a library runs it, channels last (NHWC images, KRSC filters), cross-
+ * correlation with zero padding. The mode says which tensor is written from the other
+ * two: forward y from x and the filters; backward data x's gradient (slot x) from y's
+ * (slot y) and the filters; backward filter the filters' gradient from x and y's. The
+ * written one is result + beta * itself. */
+enum ddp_conv_mode { DDP_CONV_FORWARD, DDP_CONV_BACKWARD_DATA, DDP_CONV_BACKWARD_FILTER };
+
+#define DDP_FIELDS_ddp_conv(X, T)                                                                            \
+    X##_I64(T, mode)        /* ddp_conv_mode */                                                              \
+    X##_I64(T, x)           /* buffer slots */                                                               \
+    X##_I64(T, filters)                                                                                      \
+    X##_I64(T, y)                                                                                            \
+    X##_I64(T, workspace)                                                                                    \
+    X##_SUB(T, ddp_dim, n)  /* images: the live batch */                                                     \
+    X##_I64S(T, image, 3)   /* h, w, c */                                                                    \
+    X##_I64S(T, filter, 3)  /* k, r, s */                                                                    \
+    X##_I64S(T, output, 2)  /* oh, ow */                                                                     \
+    X##_I64S(T, stride, 2)                                                                                   \
+    X##_I64S(T, dilation, 2)                                                                                 \
+    X##_I64S(T, pad_before, 2) /* top, left */                                                               \
+    X##_I64S(T, pad_after, 2)  /* bottom, right */                                                           \
+    X##_F64(T, beta)
+DDP_CONTRACT(ddp_conv)
 
 #define DDP_FIELDS_ddp_phase(X, T)                                                                           \
     X##_REFS(T, ddp_step, steps, count)                                                                      \
@@ -395,6 +427,8 @@ enum ddp_phase_kind { DDP_PHASE_FORWARD, DDP_PHASE_BACKWARD, DDP_PHASE_OPTIMIZER
     X##_FNS(T, cpu_wide, 1)         /* one per kernel: AVX2 and FMA, if the CPU has them */                  \
     X##_REFS(T, ddp_gemm, gemms, ngemms)                                                                     \
     X##_I64(T, ngemms)                                                                                       \
+    X##_REFS(T, ddp_conv, convs, nconvs)                                                                     \
+    X##_I64(T, nconvs)                                                                                       \
     X##_SUBS(T, ddp_phase, phases, DDP_PHASE_COUNT)                                                          \
     X##_REFS(T, ddp_bucket, buckets, nbuckets)                                                               \
     X##_I64(T, nbuckets)                                                                                     \

@@ -58,9 +58,7 @@ typedef struct ddp_device_gemm {
  * with x zero outside the image. The mode says which of the three tensors is written
  * (the others are read): DDP_CONV_FORWARD y, DDP_CONV_BACKWARD_DATA x (from y's
  * gradient), DDP_CONV_BACKWARD_FILTER w (from x and y's gradient); the written one
- * becomes alpha * result + beta * itself, beta 0 or 1. */
-enum ddp_conv_mode { DDP_CONV_FORWARD, DDP_CONV_BACKWARD_DATA, DDP_CONV_BACKWARD_FILTER };
-
+ * becomes alpha * result + beta * itself, beta 0 or 1 (ddp_conv_mode: ddp_abi.h). */
 typedef struct ddp_device_conv {
     int mode;                   /* ddp_conv_mode */
     int n, h, w, c;             /* the image */
@@ -110,6 +108,10 @@ typedef struct ddp_device_backend {
      * the seconds from mark `from` to it. */
     bool (*mark)(ddp_device *d, int stream, int i);
     bool (*elapsed)(ddp_device *d, int from, int to, double *seconds);
+    /* The convolution c queued on the stream, as the library runs it (cuDNN, or the
+     * emulated device's reference); NULL: this device runs no library convolutions (the
+     * schedule's generated steps do). */
+    bool (*conv)(ddp_device *d, int stream, const ddp_device_conv *c);
 } ddp_device_backend;
 
 struct ddp_device {
@@ -117,6 +119,9 @@ struct ddp_device {
     const ddp_program *program;
     ddp_device_info info;
     char error[2048];           /* why the last operation failed */
+    /* How this device runs convolutions, for the banner: "cuDNN: PATH (cuDNN 9.x.y)", "the emulated
+     * device's reference convolution", or "generated kernels: " and why not cuDNN. */
+    char convolutions[256];
     void *state;                /* the backend's */
 };
 

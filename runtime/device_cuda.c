@@ -10,7 +10,12 @@
  * whichever the driver supports, from CUDA's folders, LD_LIBRARY_PATH and Python's
  * nvidia/cublas/lib wheel folders (DDP_CUDA_LIBRARY_PATH, a list of folders, replaces
  * them all); a missing one is named with every place searched. Two streams (compute,
- * uploads), each with its cuBLAS handle and workspace. */
+ * uploads), each with its cuBLAS handle and workspace.
+ *
+ * Convolutions go to cuDNN (cudnn.c) on the compute stream when it loads: a device
+ * without it (or with DDP_CUDNN=0) has no conv op, and the schedule's generated steps
+ * run its convolutions. A plan is made on a shape's first run and kept; a CUDA graph's
+ * capture finds every plan made, since each phase runs once uncaptured first. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -21,7 +26,7 @@
 #include "device.h"
 #include "runtime.h"
 
-enum { PTX_NEEDS = 11050, CUBLAS_WORKSPACE = 32 << 20 };
+enum { PTX_NEEDS = 11050, CUBLAS_WORKSPACE = 32 << 20, CONV_KEY = 25 };
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -110,6 +115,10 @@ typedef struct Cuda {
     CUgraph graphs[DDP_GRAPHS];
     CUgraphExec graph_execs[DDP_GRAPHS];
     CUevent *marks;             /* timing events, made as --profile first asks for them */
+    bool capturing[DDP_STREAMS]; /* between capture_begin and capture_end */
+    ddp_cudnn *dnn;             /* on the compute stream; NULL: no cuDNN */
+    struct ConvPlan *plans;     /* each convolution's plan, made on its first run */
+    int nplans, plans_cap;
 } Cuda;
 
 /* ------------------------------------------------------------- messages */
@@ -353,6 +362,95 @@ static bool elapsed(ddp_device *d, int from, int to, double *seconds) {
     return true;
 }
 
+/* ------------------------------------------------------------ convolutions */
+
+/* A plan and what it was made for: the descriptor's shape, mode, beta, types and
+ * workspace, and of its pointers only the low bits that fix the alignment cuDNN was
+ * promised (at most 16 bytes), so that one plan serves every run of that shape. */
+typedef struct ConvPlan {
+    int64_t key[CONV_KEY];
+    ddp_cudnn_plan *plan;
+} ConvPlan;
+
+static void conv_key(const ddp_device_conv *cv, int64_t key[CONV_KEY]) {
+    const int64_t fields[CONV_KEY] = {
+        cv->mode, cv->n, cv->h, cv->w, cv->c, cv->k, cv->r, cv->s, cv->oh, cv->ow, cv->stride[0], cv->stride[1],
+        cv->dilation[0], cv->dilation[1], cv->pad_before[0], cv->pad_before[1], cv->pad_after[0], cv->pad_after[1],
+        cv->beta != 0, cv->f64, cv->tf32, (int64_t)cv->workspace_bytes, (int64_t)(cv->x & 15),
+        (int64_t)(cv->filters & 15), (int64_t)(cv->y & 15)};
+    memcpy(key, fields, sizeof fields);
+}
+
+static const ddp_cudnn_plan *find_plan(const Cuda *c, const int64_t key[CONV_KEY]) {
+    for (int i = 0; i < c->nplans; i++)
+        if (memcmp(c->plans[i].key, key, sizeof c->plans[i].key) == 0)
+            return c->plans[i].plan;
+    return NULL;
+}
+
+/* "forward f32 2x32x32x3 * 16x3x3x3 -> 2x32x32x16, stride 1,1, dilation 1,1, padding 1+1,1+1" */
+static void describe_conv(const ddp_device_conv *cv, char *text, size_t len) {
+    static const char *const modes[] = {"forward", "backward data", "backward filter"};
+    snprintf(text, len, "%s %s %dx%dx%dx%d * %dx%dx%dx%d -> %dx%dx%dx%d, stride %d,%d, dilation %d,%d, padding "
+                        "%d+%d,%d+%d", modes[cv->mode], cv->f64 ? "f64" : cv->tf32 ? "tf32" : "f32", cv->n, cv->h,
+             cv->w, cv->c, cv->k, cv->r, cv->s, cv->c, cv->n, cv->oh, cv->ow, cv->k, cv->stride[0], cv->stride[1],
+             cv->dilation[0], cv->dilation[1], cv->pad_before[0], cv->pad_after[0], cv->pad_before[1],
+             cv->pad_after[1]);
+}
+
+/* The convolution's plan, made and kept; each new plan's engine goes to the log. A
+ * capture cannot hold the planning (it runs work on the GPU and synchronises). */
+static const ddp_cudnn_plan *new_plan(ddp_device *d, int stream, const ddp_device_conv *cv,
+                                      const int64_t key[CONV_KEY]) {
+    Cuda *c = cuda(d);
+    char shape[256];
+    describe_conv(cv, shape, sizeof shape);
+    if (c->capturing[stream]) {
+        ddp_device_fail(d, "convolution %s: no cuDNN plan for it, and none can be made while stream %d is being "
+                           "captured into a CUDA graph (each convolution runs once uncaptured first)", shape, stream);
+        return NULL;
+    }
+    if (c->nplans == c->plans_cap) {
+        int cap = c->plans_cap ? 2 * c->plans_cap : 16;
+        ConvPlan *grown = realloc(c->plans, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            ddp_device_fail(d, "out of memory for convolution plans");
+            return NULL;
+        }
+        c->plans = grown, c->plans_cap = cap;
+    }
+    ConvPlan *kept = &c->plans[c->nplans];
+    if (!ddp_cudnn_plan_conv(c->dnn, cv, &kept->plan, d->error, sizeof d->error))
+        return NULL;
+    memcpy(kept->key, key, sizeof kept->key);
+    c->nplans++;
+    ddp_log_only("GPU: convolution %s: %s\n", shape, ddp_cudnn_plan_name(kept->plan));
+    return kept->plan;
+}
+
+/* cuDNN's handle runs its work on the compute stream, and only there. */
+static bool conv(ddp_device *d, int stream, const ddp_device_conv *cv) {
+    Cuda *c = cuda(d);
+    int64_t key[CONV_KEY];
+    if (stream != DDP_STREAM_COMPUTE)
+        return ddp_device_fail(d, "a convolution queued on stream %d: cuDNN's handle is bound to the compute "
+                                  "stream", stream);
+    if (!ddp_conv_check(cv, d->error, sizeof d->error))
+        return false;
+    conv_key(cv, key);
+    const ddp_cudnn_plan *plan = find_plan(c, key);
+    if (!plan && !(plan = new_plan(d, stream, cv, key)))
+        return false;
+    return ddp_cudnn_run(c->dnn, plan, cv, d->error, sizeof d->error);
+}
+
+static void free_plans(Cuda *c) {
+    for (int i = 0; i < c->nplans; i++)
+        ddp_cudnn_plan_free(c->plans[i].plan);
+    free(c->plans);
+    c->plans = NULL, c->nplans = c->plans_cap = 0;
+}
+
 /* --------------------------------------------------------------- graphs */
 
 static void drop_graph(Cuda *c, int g) {
@@ -366,12 +464,15 @@ static void drop_graph(Cuda *c, int g) {
 /* Captured by this thread only (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL): the
  * communication thread's host work must not spoil it. */
 static bool capture_begin(ddp_device *d, int stream) {
-    return check(d, cu.cuStreamBeginCapture(cuda(d)->streams[stream], 1), "beginning a CUDA graph's capture");
+    Cuda *c = cuda(d);
+    c->capturing[stream] = check(d, cu.cuStreamBeginCapture(c->streams[stream], 1), "beginning a CUDA graph's capture");
+    return c->capturing[stream];
 }
 
 static bool capture_end(ddp_device *d, int stream, int graph) {
     Cuda *c = cuda(d);
     CUgraph captured = NULL;
+    c->capturing[stream] = false;
     if (!check(d, cu.cuStreamEndCapture(c->streams[stream], &captured), "ending a CUDA graph's capture"))
         return false;
     drop_graph(c, graph);
@@ -393,6 +494,8 @@ static void close_device(ddp_device *d) {
         return;
     if (c->context) {
         cu.cuCtxSynchronize();
+        free_plans(c);
+        ddp_cudnn_close(c->dnn);
         for (int g = 0; g < DDP_GRAPHS; g++)
             drop_graph(c, g);
         for (int m = 0; c->marks && m < DDP_MARKS; m++)
@@ -419,11 +522,13 @@ static void close_device(ddp_device *d) {
     d->state = NULL;
 }
 
-static const ddp_device_backend cuda_backend = {
-    "cuda", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm,
-    record, wait_event, synchronize_event, synchronize, capture_begin, capture_end, graph_launch,
-    mark, elapsed,
-};
+/* Two tables, so that a device without cuDNN shows the executor no conv op. */
+#define CUDA_OPS                                                                                             \
+    "cuda", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm, record,  \
+        wait_event, synchronize_event, synchronize, capture_begin, capture_end, graph_launch, mark, elapsed
+static const ddp_device_backend cuda_backend = {CUDA_OPS, NULL};
+static const ddp_device_backend cuda_cudnn_backend = {CUDA_OPS, conv};
+#undef CUDA_OPS
 
 /* ---------------------------------------------------------------- opening */
 
@@ -469,6 +574,26 @@ static bool start_streams(ddp_device *d, Cuda *c) {
     return true;
 }
 
+/* cuDNN on the compute stream, unless DDP_CUDNN=0; without it (not found, too old, or
+ * turned off) the device is no worse, only without the conv op, and says why. */
+static void start_cudnn(ddp_device *d, Cuda *c) {
+    const char *setting = getenv("DDP_CUDNN");
+    char why[2048];
+    if (setting && strcmp(setting, "0") == 0) {
+        snprintf(d->convolutions, sizeof d->convolutions, "generated kernels: cuDNN turned off (DDP_CUDNN=0)");
+        return;
+    }
+    if (!(c->dnn = ddp_cudnn_open(c->streams[DDP_STREAM_COMPUTE], why, sizeof why))) {
+        int room = (int)sizeof d->convolutions - 24;
+        snprintf(d->convolutions, sizeof d->convolutions, "generated kernels: %.*s%s", room, why,
+                 (int)strlen(why) > room ? "..." : "");
+        return;
+    }
+    snprintf(d->convolutions, sizeof d->convolutions, "cuDNN: %.*s", (int)sizeof d->convolutions - 8,
+             ddp_cudnn_library());
+    d->ops = &cuda_cudnn_backend;
+}
+
 static void describe_device(ddp_device *d, CUdevice dev, int version) {
     ddp_device_info *info = &d->info;
     info->driver_version = version;
@@ -509,6 +634,8 @@ bool ddp_device_open_cuda(const ddp_program *p, int ordinal, ddp_device **out, c
     if (ok && cu.cuMemGetInfo(&free_bytes, &total) == 0)
         d->info.free_bytes = (int64_t)free_bytes, d->info.total_bytes = (int64_t)total;
     ok = ok && load_module(d, c) && start_streams(d, c);
+    if (ok)
+        start_cudnn(d, c);
     if (!ok) {
         ddp_fail(err, len, "GPU %d (%s): %s", ordinal, d->info.name[0] ? d->info.name : "?", d->error);
         ddp_device_close(d);

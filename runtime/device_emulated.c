@@ -20,7 +20,8 @@
  *   before its synchronisation reads NaN. A copy from pinned memory reads it when it
  *   runs, one from ordinary memory when it is queued, as CUDA's do.
  * - Matrix products are a column-major reference taking cuBLAS's arguments, checked
- *   as cuBLAS checks them (a leading dimension too small is refused).
+ *   as cuBLAS checks them (a leading dimension too small is refused); convolutions are
+ *   the reference of conv_reference.c, checked when queued as cuDNN checks them.
  * - A stream being captured keeps its work in a graph instead of the queue; a graph's
  *   launch queues a copy of that work, with the sizes and addresses of its capture.
  *   What CUDA refuses while a stream captures (synchronising, copies from or to
@@ -38,6 +39,7 @@
 #include <ucontext.h>
 #endif
 
+#include "conv.h"
 #include "device.h"
 #include "runtime.h"
 
@@ -58,7 +60,7 @@ extern const uint64_t ddp_gpu_module_hash __attribute__((weak));
 
 enum { RESERVE = 1ull << 36, ALIGN = 256, STACK = 64 << 10 };
 
-typedef enum { W_UPLOAD, W_DOWNLOAD, W_COPY, W_FILL, W_LAUNCH, W_GEMM, W_RECORD, W_WAIT, W_MARK } WorkKind;
+typedef enum { W_UPLOAD, W_DOWNLOAD, W_COPY, W_FILL, W_LAUNCH, W_GEMM, W_CONV, W_RECORD, W_WAIT, W_MARK } WorkKind;
 
 typedef struct Work {
     WorkKind kind;
@@ -71,7 +73,10 @@ typedef struct Work {
     int64_t kernel, begin, end;
     uint32_t grid, threads, shared;
     ddp_dptr args, scalars;
-    ddp_device_gemm gemm;
+    union {
+        ddp_device_gemm gemm;
+        ddp_device_conv conv;   /* a copy: the caller's descriptor may be gone when it runs */
+    };
     int event;                  /* W_RECORD, W_WAIT; W_MARK: the mark */
 } Work;
 
@@ -312,6 +317,7 @@ static bool refused_in_capture(ddp_device *d, int stream, const char *what) {
 
 static bool run_launch(ddp_device *d, const Work *w);
 static bool run_gemm(ddp_device *d, const ddp_device_gemm *g);
+static void run_conv(const ddp_device_conv *c);
 
 static bool run_work(ddp_device *d, Work *w) {
     void *to = (void *)(uintptr_t)w->to;
@@ -323,6 +329,7 @@ static bool run_work(ddp_device *d, Work *w) {
     case W_FILL: memset(to, w->byte, w->bytes); break;
     case W_LAUNCH: return run_launch(d, w);
     case W_GEMM: return run_gemm(d, &w->gemm);
+    case W_CONV: run_conv(&w->conv); break;
     case W_MARK: emulator(d)->mark_time[w->event] = ddp_trace_clock() / 1e6; break;
     case W_RECORD: case W_WAIT: break;
     }
@@ -631,6 +638,41 @@ static bool synchronize(ddp_device *d) {
     return run_until(d, emulator(d)->nwork);
 }
 
+/* ----------------------------------------------------------- convolutions */
+
+static void run_conv(const ddp_device_conv *c) {
+    ddp_conv_reference(c, (void *)(uintptr_t)c->x, (void *)(uintptr_t)c->filters, (void *)(uintptr_t)c->y);
+}
+
+/* The bytes of the convolution's image, filters and output, in that order. */
+static void conv_extents(const ddp_device_conv *c, size_t bytes[3]) {
+    const int dims[3][4] = {{c->n, c->h, c->w, c->c}, {c->k, c->r, c->s, c->c}, {c->n, c->oh, c->ow, c->k}};
+    for (int t = 0; t < 3; t++) {
+        bytes[t] = c->f64 ? 8 : 4;
+        for (int i = 0; i < 4; i++)
+            bytes[t] *= (size_t)dims[t][i];
+    }
+}
+
+/* cuDNN's checks, made when the call is made, as cuDNN makes them: the descriptor,
+ * then every tensor's whole extent and the workspace in device memory. */
+static bool conv(ddp_device *d, int stream, const ddp_device_conv *c) {
+    char why[512], what[96];
+    if (!ddp_conv_check(c, why, sizeof why))
+        return ddp_device_fail(d, "%s", why);
+    static const char *const names[4] = {"image", "filters", "output", "workspace"};
+    const ddp_dptr at[4] = {c->x, c->filters, c->y, c->workspace};
+    size_t bytes[4] = {0, 0, 0, c->workspace_bytes};
+    conv_extents(c, bytes);
+    for (int t = 0; t < 4; t++) {
+        snprintf(what, sizeof what, "convolution: CUDNN_STATUS_BAD_PARAM: its %s", names[t]);
+        if (!check_range(d, at[t], bytes[t], what))
+            return false;
+    }
+    Work w = {.kind = W_CONV, .stream = stream, .conv = *c};
+    return enqueue(d, w);
+}
+
 /* ------------------------------------------------------------- timing */
 
 static bool mark(ddp_device *d, int stream, int i) {
@@ -776,7 +818,7 @@ static void close_device(ddp_device *d) {
 static const ddp_device_backend emulated_backend = {
     "emulated", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm,
     record, wait_event, synchronize_event, synchronize, capture_begin, capture_end, graph_launch,
-    mark, elapsed,
+    mark, elapsed, conv,
 };
 
 bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err, size_t len) {
@@ -821,6 +863,7 @@ bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err,
     snprintf(d->info.name, sizeof d->info.name, "ddp emulated GPU (the GPU module on this CPU)");
     snprintf(d->info.uuid, sizeof d->info.uuid, "EMU-%016llx", (unsigned long long)p->gpu_hash);
     snprintf(d->info.bus, sizeof d->info.bus, "none");
+    snprintf(d->convolutions, sizeof d->convolutions, "the emulated device's reference convolution");
     d->info.free_bytes = d->info.total_bytes = (int64_t)RESERVE;
     *out = d;
     return true;

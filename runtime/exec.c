@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conv.h"
+#include "device.h"
 #include "runtime.h"
 
 enum { ALIGN = 64 };
@@ -267,6 +269,12 @@ static void run_step(ddp_runtime *rt, int phase, int64_t i) {
     case DDP_STEP_GEMM:
         run_gemm(rt, &p->gemms[s->index]);
         break;
+    case DDP_STEP_CONV: {
+        const ddp_conv *cv = &p->convs[s->index];
+        ddp_device_conv d = ddp_conv_at(rt, cv);
+        ddp_conv_reference(&d, rt->buffers[cv->x], rt->buffers[cv->filters], rt->buffers[cv->y]);
+        break;
+    }
     case DDP_STEP_BUCKET_READY:
         if (rt->hooks.bucket_ready)
             rt->hooks.bucket_ready(rt->hooks.ctx, s->index);
@@ -280,6 +288,23 @@ static void run_step(ddp_runtime *rt, int phase, int64_t i) {
             rt->hooks.metrics_ready(rt->hooks.ctx);
         break;
     }
+}
+
+bool ddp_path_runs(int64_t step_path, int path) {
+    return step_path == DDP_PATH_ALL || step_path == path;
+}
+
+ddp_device_conv ddp_conv_at(const ddp_runtime *rt, const ddp_conv *cv) {
+    const ddp_program *p = rt->program;
+    return (ddp_device_conv){
+        .mode = (int)cv->mode, .n = (int)live(rt, cv->n), .h = (int)cv->image[0], .w = (int)cv->image[1],
+        .c = (int)cv->image[2], .k = (int)cv->filter[0], .r = (int)cv->filter[1], .s = (int)cv->filter[2],
+        .oh = (int)cv->output[0], .ow = (int)cv->output[1], .stride = {(int)cv->stride[0], (int)cv->stride[1]},
+        .dilation = {(int)cv->dilation[0], (int)cv->dilation[1]},
+        .pad_before = {(int)cv->pad_before[0], (int)cv->pad_before[1]},
+        .pad_after = {(int)cv->pad_after[0], (int)cv->pad_after[1]}, .beta = cv->beta,
+        .workspace_bytes = (size_t)p->buffers[cv->workspace].bytes, .f64 = p->dtype == DDP_F64,
+        .tf32 = p->dtype != DDP_F64 && p->settings.precision == DDP_PRECISION_TF32};
 }
 
 static void run_step_profiled(ddp_runtime *rt, int phase, int64_t i) {
@@ -298,10 +323,12 @@ bool ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
         return ddp_gpu_run_steps(rt, phase, first, count, sequence, position);
     if (rt->options.poison && first == 0 && (phase == DDP_PHASE_FORWARD || phase == DDP_PHASE_EVAL))
         poison_sequence_start(rt);
+    int path = ddp_gpu_path(rt);
     for (int64_t i = first; i < first + count && i < ph->count; i++, position++) {
-        if (rt->profile)
+        bool ours = ddp_path_runs(ph->steps[i].path, path); /* not the other path's */
+        if (ours && rt->profile)
             run_step_profiled(rt, phase, i);
-        else
+        else if (ours)
             run_step(rt, phase, i);
         if (rt->options.poison)
             poison_after(rt, sequence, position);

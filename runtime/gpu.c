@@ -41,6 +41,7 @@ struct ddp_gpu {
     ddp_dptr staging;           /* the next batch, as it arrives */
     bool upload_queued;         /* a batch is on its way up: its mirror must not be written yet */
     void *pinned[DDP_REGION_COUNT]; /* the mirrors the device allocated (pinned), to give back */
+    int path;                   /* the convolutions' ddp_path: the library's where the device has one */
     int64_t full_runs[DDP_PHASE_COUNT]; /* runs of each phase whole on a full batch */
     bool captured[DDP_PHASE_COUNT]; /* graph `phase` holds the phase */
 };
@@ -129,7 +130,12 @@ bool ddp_gpu_attach(ddp_runtime *rt, ddp_device *dev, char *err, size_t len) {
     if (!g)
         return ddp_fail(err, len, "out of memory");
     g->dev = dev;
+    g->path = rt->options.convolutions ? rt->options.convolutions : dev->ops->conv ? DDP_PATH_LIBRARY
+                                                                                    : DDP_PATH_GENERATED;
     rt->gpu = g;
+    if (g->path == DDP_PATH_LIBRARY && !dev->ops->conv)
+        return ddp_fail(err, len, "--convolutions library: the %s GPU (%s) runs none: %s", dev->ops->name,
+                        dev->info.name, dev->convolutions);
     bool ok = (g->buffer = calloc((size_t)p->nbuffers + 1, sizeof *g->buffer)) != NULL ||
               ddp_device_fail(dev, "out of memory");
     /* zeroed, as the CPU's regions start */
@@ -256,6 +262,20 @@ static bool queue_gemm(ddp_runtime *rt, const ddp_gemm *gm) {
     return g->dev->ops->gemm(g->dev, DDP_STREAM_COMPUTE, &c);
 }
 
+/* A library convolution at the live batch. With no image (an empty shard) there is
+ * nothing to do, but a filters' gradient that overwrites is zero. */
+static bool queue_conv(ddp_runtime *rt, const ddp_conv *cv) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device_conv c = ddp_conv_at(rt, cv);
+    c.x = g->buffer[cv->x], c.filters = g->buffer[cv->filters], c.y = g->buffer[cv->y];
+    c.workspace = g->buffer[cv->workspace];
+    if (c.n == 0)
+        return c.mode != DDP_CONV_BACKWARD_FILTER || c.beta != 0 ||
+               g->dev->ops->fill(g->dev, DDP_STREAM_COMPUTE, c.filters, 0,
+                                 (size_t)rt->program->buffers[cv->filters].bytes);
+    return g->dev->ops->conv(g->dev, DDP_STREAM_COMPUTE, &c);
+}
+
 static bool queue_kernel(ddp_runtime *rt, int phase, int64_t i) {
     ddp_gpu *g = rt->gpu;
     const ddp_program *p = rt->program;
@@ -324,14 +344,17 @@ static bool queue_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count
         return failed(rt, "recording a timing event");
     for (int64_t i = first; i < first + count; i++, position++) {
         const ddp_step *s = &ph->steps[i];
-        bool ok = true;
-        if (s->kind == DDP_STEP_KERNEL)
+        bool ok = true, ours = ddp_path_runs(s->path, rt->gpu->path);
+        if (ours && s->kind == DDP_STEP_KERNEL)
             ok = queue_kernel(rt, phase, i);
-        else if (s->kind == DDP_STEP_GEMM)
+        else if (ours && s->kind == DDP_STEP_GEMM)
             ok = queue_gemm(rt, &rt->program->gemms[s->index]);
+        else if (ours && s->kind == DDP_STEP_CONV)
+            ok = queue_conv(rt, &rt->program->convs[s->index]);
         /* markers: the gradients are summed after the phase (train.c) */
         if (!ok)
-            return failed(rt, s->kind == DDP_STEP_KERNEL ? rt->program->kernels[s->index].name : "a matrix product");
+            return failed(rt, s->kind == DDP_STEP_KERNEL ? rt->program->kernels[s->index].name
+                              : s->kind == DDP_STEP_CONV ? "a convolution" : "a matrix product");
         if (rt->options.poison && !poison(rt, phase, first, sequence, position, false))
             return failed(rt, "poisoning");
         if (timing && i - first + 1 < DDP_MARKS && !d->ops->mark(d, DDP_STREAM_COMPUTE, (int)(i - first + 1)))
@@ -385,6 +408,16 @@ bool ddp_gpu_synchronize(ddp_runtime *rt) {
 
 const ddp_device_info *ddp_gpu_info(const ddp_runtime *rt) {
     return rt->gpu ? &rt->gpu->dev->info : NULL;
+}
+
+const char *ddp_gpu_convolutions(const ddp_runtime *rt) {
+    if (ddp_gpu_path(rt) == DDP_PATH_GENERATED)
+        return rt->gpu && !rt->gpu->dev->ops->conv ? rt->gpu->dev->convolutions : "generated: im2col and products";
+    return rt->gpu ? rt->gpu->dev->convolutions : "the library path, by the reference convolution (slow: for checks)";
+}
+
+int ddp_gpu_path(const ddp_runtime *rt) {
+    return rt->gpu ? rt->gpu->path : rt->options.convolutions ? rt->options.convolutions : DDP_PATH_GENERATED;
 }
 
 const char *ddp_gpu_backend(const ddp_runtime *rt) {

@@ -58,7 +58,7 @@ void ddp_profile_free(ddp_profile *pf) {
 
 /* A kernel or a library call, not a marker. */
 static bool is_call(const ddp_step *s) {
-    return s->kind == DDP_STEP_KERNEL || s->kind == DDP_STEP_GEMM;
+    return s->kind == DDP_STEP_KERNEL || s->kind == DDP_STEP_GEMM || s->kind == DDP_STEP_CONV;
 }
 
 static bool warming_up(const ddp_profile *pf) {
@@ -201,12 +201,22 @@ static void summary_free(Summary *s) {
     free(s->calls);
 }
 
-/* A call's name: the kernel's symbol, or "gemm MxNxK" at the largest batch profiled. */
+/* A call's name: the kernel's symbol, "gemm MxNxK" at the largest batch profiled, or
+ * "conv forward|data|filter NxHxWxC RxS -> K". */
 static const char *call_name(const ddp_profile *pf, int64_t local_batch, const Call *c, char *buf, size_t len) {
     const ddp_program *p = pf->program;
     const ddp_step *st = &p->phases[c->phase].steps[c->step];
     if (st->kind == DDP_STEP_KERNEL)
         return p->kernels[st->index].name;
+    if (st->kind == DDP_STEP_CONV) {
+        static const char *const modes[] = {"forward", "data", "filter"};
+        const ddp_conv *cv = &p->convs[st->index];
+        snprintf(buf, len, "conv %s %lldx%lldx%lldx%lld %lldx%lld -> %lld", modes[cv->mode % 3],
+                 (long long)(cv->n.fixed + cv->n.per_sample * local_batch), (long long)cv->image[0],
+                 (long long)cv->image[1], (long long)cv->image[2], (long long)cv->filter[1], (long long)cv->filter[2],
+                 (long long)cv->filter[0]);
+        return buf;
+    }
     const ddp_gemm *g = &p->gemms[st->index];
     snprintf(buf, len, "gemm %lldx%lldx%lld", (long long)(g->m.fixed + g->m.per_sample * local_batch),
              (long long)(g->n.fixed + g->n.per_sample * local_batch),
@@ -307,7 +317,7 @@ static void json_calls(ddp_text *t, const ddp_profile *pf, const Summary *s) {
         ddp_text_printf(t, "%s\n    {\"name\": ", i ? "," : "");
         json_string(t, call_name(pf, s->local_batch, c, name, sizeof name));
         ddp_text_printf(t, ", \"kind\": \"%s\", \"phase\": \"%s\", \"step\": %lld, \"layer\": ",
-                        st->kind == DDP_STEP_GEMM ? "gemm" : "kernel", phase_names[c->phase], (long long)c->step);
+                        st->kind == DDP_STEP_GEMM ? "gemm" : st->kind == DDP_STEP_CONV ? "conv" : "kernel", phase_names[c->phase], (long long)c->step);
         json_string(t, call_layer(pf, c));
         ddp_text_printf(t, ", \"ms\": %.6f, \"percent\": %.4f}", c->ms, percent(s, c->ms));
     }

@@ -186,6 +186,12 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
         ddp_say("  device      cpu, %d threads (%s), %s kernels%s\n", ddp_pool_threads(rt->pool), cfg->threads_from,
                rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64",
                tf32 ? ", f32 products (tf32 is for a GPU's tensor cores)" : "");
+    if (p->nconvs)
+        ddp_say("  convolution %s\n", ddp_gpu_convolutions(rt));
+    if (gpu)
+        ddp_say("  graphs      %s\n", rt->options.no_graphs ? "none (--no-cuda-graphs): every call queued each step"
+                                    : rt->profile ? "none for training (--profile times every call)"
+                                                  : "each phase a CUDA graph from its second full batch on");
     const ddp_cluster *c = &cfg->cluster;
     if (c->world == 1)
         ddp_say("  cluster     %s: one worker on %s\n", c->source, c->host);

@@ -164,6 +164,7 @@ typedef struct ddp_options {
     bool baseline_cpu;     /* the baseline kernels even where AVX2 is there */
     bool poison;           /* fill planned memory with NaN outside each value's life */
     bool no_graphs;        /* on a GPU, every phase step by step, never as a CUDA graph */
+    int convolutions;      /* ddp_path: generated, or the library's (the reference on the CPU); 0: the device's */
 } ddp_options;
 
 
@@ -209,6 +210,10 @@ bool ddp_run_phase(ddp_runtime *rt, int phase);
 bool ddp_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count);
 /* forward, backward, optimizer: one training step on the batch in the input region */
 bool ddp_train_step(ddp_runtime *rt);
+/* Whether a step of that ddp_path runs when the executor takes the convolutions' `path`. */
+bool ddp_path_runs(int64_t step_path, int path);
+/* A library convolution of the schedule at the live batch, its addresses left zero. */
+struct ddp_device_conv ddp_conv_at(const ddp_runtime *rt, const ddp_conv *cv);
 void ddp_zero_accumulators(ddp_runtime *rt);
 double ddp_accumulator(ddp_runtime *rt, int pair, double *count);
 /* The accumulators themselves: accum_pairs (sum, count) pairs, for saving around a
@@ -786,6 +791,10 @@ bool ddp_gpu_attach(ddp_runtime *rt, struct ddp_device *dev, char *err, size_t l
 void ddp_gpu_detach(ddp_runtime *rt);
 bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count, int64_t sequence,
                        int64_t position);
+/* The convolutions' ddp_path this runtime takes (the library's on a device that has one). */
+int ddp_gpu_path(const ddp_runtime *rt);
+/* How this runtime runs the convolutions, for the banner. */
+const char *ddp_gpu_convolutions(const ddp_runtime *rt);
 /* A region's host mirror onto the device (queued, in order with the steps), or the
  * device's region into the mirror (waits for it); both no-ops on the CPU. False with
  * rt->device_error. */

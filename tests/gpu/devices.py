@@ -13,7 +13,11 @@ rounding some 10^4 times a step (batch normalisation of a few values): in f32 on
 differs from the same step in f64 by 2e-3 of the norm on the CPU alone, and in f64 a
 second step already takes the two devices' different summation orders past 1e-12.
 
-The emulated runs take the CUDA-graph path (each training phase captured at its
+The emulated device takes the convolutions' library path (ddp_path: the filters
+turned KRSC, its reference convolution standing in for cuDNN, the gradients turned
+back), the CPU the generated one (im2col and products), so every comparison of a
+model with convolutions holds the one against the other; the CNN also runs each
+device on the other path (--convolutions). The emulated runs take the CUDA-graph path (each training phase captured at its
 second step and replayed after), which their logs must say; with --no-cuda-graphs
 the CNN's saved parameters are the same bytes.
 
@@ -82,6 +86,17 @@ def compare_training(ddpc, tmp):
             log = open(os.path.join(tmp, "%s_emulated_run" % name, "log.txt")).read()
             graphs = [p for p in ("forward", "backward", "optimizer") if "the %s phase runs as a CUDA graph" % p in log]
             check(len(graphs) == 3, "%s: the emulated device ran %s as CUDA graphs" % (name, graphs))
+        if name == "fashion_cnn_adam":  # each device on the other path for its convolutions
+            for device, path in (("emulated", "generated"), ("cpu", "library")):
+                other = os.path.join(tmp, "%s_%s_%s.safetensors" % (name, device, path))
+                run([program, "--device", device, "--threads", "1", "--save", other, "--convolutions", path,
+                           "--run-dir", os.path.join(tmp, "%s_%s_%s_run" % (name, device, path))] + count + flags)
+                d, _ = distance(saved["cpu"], other)
+                check(d <= tolerance, "%s: %s with --convolutions %s against the CPU: %.2e of the norm" % (
+                    name, device, path, d))
+            check("convolution the emulated device's reference convolution" in
+                  open(os.path.join(tmp, "%s_emulated_run" % name, "log.txt")).read(),
+                  "%s: the emulated device runs the library's convolutions by default" % name)
         if name == "fashion_cnn_adam":  # the graphs replay exactly what the calls one by one do
             plain = os.path.join(tmp, "%s_no_graphs.safetensors" % name)
             run([program, "--device", "emulated", "--threads", "1", "--save", plain, "--no-cuda-graphs",

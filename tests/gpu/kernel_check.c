@@ -89,6 +89,11 @@ static double difference(const ddp_buffer *b, const void *cpu, const void *devic
 /* The buffers a step reads or writes, as slots: a kernel's arguments, a product's
  * operands. */
 static int64_t step_buffers(const ddp_step *step, int64_t *slots, int64_t cap) {
+    if (step->kind == DDP_STEP_CONV) { /* not the workspace: what a library leaves there is its own */
+        const ddp_conv *c = &program->convs[step->index];
+        slots[0] = c->x, slots[1] = c->filters, slots[2] = c->y;
+        return 3;
+    }
     if (step->kind == DDP_STEP_GEMM) {
         const ddp_gemm *g = &program->gemms[step->index];
         slots[0] = g->a, slots[1] = g->b, slots[2] = g->c;
@@ -284,7 +289,8 @@ static void check_training_step(Check *k, int64_t training_step, int64_t steps) 
                 continue;
             char what[200];
             snprintf(what, sizeof what, "%s (step %lld of %s, training step %lld)",
-                     step->kind == DDP_STEP_KERNEL ? program->kernels[step->index].name : "gemm", (long long)s,
+                     step->kind == DDP_STEP_KERNEL ? program->kernels[step->index].name
+                     : step->kind == DDP_STEP_CONV ? "conv" : "gemm", (long long)s,
                      phase_names[phase], (long long)training_step + 1);
             for (int64_t a = 0; a < n; a++)
                 judge(k, &program->buffers[slots[a]], what, sequence, position);
@@ -393,6 +399,7 @@ int main(int argc, char **argv) {
     ddp_runtime *cpu = open_runtime(), *gpu = open_runtime();
     if (!ddp_gpu_attach(gpu, dev, why, sizeof why))
         fail("attaching the device", why);
+    cpu->options.convolutions = ddp_gpu_path(gpu); /* the CPU takes the device's path: the reference */
     ddp_init_params(cpu, 9);
     Check k = {.cpu = cpu, .gpu = gpu};
     for (int r = 0; r < DDP_REGION_COUNT; r++) {

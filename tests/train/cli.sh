@@ -63,6 +63,7 @@ expect 2 "unknown option \`--profile=yes\`" $tiny --profile=yes
 expect 0 "\-\-profile  *time every kernel" "$dir/tiny" --help
 expect 0 "\-\-no-cuda-graphs  *on a GPU, queue every kernel" "$dir/tiny" --help
 expect 2 "unknown option \`--no-cuda-graphs=1\`" $tiny --no-cuda-graphs=1
+expect 2 "\-\-convolutions fast: generated or library" $tiny --convolutions fast
 expect 1 "precision = bf16 needs the GPU runtime" "$dir/tiny_bf16" --data-root "$root"
 expect 1 "communication = nccl needs GPUs" "$dir/tiny_nccl" --data-root "$root"
 expect 1 "not a task of a Slurm job step" env -u SLURM_STEP_ID "$dir/tiny_slurm" --data-root "$root"
