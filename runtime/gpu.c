@@ -14,11 +14,15 @@
  * batch it used.
  *
  * A phase run whole on a full batch is a CUDA graph from its second run on: captured
- * then (the first run warms up: cuBLAS picks its kernels, the device loads the code)
- * and launched as one operation after, instead of hundreds of launches. What changes
- * from step to step lives in device memory the graph reads (the scalars, uploaded
- * before it; the batch, copied into place before it), and its sizes follow the full
- * batch; a shorter batch (the last of an epoch, an empty shard) runs step by step.
+ * then (the first run warms up: cuBLAS picks its kernels, cuDNN its plans, the device
+ * loads the code) and launched as one operation after, instead of hundreds of
+ * launches. What changes from step to step lives in device memory the graph reads
+ * (the scalars, uploaded before it; the batch, copied into place before it), and its
+ * sizes follow the full batch; a shorter batch (the last of an epoch, an empty shard)
+ * runs step by step. A lone worker (options.step_graph) has nothing between its
+ * phases, so its whole training step is one graph: the capture begun with the
+ * forward phase ends with the optimizer's, and from then on the forward phase's call
+ * launches the whole step and the two calls after it have nothing left to queue.
  *
  * --profile times each step of a training phase between two timing events and tells
  * the profile after the phase (so the phase then runs step by step, and waits). */
@@ -44,7 +48,14 @@ struct ddp_gpu {
     int path;                   /* the convolutions' ddp_path: the library's where the device has one */
     int64_t full_runs[DDP_PHASE_COUNT]; /* runs of each phase whole on a full batch */
     bool captured[DDP_PHASE_COUNT]; /* graph `phase` holds the phase */
+    int step_graph;             /* STEP_*: where the lone worker's whole-step graph stands */
+    ddp_scalar step_scalars[DDP_S_COUNT]; /* the scalars the step's graph was given */
 };
+
+/* The whole-step graph: none yet, being captured (forward queued, the rest to come),
+ * captured, or launched for this step (backward and optimizer are in it). */
+enum { STEP_NONE, STEP_CAPTURING, STEP_CAPTURED, STEP_LAUNCHED };
+enum { GRAPH_STEP = DDP_PHASE_COUNT }; /* the slot of the whole-step graph */
 
 bool ddp_device_fail(ddp_device *d, const char *fmt, ...) {
     va_list ap;
@@ -390,10 +401,56 @@ static bool run_graph(ddp_runtime *rt, int phase, int64_t sequence, int64_t posi
     return d->ops->graph_launch(d, DDP_STREAM_COMPUTE, phase) || failed(rt, "launching a CUDA graph");
 }
 
+/* A training phase of a lone worker on a full batch: run step by step in the first
+ * step (the warm-up), captured into the whole-step graph in the second, a part of
+ * that graph from then on (the forward phase's call launches it). */
+static bool run_in_step_graph(ddp_runtime *rt, int phase, int64_t sequence, int64_t position) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    int64_t count = rt->program->phases[phase].count;
+    if (phase == DDP_PHASE_FORWARD) {
+        memcpy(g->step_scalars, rt->scalars, sizeof rt->scalars);
+        if (!d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars))
+            return failed(rt, "copying the step's scalars to the GPU");
+        if (g->step_graph == STEP_CAPTURED) {
+            g->step_graph = STEP_LAUNCHED;
+            return d->ops->graph_launch(d, DDP_STREAM_COMPUTE, GRAPH_STEP) ||
+                   failed(rt, "launching the step's CUDA graph");
+        }
+        if (g->full_runs[phase]++ == 0) /* the warm-up */
+            return queue_steps(rt, phase, 0, count, sequence, position);
+        g->step_graph = STEP_CAPTURING;
+        return (d->ops->capture_begin(d, DDP_STREAM_COMPUTE) || failed(rt, "capturing the step's CUDA graph")) &&
+               queue_steps(rt, phase, 0, count, sequence, position);
+    }
+    if (g->step_graph == STEP_NONE || g->step_graph == STEP_CAPTURED) /* the warm-up */
+        return (d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars) ||
+                failed(rt, "copying the step's scalars to the GPU")) &&
+               queue_steps(rt, phase, 0, count, sequence, position);
+    if (memcmp(g->step_scalars, rt->scalars, sizeof rt->scalars) != 0)
+        return ddp_device_fail(d, "they changed between its phases, which its CUDA graph cannot follow (run with "
+                                  "--no-cuda-graphs)") || failed(rt, "the step's scalars");
+    bool capturing = g->step_graph == STEP_CAPTURING;
+    bool ok = !capturing || queue_steps(rt, phase, 0, count, sequence, position);
+    if (phase != DDP_PHASE_OPTIMIZER)
+        return ok;
+    g->step_graph = STEP_CAPTURED;
+    if (!capturing)
+        return ok;
+    bool ended = d->ops->capture_end(d, DDP_STREAM_COMPUTE, GRAPH_STEP);
+    if (!ok || !ended || !d->ops->graph_launch(d, DDP_STREAM_COMPUTE, GRAPH_STEP))
+        return ok ? failed(rt, "capturing the step's CUDA graph") : false;
+    ddp_log_only("GPU: the whole training step runs as a CUDA graph from its step %lld on\n",
+                 (long long)g->full_runs[DDP_PHASE_FORWARD]);
+    return true;
+}
+
 bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count, int64_t sequence,
                        int64_t position) {
     ddp_gpu *g = rt->gpu;
     ddp_device *d = g->dev;
+    if (rt->options.step_graph && phase != DDP_PHASE_EVAL && graph_fits(rt, phase, first, count))
+        return run_in_step_graph(rt, phase, sequence, position);
     /* the scalars travel from ordinary memory, so they are taken as they are now */
     if (!d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars))
         return failed(rt, "copying the step's scalars to the GPU");

@@ -191,7 +191,9 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     if (gpu)
         ddp_say("  graphs      %s\n", rt->options.no_graphs ? "none (--no-cuda-graphs): every call queued each step"
                                     : rt->profile ? "none for training (--profile times every call)"
-                                                  : "each phase a CUDA graph from its second full batch on");
+                                    : rt->options.step_graph ? "the training step one CUDA graph from its second full "
+                                                               "batch on"
+                                                             : "each phase a CUDA graph from its second full batch on");
     const ddp_cluster *c = &cfg->cluster;
     if (c->world == 1)
         ddp_say("  cluster     %s: one worker on %s\n", c->source, c->host);

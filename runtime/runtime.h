@@ -164,6 +164,8 @@ typedef struct ddp_options {
     bool baseline_cpu;     /* the baseline kernels even where AVX2 is there */
     bool poison;           /* fill planned memory with NaN outside each value's life */
     bool no_graphs;        /* on a GPU, every phase step by step, never as a CUDA graph */
+    bool step_graph;       /* a lone worker: forward, backward and optimizer follow one another with
+                            * nothing between, so a GPU makes the whole step one CUDA graph */
     int convolutions;      /* ddp_path: generated, or the library's (the reference on the CPU); 0: the device's */
 } ddp_options;
 

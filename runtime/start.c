@@ -288,6 +288,7 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     if ((!cfg.evaluate && !open_dataset(&cfg, p, train_spec, &train, &job)) ||
         (has_validation && !open_dataset(&cfg, p, &p->settings.validation, &validation, &job)))
         goto done;
+    cfg.exec.step_graph = c->world == 1; /* several: the gradients are summed between backward and optimizer */
     if (!(rt = ddp_open(p, &cfg.exec, err, sizeof err))) {
         fail(&job, err);
         goto done;
