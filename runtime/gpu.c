@@ -389,16 +389,17 @@ static bool run_graph(ddp_runtime *rt, int phase, int64_t sequence, int64_t posi
     ddp_device *d = g->dev;
     if (!g->captured[phase]) {
         if (!d->ops->capture_begin(d, DDP_STREAM_COMPUTE))
-            return failed(rt, "capturing a CUDA graph");
+            return failed(rt, "capturing a CUDA graph (--no-cuda-graphs runs without)");
         bool queued = queue_steps(rt, phase, 0, rt->program->phases[phase].count, sequence, position);
         if (!d->ops->capture_end(d, DDP_STREAM_COMPUTE, phase) || !queued)
-            return queued ? failed(rt, "capturing a CUDA graph") : false;
+            return queued ? failed(rt, "capturing a CUDA graph (--no-cuda-graphs runs without)") : false;
         g->captured[phase] = true;
         static const char *const names[DDP_PHASE_COUNT] = {"forward", "backward", "optimizer", "evaluation"};
         ddp_log_only("GPU: the %s phase runs as a CUDA graph from its run %lld on\n", names[phase],
                      (long long)g->full_runs[phase]);
     }
-    return d->ops->graph_launch(d, DDP_STREAM_COMPUTE, phase) || failed(rt, "launching a CUDA graph");
+    return d->ops->graph_launch(d, DDP_STREAM_COMPUTE, phase) ||
+           failed(rt, "launching a CUDA graph (--no-cuda-graphs runs without)");
 }
 
 /* A training phase of a lone worker on a full batch: run step by step in the first
@@ -415,12 +416,13 @@ static bool run_in_step_graph(ddp_runtime *rt, int phase, int64_t sequence, int6
         if (g->step_graph == STEP_CAPTURED) {
             g->step_graph = STEP_LAUNCHED;
             return d->ops->graph_launch(d, DDP_STREAM_COMPUTE, GRAPH_STEP) ||
-                   failed(rt, "launching the step's CUDA graph");
+                   failed(rt, "launching the step's CUDA graph (--no-cuda-graphs runs without)");
         }
         if (g->full_runs[phase]++ == 0) /* the warm-up */
             return queue_steps(rt, phase, 0, count, sequence, position);
         g->step_graph = STEP_CAPTURING;
-        return (d->ops->capture_begin(d, DDP_STREAM_COMPUTE) || failed(rt, "capturing the step's CUDA graph")) &&
+        return (d->ops->capture_begin(d, DDP_STREAM_COMPUTE) ||
+                failed(rt, "capturing the step's CUDA graph (--no-cuda-graphs runs without)")) &&
                queue_steps(rt, phase, 0, count, sequence, position);
     }
     if (g->step_graph == STEP_NONE || g->step_graph == STEP_CAPTURED) /* the warm-up */
@@ -439,7 +441,7 @@ static bool run_in_step_graph(ddp_runtime *rt, int phase, int64_t sequence, int6
         return ok;
     bool ended = d->ops->capture_end(d, DDP_STREAM_COMPUTE, GRAPH_STEP);
     if (!ok || !ended || !d->ops->graph_launch(d, DDP_STREAM_COMPUTE, GRAPH_STEP))
-        return ok ? failed(rt, "capturing the step's CUDA graph") : false;
+        return ok ? failed(rt, "capturing the step's CUDA graph (--no-cuda-graphs runs without)") : false;
     ddp_log_only("GPU: the whole training step runs as a CUDA graph from its step %lld on\n",
                  (long long)g->full_runs[DDP_PHASE_FORWARD]);
     return true;

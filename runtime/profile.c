@@ -317,7 +317,8 @@ static void json_calls(ddp_text *t, const ddp_profile *pf, const Summary *s) {
         ddp_text_printf(t, "%s\n    {\"name\": ", i ? "," : "");
         json_string(t, call_name(pf, s->local_batch, c, name, sizeof name));
         ddp_text_printf(t, ", \"kind\": \"%s\", \"phase\": \"%s\", \"step\": %lld, \"layer\": ",
-                        st->kind == DDP_STEP_GEMM ? "gemm" : st->kind == DDP_STEP_CONV ? "conv" : "kernel", phase_names[c->phase], (long long)c->step);
+                        st->kind == DDP_STEP_GEMM ? "gemm" : st->kind == DDP_STEP_CONV ? "conv" : "kernel",
+                        phase_names[c->phase], (long long)c->step);
         json_string(t, call_layer(pf, c));
         ddp_text_printf(t, ", \"ms\": %.6f, \"percent\": %.4f}", c->ms, percent(s, c->ms));
     }
