@@ -27,7 +27,6 @@ emulated device agree with the CPU's."""
 import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
 import datafiles  # noqa: E402
@@ -154,7 +153,7 @@ def compare_files_program(programs, tmp):
 
 def main():
     ddpc, programs = sys.argv[1], sys.argv[2]
-    tmp = tempfile.mkdtemp()
+    tmp = datafiles.scratch_folder()
     compare_training(ddpc, tmp)
     compare_files_program(programs, tmp)
     failed = datafiles.failures

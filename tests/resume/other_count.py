@@ -9,14 +9,13 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
 from datafiles import check, read_safetensors, run, with_port  # noqa: E402
 import datafiles  # noqa: E402
 
 programs, ddprun = sys.argv[1], sys.argv[2]
-root = tempfile.mkdtemp()
+root = datafiles.scratch_folder()
 many, one = os.path.join(programs, "equivalence_16"), os.path.join(programs, "equivalence_64")
 os.chdir(root)
 

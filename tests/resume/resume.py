@@ -14,7 +14,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
 from datafiles import check, read_safetensors, with_port  # noqa: E402
@@ -22,7 +21,7 @@ import datafiles  # noqa: E402
 
 programs, workers, launcher = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 program = os.path.join(programs, "resume_16" if workers == 1 else "resume_8")
-root = tempfile.mkdtemp()
+root = datafiles.scratch_folder()
 
 
 def write_points(name, n, seed):

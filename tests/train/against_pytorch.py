@@ -8,10 +8,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
+
+from datafiles import scratch_folder
 
 STEPS, BATCH, RATE = 50, 64, 0.1
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -42,7 +43,7 @@ def run(cmd):
 
 def main():
     program = sys.argv[1]
-    tmp = tempfile.mkdtemp()
+    tmp = scratch_folder()
     init, final, metrics = (os.path.join(tmp, n) for n in ("init.safetensors", "final.safetensors", "m.json"))
     run([program, "--epochs", "0", "--save", init])
     run([program, "--epochs", "1", "--steps-per-epoch", str(STEPS), "--save", final, "--metrics", metrics])

@@ -13,9 +13,8 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 
-from datafiles import SAMPLES, cifar_batch, good_files, idx, npy, remove, write
+from datafiles import SAMPLES, cifar_batch, good_files, idx, npy, remove, write, scratch_folder
 
 CASES = [  # (what, program, breakage, words every message must hold)
     ("good IDX files", "files_idx", None, None),
@@ -81,7 +80,7 @@ def main():
     programs = sys.argv[1]
     failures = 0
     for what, program, breakage, words in CASES:
-        root = tempfile.mkdtemp()
+        root = scratch_folder()
         good_files(root)
         if breakage:
             breakage(root)

@@ -7,10 +7,21 @@ import gzip
 import json
 import os
 import struct
+import shutil
 import subprocess
 import sys
+import tempfile
 
 failures = 0
+
+
+def scratch_folder():
+    """a fresh folder for a test's files, removed when the test ends (kept with
+    DDP_KEEP_TEST_FILES=1, to look into a failure)"""
+    folder = tempfile.mkdtemp(prefix="ddp-test-")
+    if not os.environ.get("DDP_KEEP_TEST_FILES"):
+        atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def check(ok, what):

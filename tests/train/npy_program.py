@@ -8,10 +8,9 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from datafiles import npy  # noqa: E402
+from datafiles import npy, scratch_folder  # noqa: E402
 
 SAMPLES = 100
 VALUES = 32 * 32 * 3
@@ -23,7 +22,7 @@ def main():
     program = os.path.join(sys.argv[1], "cifar_npy")
     failures = 0
     for x_descr, x_code, y_descr, y_code, column in CASES:
-        root = tempfile.mkdtemp()
+        root = scratch_folder()
         pixels = [(s * 7 + k) % 256 for s in range(SAMPLES) for k in range(VALUES)]
         labels = [s % 10 for s in range(SAMPLES)]
         with open(os.path.join(root, "x.npy"), "wb") as f:

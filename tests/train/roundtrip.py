@@ -11,7 +11,6 @@
 import json
 import os
 import sys
-import tempfile
 
 import datafiles
 from datafiles import SAMPLES, check, good_files, read_safetensors, run
@@ -19,7 +18,7 @@ from datafiles import SAMPLES, check, good_files, read_safetensors, run
 
 def main():
     programs = sys.argv[1]
-    root = tempfile.mkdtemp()
+    root = datafiles.scratch_folder()
     good_files(root)
     program = os.path.join(programs, "files_npy")
     saved, metrics, again = (os.path.join(root, n) for n in ("p.safetensors", "m.json", "e.json"))

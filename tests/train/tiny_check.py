@@ -15,9 +15,8 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 
-from datafiles import read_safetensors, write_safetensors
+from datafiles import read_safetensors, write_safetensors, scratch_folder
 
 TRAIN = [  # x0..x3, label
     (0.5, -1.0, 0.25, 2.0, 0), (1.5, 0.5, -0.75, 0.0, 1), (-0.5, 2.0, 1.0, -1.0, 2),
@@ -83,7 +82,7 @@ def close(what, got, want, tol):
 
 def main():
     program = sys.argv[1]
-    root = tempfile.mkdtemp()
+    root = scratch_folder()
     write_csv(os.path.join(root, "tiny.csv"), TRAIN)
     write_csv(os.path.join(root, "tiny_check.csv"), CHECK)
     w0 = [[f32(v) for v in row] for row in W0]
