@@ -2,7 +2,8 @@
  * device once, every kernel step's arguments resident there, and each phase's
  * schedule queued on the compute stream: kernels with their launch geometry, matrix
  * products through the device's cuBLAS (row-major made column-major by swapping the
- * operands), poisoning as on the CPU.
+ * operands), convolutions through its library (cuDNN) where it has one, else their
+ * generated steps (ddp_path), poisoning as on the CPU.
  *
  * The host keeps mirrors of what it reads or writes: the parameters and statistics
  * (initialised, loaded, saved, compared), the gradients (summed over the ring with
