@@ -13,6 +13,7 @@
  * proof. libmunge is opened when asked for, so programs run where it is absent. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +47,24 @@ bool ddp_random_bytes(void *out, size_t len) {
     return true;
 }
 
-/* libmunge loaded and munged answering, or false with why. */
+static bool load_munge(char *why, size_t len);
+
+/* libmunge loaded (once, whichever thread asks first) and munged answering, or false
+ * with why. */
 static bool munge_works(char *why, size_t len) {
+    static pthread_mutex_t loading = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&loading);
+    bool loaded = load_munge(why, len);
+    pthread_mutex_unlock(&loading);
+    if (!loaded)
+        return false;
+    char *cred = NULL;
+    int e = munge.encode(&cred, NULL, "ddp", 3);
+    free(cred);
+    return e == 0 || ddp_fail(why, len, "munged does not answer: %s", munge.strerror(e));
+}
+
+static bool load_munge(char *why, size_t len) {
     if (!munge.encode) {
         void *lib = dlopen("libmunge.so.2", RTLD_NOW | RTLD_LOCAL);
         if (!lib)
@@ -60,10 +77,7 @@ static bool munge_works(char *why, size_t len) {
             return ddp_fail(why, len, "libmunge.so.2 lacks munge_encode");
         }
     }
-    char *cred = NULL;
-    int e = munge.encode(&cred, NULL, "ddp", 3);
-    free(cred);
-    return e == 0 || ddp_fail(why, len, "munged does not answer: %s", munge.strerror(e));
+    return true;
 }
 
 bool ddp_auth_init(ddp_auth *a, const ddp_cluster *c, char *err, size_t errlen) {

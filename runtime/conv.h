@@ -60,5 +60,10 @@ bool ddp_cudnn_run(ddp_cudnn *h, const ddp_cudnn_plan *p, const ddp_device_conv 
  * (", "-separated). NULL when none has it. */
 void *ddp_cuda_library_open(const char *name, const char *wheel, char *path, size_t path_len, char *tried,
                             size_t tried_len);
+/* The same, unless the environment variable `chosen` names the very file: that file
+ * or NULL with why in err ("cuDNN, DDP_CUDNN_LIBRARY=... cannot be loaded"; what names
+ * the library). NULL with err "" when the search found nothing (tried says where). */
+void *ddp_cuda_library_chosen(const char *chosen, const char *what, const char *name, const char *wheel, char *path,
+                              size_t path_len, char *tried, size_t tried_len, char *err, size_t len);
 
 #endif

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <glob.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -217,23 +218,31 @@ static void version_text(size_t v, char *text, size_t len) {
     snprintf(text, len, "%zu.%zu.%zu", v / major_unit, v % major_unit / 100, v % 100);
 }
 
-static void *open_cudnn_file(char *path, size_t path_len, char *err, size_t len) {
-    const char *chosen = getenv("DDP_CUDNN_LIBRARY");
-    char tried[2048] = "";
+void *ddp_cuda_library_chosen(const char *chosen, const char *what, const char *name, const char *wheel, char *path,
+                              size_t path_len, char *tried, size_t tried_len, char *err, size_t len) {
+    const char *file = getenv(chosen);
     void *library;
-    if (chosen && *chosen) {
-        if (!(library = dlopen(chosen, RTLD_NOW | RTLD_LOCAL)))
-            ddp_fail(err, len, "cuDNN, DDP_CUDNN_LIBRARY=%s, cannot be loaded: %s", chosen, dlerror());
-        snprintf(path, path_len, "%s", chosen);
+    err[0] = 0;
+    if (file && *file) {
+        if (!(library = dlopen(file, RTLD_NOW | RTLD_LOCAL)))
+            ddp_fail(err, len, "%s, %s=%s, cannot be loaded: %s", what, chosen, file, dlerror());
+        snprintf(path, path_len, "%s", file);
         return library;
     }
-    if (!(library = ddp_cuda_library_open("libcudnn.so.9", "cudnn", path, path_len, tried, sizeof tried)))
+    return ddp_cuda_library_open(name, wheel, path, path_len, tried, tried_len);
+}
+
+static void *open_cudnn_file(char *path, size_t path_len, char *err, size_t len) {
+    char tried[2048] = "";
+    void *library = ddp_cuda_library_chosen("DDP_CUDNN_LIBRARY", "cuDNN", "libcudnn.so.9", "cudnn", path, path_len,
+                                            tried, sizeof tried, err, len);
+    if (!library && !err[0])
         ddp_fail(err, len, "cuDNN 9 (libcudnn.so.9) not found; searched: %.1500s. Install cuDNN 9, or `pip install "
                            "nvidia-cudnn-cu12`, or name its folder in DDP_CUDA_LIBRARY_PATH", tried);
     return library;
 }
 
-static bool load_cudnn(char *err, size_t len) {
+static bool open_cudnn(char *err, size_t len) {
     if (dnn.library)
         return true;
     char path[1024], version[32];
@@ -277,6 +286,15 @@ static bool fail_status(int status, char *err, size_t len, const char *what) {
     char text[1024];
     describe(status, text, sizeof text);
     return ddp_fail(err, len, "cuDNN, %s: %s", what, text);
+}
+
+/* Loaded once, whichever thread asks first. */
+static bool load_cudnn(char *err, size_t len) {
+    static pthread_mutex_t loading = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&loading);
+    bool ok = open_cudnn(err, len);
+    pthread_mutex_unlock(&loading);
+    return ok;
 }
 
 ddp_cudnn *ddp_cudnn_open(void *cuda_stream, char *err, size_t len) {

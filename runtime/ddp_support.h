@@ -30,16 +30,13 @@ typedef struct ddp_feature_support {
 
 static const ddp_feature_support ddp_features[DDP_FEATURE_COUNT] = {
     [DDP_FEATURE_BF16] = {"precision", false,
-                          "precision = bf16 needs the GPU runtime, and this version trains on CPUs in fp32 only: "
-                          "set precision = fp32"},
+                          "precision = bf16 is not in this version of the runtime (fp32 and tf32 are): set "
+                          "precision = fp32, or tf32 on a GPU"},
     [DDP_FEATURE_FP16] = {"precision", false,
-                          "precision = fp16 needs the GPU runtime, and this version trains on CPUs in fp32 only: "
-                          "set precision = fp32"},
-    [DDP_FEATURE_NCCL] = {"communication", false,
-                          "communication = nccl needs GPUs, and this version trains on CPUs: set communication = auto"},
-    [DDP_FEATURE_GPUS_PER_WORKER] = {"gpus_per_worker", false,
-                                     "gpus_per_worker > 1 needs the GPU runtime, and this version trains on CPUs: "
-                                     "remove the setting"},
+                          "precision = fp16 is not in this version of the runtime (fp32 and tf32 are): set "
+                          "precision = fp32, or tf32 on a GPU"},
+    [DDP_FEATURE_NCCL] = {"communication", true, "communication = nccl is not supported by this runtime"},
+    [DDP_FEATURE_GPUS_PER_WORKER] = {"gpus_per_worker", true, "gpus_per_worker > 1 is not supported by this runtime"},
     [DDP_FEATURE_CHECKPOINT] = {"checkpoint", true, "checkpoint(...) is not supported by this runtime"},
 };
 

@@ -25,8 +25,13 @@
 
 typedef uint64_t ddp_dptr;      /* a device address */
 
-enum { DDP_STREAM_COMPUTE, DDP_STREAM_UPLOAD, DDP_STREAMS };
-enum { DDP_EVENTS = 8 };        /* events are numbered 0..DDP_EVENTS-1 */
+/* The streams: the schedule's, the next batch's upload, the gradients' collectives. */
+enum { DDP_STREAM_COMPUTE, DDP_STREAM_UPLOAD, DDP_STREAM_COMM, DDP_STREAMS };
+/* Events are numbered 0..DDP_EVENTS-1: the executor's own below DDP_BUCKET_EVENT(0, 0),
+ * then two for each of the first DDP_MAX_BUCKET_EVENTS gradient buckets (its collective
+ * begun, ended). */
+enum { DDP_MAX_BUCKET_EVENTS = 128, DDP_EVENTS = 8 + 2 * DDP_MAX_BUCKET_EVENTS };
+#define DDP_BUCKET_EVENT(bucket, ended) (8 + 2 * (int)(bucket) + ((ended) ? 1 : 0))
 enum { DDP_GRAPHS = 8 };        /* captured graphs are numbered 0..DDP_GRAPHS-1 */
 enum { DDP_MARKS = 4096 };      /* timing marks (--profile) are numbered 0..DDP_MARKS-1 */
 enum { DDP_MAX_BLOCK_THREADS = 1024, DDP_MAX_SHARED_BYTES = 48 * 1024 };
@@ -112,6 +117,16 @@ typedef struct ddp_device_backend {
      * emulated device's reference); NULL: this device runs no library convolutions (the
      * schedule's generated steps do). */
     bool (*conv)(ddp_device *d, int stream, const ddp_device_conv *c);
+    /* The stream's native handle, for a library that queues its own work on it (NCCL):
+     * a CUstream on CUDA, a ddp_emulated_stream (nccl_api.h) on the emulated device. */
+    void *(*native_stream)(ddp_device *d, int stream);
+    /* Whether the work queued before the event's last record has run: 1 yes (or the
+     * event was never recorded), 0 not yet, -1 the device failed. It never waits and
+     * may be called from any thread (a watchdog's). */
+    int (*event_done)(ddp_device *d, int event);
+    /* The host runs the queued work when it waits (the emulated device): an event is
+     * done only once a synchronisation has run it, so a poll must end in one. */
+    bool host_runs_queue;
 } ddp_device_backend;
 
 struct ddp_device {

@@ -18,6 +18,7 @@
  * capture finds every plan made, since each phase runs once uncaptured first. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,7 @@ typedef struct {
     X(cuEventCreate, (CUevent *, unsigned))                                                                  \
     X(cuEventDestroy, (CUevent))                                                                             \
     X(cuEventRecord, (CUevent, CUstream))                                                                    \
+    X(cuEventQuery, (CUevent))                                                                               \
     X(cuEventSynchronize, (CUevent))                                                                         \
     X(cuEventElapsedTime, (float *, CUevent, CUevent))                                                       \
     X(cuStreamBeginCapture, (CUstream, int))                                                                 \
@@ -189,7 +191,7 @@ static bool driver_complete(char *err, size_t len) {
 
 /* The driver, ready, and the version it supports; false with why it cannot run the
  * program's PTX. */
-static bool driver_ready(int *version, char *err, size_t len) {
+static bool start_driver(int *version, char *err, size_t len) {
     if (!load_driver(err, len))
         return false;
     CUresult r;
@@ -202,6 +204,17 @@ static bool driver_ready(int *version, char *err, size_t len) {
     if ((r = cu.cuInit(0)) != 0)
         return ddp_fail(err, len, "the CUDA driver %s does not start: %s", cu.path, describe(r));
     return driver_complete(err, len);
+}
+
+/* The libraries are loaded once, whichever thread asks first (a process with several
+ * GPUs opens each from a thread of its own). */
+static pthread_mutex_t loading = PTHREAD_MUTEX_INITIALIZER;
+
+static bool driver_ready(int *version, char *err, size_t len) {
+    pthread_mutex_lock(&loading);
+    bool ok = start_driver(version, err, len);
+    pthread_mutex_unlock(&loading);
+    return ok;
 }
 
 int ddp_cuda_device_count(char *err, size_t len) {
@@ -218,7 +231,16 @@ int ddp_cuda_device_count(char *err, size_t len) {
 
 /* ---------------------------------------------------------------- cuBLAS */
 
+static bool open_blas(int driver_version, char *err, size_t len);
+
 static bool load_blas(int driver_version, char *err, size_t len) {
+    pthread_mutex_lock(&loading);
+    bool ok = open_blas(driver_version, err, len);
+    pthread_mutex_unlock(&loading);
+    return ok;
+}
+
+static bool open_blas(int driver_version, char *err, size_t len) {
     if (blas.library)
         return true;
     /* the newest cuBLAS the driver runs: 13 needs a CUDA 13 driver */
@@ -335,6 +357,22 @@ static bool synchronize_event(ddp_device *d, int event) {
 
 static bool synchronize(ddp_device *d) {
     return check(d, cu.cuCtxSynchronize(), "running on the GPU");
+}
+
+/* From any thread: the context is made that thread's first (a watchdog's has none). */
+static int event_done(ddp_device *d, int event) {
+    static __thread CUcontext current;
+    Cuda *c = cuda(d);
+    if (event < 0 || event >= DDP_EVENTS)
+        return -1;
+    if (current != c->context && cu.cuCtxSetCurrent(c->context) == 0)
+        current = c->context;
+    CUresult r = cu.cuEventQuery(c->events[event]);
+    return r == 0 ? 1 : r == 600 /* CUDA_ERROR_NOT_READY */ ? 0 : -1;
+}
+
+static void *native_stream(ddp_device *d, int stream) {
+    return stream >= 0 && stream < DDP_STREAMS ? (void *)cuda(d)->streams[stream] : NULL;
 }
 
 /* ------------------------------------------------------------- timing */
@@ -526,8 +564,8 @@ static void close_device(ddp_device *d) {
 #define CUDA_OPS                                                                                             \
     "cuda", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm, record,  \
         wait_event, synchronize_event, synchronize, capture_begin, capture_end, graph_launch, mark, elapsed
-static const ddp_device_backend cuda_backend = {CUDA_OPS, NULL};
-static const ddp_device_backend cuda_cudnn_backend = {CUDA_OPS, conv};
+static const ddp_device_backend cuda_backend = {CUDA_OPS, NULL, native_stream, event_done, false};
+static const ddp_device_backend cuda_cudnn_backend = {CUDA_OPS, conv, native_stream, event_done, false};
 #undef CUDA_OPS
 
 /* ---------------------------------------------------------------- opening */

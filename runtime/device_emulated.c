@@ -18,7 +18,9 @@
  *   queued (which honours each stream's order and every event waited for); a copy
  *   to the host fills its destination with 0xff (NaN) when queued, so a result read
  *   before its synchronisation reads NaN. A copy from pinned memory reads it when it
- *   runs, one from ordinary memory when it is queued, as CUDA's do.
+ *   runs, one from ordinary memory when it is queued, as CUDA's do. A library given a
+ *   stream (the stand-in NCCL, through nccl_api.h's ddp_emulated_stream) queues its
+ *   work the same way: it runs in the queue's order, device memory open to it then.
  * - Matrix products are a column-major reference taking cuBLAS's arguments, checked
  *   as cuBLAS checks them (a leading dimension too small is refused); convolutions are
  *   the reference of conv_reference.c, checked when queued as cuDNN checks them.
@@ -41,6 +43,7 @@
 
 #include "conv.h"
 #include "device.h"
+#include "nccl_api.h"
 #include "runtime.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -60,7 +63,8 @@ extern const uint64_t ddp_gpu_module_hash __attribute__((weak));
 
 enum { RESERVE = 1ull << 36, ALIGN = 256, STACK = 64 << 10 };
 
-typedef enum { W_UPLOAD, W_DOWNLOAD, W_COPY, W_FILL, W_LAUNCH, W_GEMM, W_CONV, W_RECORD, W_WAIT, W_MARK } WorkKind;
+typedef enum { W_UPLOAD, W_DOWNLOAD, W_COPY, W_FILL, W_LAUNCH, W_GEMM, W_CONV, W_RECORD, W_WAIT, W_MARK,
+               W_HOST } WorkKind;
 
 typedef struct Work {
     WorkKind kind;
@@ -76,6 +80,10 @@ typedef struct Work {
     union {
         ddp_device_gemm gemm;
         ddp_device_conv conv;   /* a copy: the caller's descriptor may be gone when it runs */
+        struct {
+            void (*run)(void *arg);
+            void *arg;
+        } host_work;            /* a library's work on a stream (nccl_api.h) */
     };
     int event;                  /* W_RECORD, W_WAIT; W_MARK: the mark */
 } Work;
@@ -97,6 +105,10 @@ typedef struct Emulator {
     Work *work;
     size_t nwork, done, cap;
     size_t recorded[DDP_EVENTS]; /* queue position + 1 of each event's last record; 0: never */
+    /* The same as counts since the device opened, for event_done from any thread: work
+     * ever queued, ever run, and each event's last record (atomic). */
+    uint64_t queued_total, ran_total, record_total[DDP_EVENTS];
+    ddp_emulated_stream native[DDP_STREAMS];
     size_t *marked;             /* the same for each timing mark */
     double *mark_time;          /* seconds, when each mark's work ran */
     Pinned *pinned;
@@ -169,8 +181,9 @@ typedef struct Thread {
 } Thread;
 enum { RUNNING, AT_BARRIER, DONE };
 
-/* The launch being run, and the thread within it, as the kernels' builtins see them. */
-static struct {
+/* The launch being run, and the thread within it, as the kernels' builtins see them:
+ * each host thread's own, as a process with several emulated GPUs runs each from one. */
+static __thread struct {
     ddp_kernel_fn fn;
     void *const *args;
     const ddp_scalar *scalars;
@@ -252,13 +265,41 @@ static void close_memory(Emulator *e) {
     e->open_bytes = 0;
 }
 
-static const unsigned char *device_range_lo, *device_range_hi;
+/* Every open device's reserved range, for the fault handler (a slot is free at 0). */
+enum { MAX_DEVICES = 64 };
+static const unsigned char *device_ranges[MAX_DEVICES];
+
+static bool in_device_range(const unsigned char *at) {
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        const unsigned char *lo = __atomic_load_n(&device_ranges[i], __ATOMIC_ACQUIRE);
+        if (lo && at >= lo && at < lo + RESERVE)
+            return true;
+    }
+    return false;
+}
+
+static bool claim_range(const unsigned char *base) {
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        const unsigned char *none = NULL;
+        if (__atomic_compare_exchange_n(&device_ranges[i], &none, base, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return true;
+    }
+    return false;
+}
+
+static void release_range(const unsigned char *base) {
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        const unsigned char *mine = base;
+        if (__atomic_compare_exchange_n(&device_ranges[i], &mine, NULL, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return;
+    }
+}
 
 /* Host code that touched device memory: the bug is a copy left out. */
 static void on_segv(int sig, siginfo_t *info, void *context) {
     (void)context;
     const unsigned char *at = info->si_addr;
-    if (at >= device_range_lo && at < device_range_hi) {
+    if (in_device_range(at)) {
         static const char msg[] = "ddp emulated GPU: host code read or wrote device memory (a copy to or from the "
                                   "device is missing, or a result was used before its synchronisation)\n";
         (void)!write(2, msg, sizeof msg - 1);
@@ -300,7 +341,10 @@ static bool enqueue(ddp_device *d, Work w) {
     Emulator *e = emulator(d);
     if (e->capturing == w.stream)
         return append(d, &e->capture.work, &e->capture.count, &e->capture.cap, w);
-    return append(d, &e->work, &e->nwork, &e->cap, w);
+    if (!append(d, &e->work, &e->nwork, &e->cap, w))
+        return false;
+    e->queued_total++;
+    return true;
 }
 
 /* What CUDA refuses while `stream` (or, stream -1, any stream) is being captured:
@@ -331,6 +375,7 @@ static bool run_work(ddp_device *d, Work *w) {
     case W_GEMM: return run_gemm(d, &w->gemm);
     case W_CONV: run_conv(&w->conv); break;
     case W_MARK: emulator(d)->mark_time[w->event] = ddp_trace_clock() / 1e6; break;
+    case W_HOST: w->host_work.run(w->host_work.arg); break;
     case W_RECORD: case W_WAIT: break;
     }
     return true;
@@ -344,6 +389,7 @@ static bool run_until(ddp_device *d, size_t upto) {
     for (; ok && e->done < upto; e->done++) {
         Work *w = &e->work[e->done];
         ok = run_work(d, w);
+        __atomic_add_fetch(&e->ran_total, 1, __ATOMIC_RELEASE);
         if (w->snapshot)
             free(w->host);
         w->snapshot = false;
@@ -613,6 +659,7 @@ static bool record(ddp_device *d, int stream, int event) {
     if (!enqueue(d, w))
         return false;
     e->recorded[event] = e->nwork;
+    __atomic_store_n(&e->record_total[event], e->queued_total, __ATOMIC_RELEASE);
     return true;
 }
 
@@ -636,6 +683,34 @@ static bool synchronize(ddp_device *d) {
     if (refused_in_capture(d, -1, "a device synchronisation"))
         return false;
     return run_until(d, emulator(d)->nwork);
+}
+
+static int event_done(ddp_device *d, int event) {
+    Emulator *e = emulator(d);
+    if (event < 0 || event >= DDP_EVENTS)
+        return -1;
+    return __atomic_load_n(&e->ran_total, __ATOMIC_ACQUIRE) >=
+           __atomic_load_n(&e->record_total[event], __ATOMIC_ACQUIRE);
+}
+
+/* ------------------------------------------------------- native streams */
+
+/* A library's work (the stand-in NCCL's collectives) queued on an emulated stream:
+ * refused while the stream is captured, as nothing here replays it. */
+static int native_enqueue(ddp_emulated_stream *s, void (*run)(void *arg), void *arg) {
+    ddp_device *d = s->device;
+    if (refused_in_capture(d, s->stream, "a library's work queued"))
+        return -1;
+    Work w = {.kind = W_HOST, .stream = s->stream, .host_work = {run, arg}};
+    return enqueue(d, w) ? 0 : -1;
+}
+
+static int native_on_device(ddp_emulated_stream *s, const void *p, size_t bytes) {
+    return on_device(emulator(s->device), (ddp_dptr)(uintptr_t)p, bytes);
+}
+
+static void *native_stream(ddp_device *d, int stream) {
+    return stream >= 0 && stream < DDP_STREAMS ? &emulator(d)->native[stream] : NULL;
 }
 
 /* ----------------------------------------------------------- convolutions */
@@ -811,14 +886,15 @@ static void close_device(ddp_device *d) {
         munmap(e->stacks, (size_t)DDP_MAX_BLOCK_THREADS * STACK);
     free(e->shared);
     free(e->team);
-    device_range_lo = device_range_hi = NULL;
+    if (e->base)
+        release_range(e->base);
     free(e);
 }
 
 static const ddp_device_backend emulated_backend = {
     "emulated", close_device, alloc, host_alloc, host_free, upload, download, copy, fill, launch, gemm,
     record, wait_event, synchronize_event, synchronize, capture_begin, capture_end, graph_launch,
-    mark, elapsed, conv,
+    mark, elapsed, conv, native_stream, event_done, true,
 };
 
 bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err, size_t len) {
@@ -841,6 +917,8 @@ bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err,
     d->program = p;
     d->state = e;
     e->capturing = -1;
+    for (int s = 0; s < DDP_STREAMS; s++)
+        e->native[s] = (ddp_emulated_stream){DDP_EMULATED_STREAM_MAGIC, d, s, native_enqueue, native_on_device};
     e->base = mmap(NULL, RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     e->stacks = mmap(NULL, (size_t)DDP_MAX_BLOCK_THREADS * STACK, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -855,8 +933,11 @@ bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err,
         free(d);
         return ddp_fail(err, len, "--device emulated: cannot reserve the emulated device's memory");
     }
-    device_range_lo = e->base;
-    device_range_hi = e->base + RESERVE;
+    if (!claim_range(e->base)) {
+        close_device(d);
+        free(d);
+        return ddp_fail(err, len, "--device emulated: more than %d emulated devices at once", MAX_DEVICES);
+    }
     struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, NULL);

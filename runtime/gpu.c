@@ -25,17 +25,32 @@
  * forward phase ends with the optimizer's, and from then on the forward phase's call
  * launches the whole step and the two calls after it have nothing left to queue.
  *
+ * With several workers the gradients are summed bucket by bucket as backward marks
+ * them final (the schedule's markers): through NCCL on the communication stream, each
+ * bucket's all-reduce queued behind an event of the compute stream and the optimizer
+ * queued behind one of the communication stream, so the host never waits for them; or
+ * through the ring, each bucket copied into the pinned gradient mirror behind its own
+ * event, which the host watches to hand the bucket to the communication thread (comm.c)
+ * while the device goes on with backward. Backward then runs call by call (its markers
+ * act on the host); forward and the optimizer are still graphs. With NCCL the host's
+ * waits poll the device's events and the NCCL watchdog (nccl.c), so that a lost worker
+ * ends them instead of hanging them.
+ *
  * --profile times each step of a training phase between two timing events and tells
  * the profile after the phase (so the phase then runs step by step, and waits). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "runtime.h"
 
-enum { EVENT_UPLOADED = 0, EVENT_FIGURES = 1 };
+/* The executor's events (below DDP_BUCKET_EVENT(0, 0)): the batch uploaded, the figures
+ * downloaded, a download's end, backward's gradients before a bucket's collective, the
+ * collectives' end before the optimizer. */
+enum { EVENT_UPLOADED = 0, EVENT_FIGURES = 1, EVENT_HOST = 2, EVENT_TO_COMM = 3, EVENT_COMM_DONE = 4 };
 
 struct ddp_gpu {
     ddp_device *dev;
@@ -51,6 +66,12 @@ struct ddp_gpu {
     bool captured[DDP_PHASE_COUNT]; /* graph `phase` holds the phase */
     int step_graph;             /* STEP_*: where the lone worker's whole-step graph stands */
     ddp_scalar step_scalars[DDP_S_COUNT]; /* the scalars the step's graph was given */
+    ddp_nccl *nccl;             /* the buckets' all-reduce through NCCL; NULL: none */
+    bool staged;                /* the buckets copied into the pinned gradient mirror for the ring */
+    bool whole;                 /* no bucket events to spare: the whole vector once backward is done */
+    int64_t *marked;            /* staged: this step's buckets in the order backward marked them */
+    int64_t nmarked, handed;    /* of them, those handed to the host so far */
+    int64_t step;               /* the training step, for messages */
 };
 
 /* The whole-step graph: none yet, being captured (forward queued, the rest to come),
@@ -77,6 +98,36 @@ void ddp_device_close(ddp_device *d) {
 static bool failed(ddp_runtime *rt, const char *doing) {
     snprintf(rt->device_error, sizeof rt->device_error, "%.200s: %.1800s", doing, rt->gpu->dev->error);
     return false;
+}
+
+/* NCCL's watchdog aborted the collectives: its reason, which names them, is the failure. */
+static bool nccl_failed(ddp_runtime *rt) {
+    char why[2048];
+    if (!ddp_nccl_failed(rt->gpu->nccl, why, sizeof why))
+        return false;
+    snprintf(rt->device_error, sizeof rt->device_error, "%s", why);
+    return true;
+}
+
+/* Waits for the event. With NCCL in use the wait polls it, and gives up once the
+ * watchdog has aborted the collectives the event may follow; on the emulated device
+ * the host's wait runs the queue, which an abort lets go on. */
+static bool await(ddp_runtime *rt, int event, const char *doing) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    if (!g->nccl || !d->ops->event_done)
+        return d->ops->synchronize_event(d, event) || failed(rt, doing);
+    for (unsigned spins = 0;; spins++) {
+        if (nccl_failed(rt))
+            return false;
+        int done = d->ops->event_done(d, event);
+        if (done < 0)
+            return (d->ops->synchronize_event(d, event) || failed(rt, doing)) && !nccl_failed(rt);
+        if (done || d->ops->host_runs_queue)
+            return (done || d->ops->synchronize_event(d, event) || failed(rt, doing)) && !nccl_failed(rt);
+        if (spins > 64)
+            usleep(spins > 4096 ? 1000 : 50);
+    }
 }
 
 /* ------------------------------------------------------------ attaching */
@@ -178,6 +229,7 @@ void ddp_gpu_detach(ddp_runtime *rt) {
         }
     for (int ph = 0; ph < DDP_PHASE_COUNT; ph++)
         free(g->step_args[ph]);
+    free(g->marked);
     free(g->buffer);
     ddp_device_close(g->dev);
     free(g);
@@ -191,8 +243,10 @@ bool ddp_gpu_exchange(ddp_runtime *rt, int region, int64_t offset, int64_t bytes
     ddp_dptr at = rt->gpu->region[region] + (ddp_dptr)offset;
     if (up)
         return d->ops->upload(d, DDP_STREAM_COMPUTE, at, host, (size_t)bytes) || failed(rt, "copying to the GPU");
-    return (d->ops->download(d, DDP_STREAM_COMPUTE, host, at, (size_t)bytes) && d->ops->synchronize(d)) ||
-           failed(rt, "copying from the GPU");
+    if (!d->ops->download(d, DDP_STREAM_COMPUTE, host, at, (size_t)bytes) ||
+        !d->ops->record(d, DDP_STREAM_COMPUTE, EVENT_HOST))
+        return failed(rt, "copying from the GPU");
+    return await(rt, EVENT_HOST, "copying from the GPU");
 }
 
 bool ddp_to_device(ddp_runtime *rt, int region) {
@@ -236,9 +290,7 @@ bool ddp_accumulators_send(ddp_runtime *rt) {
 }
 
 bool ddp_accumulators_arrived(ddp_runtime *rt) {
-    ddp_gpu *g = rt->gpu;
-    return g->dev->ops->synchronize_event(g->dev, EVENT_FIGURES) ||
-           failed(rt, "copying the loss and metrics from the GPU");
+    return await(rt, EVENT_FIGURES, "copying the loss and metrics from the GPU");
 }
 
 bool ddp_gpu_zero(ddp_runtime *rt, int region) {
@@ -306,6 +358,84 @@ static bool queue_kernel(ddp_runtime *rt, int phase, int64_t i) {
                                (uint32_t)k->shared_bytes, g->step_args[phase][i], g->scalars, 0, end);
 }
 
+/* ------------------------------------------------------------ the buckets */
+
+/* Gradient bucket b final on the compute stream: its all-reduce queued on the
+ * communication stream behind it (NCCL), or its copy into the pinned mirror queued,
+ * with an event the host watches (the ring). b -1: the whole vector as one. */
+static bool bucket_ready(ddp_runtime *rt, int64_t b) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    const ddp_program *p = rt->program;
+    int64_t begin = b < 0 ? 0 : p->buckets[b].begin, end = b < 0 ? p->param_count : p->buckets[b].end;
+    int64_t at = begin * rt->elem_size; /* the gradient vector starts its region */
+    ddp_dptr data = g->region[DDP_REGION_GRADS] + (ddp_dptr)at;
+    if (g->nccl) {
+        char err[2048];
+        if (!d->ops->record(d, DDP_STREAM_COMPUTE, EVENT_TO_COMM) || !d->ops->wait(d, DDP_STREAM_COMM, EVENT_TO_COMM))
+            return failed(rt, "queueing a gradient bucket's all-reduce");
+        if (ddp_nccl_allreduce(g->nccl, data, end - begin, p->dtype == DDP_F64, b < 0 ? 0 : b, b < 0 ? 1 : p->nbuckets,
+                               g->step, err, sizeof err))
+            return true;
+        if (!nccl_failed(rt))
+            snprintf(rt->device_error, sizeof rt->device_error, "%s", err);
+        return false;
+    }
+    g->marked[g->nmarked++] = b;
+    return (d->ops->download(d, DDP_STREAM_COMPUTE, (char *)rt->region[DDP_REGION_GRADS] + at, data,
+                             (size_t)((end - begin) * rt->elem_size)) &&
+            d->ops->record(d, DDP_STREAM_COMPUTE, DDP_BUCKET_EVENT(b < 0 ? 0 : b, true))) ||
+           failed(rt, "copying a gradient bucket from the GPU");
+}
+
+static bool summing(const ddp_gpu *g) {
+    return g->nccl || g->staged;
+}
+
+bool ddp_gpu_sum_with_nccl(ddp_runtime *rt, ddp_nccl *n) {
+    ddp_gpu *g = rt->gpu;
+    g->nccl = n;
+    g->whole = rt->program->nbuckets == 0 || rt->program->nbuckets > DDP_MAX_BUCKET_EVENTS;
+    return true;
+}
+
+int ddp_gpu_stage_buckets(ddp_runtime *rt, char *err, size_t len) {
+    ddp_gpu *g = rt->gpu;
+    ddp_device *d = g->dev;
+    const ddp_program *p = rt->program;
+    int r = DDP_REGION_GRADS;
+    if (p->nbuckets > DDP_MAX_BUCKET_EVENTS)
+        return 0;
+    void *m = d->ops->host_alloc(d, (size_t)(p->region_bytes[r] ? p->region_bytes[r] : 64));
+    if (!m || !(g->marked = calloc((size_t)p->nbuckets + 1, sizeof *g->marked))) {
+        if (m)
+            d->ops->host_free(d, m);
+        ddp_fail(err, len, "cannot pin %lld bytes of host memory for the gradients", (long long)p->region_bytes[r]);
+        return -1;
+    }
+    memcpy(m, rt->region[r], (size_t)p->region_bytes[r]);
+    free(rt->region[r]);
+    rt->region[r] = g->pinned[r] = m;
+    for (int64_t i = 0; i < p->nbuffers; i++) /* the buffer table points into the mirror */
+        if (p->buffers[i].region == r)
+            rt->buffers[i] = (char *)m + p->buffers[i].offset;
+    g->staged = true;
+    return 1;
+}
+
+int ddp_gpu_next_bucket(ddp_runtime *rt, int64_t *bucket) {
+    ddp_gpu *g = rt->gpu;
+    if (!g->staged || g->handed == g->nmarked)
+        return 0;
+    int64_t b = g->marked[g->handed++];
+    *bucket = b;
+    return await(rt, DDP_BUCKET_EVENT(b < 0 ? 0 : b, true), "copying a gradient bucket from the GPU") ? 1 : -1;
+}
+
+bool ddp_gpu_buckets_summed(const ddp_runtime *rt) {
+    return rt->gpu && summing(rt->gpu);
+}
+
 /* Poisoning (--poison): planned memory NaN before a sequence, each value's bytes NaN
  * again after its last use. */
 static bool poison(ddp_runtime *rt, int phase, int64_t first, int64_t sequence, int64_t position, bool start) {
@@ -363,7 +493,12 @@ static bool queue_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count
             ok = queue_gemm(rt, &rt->program->gemms[s->index]);
         else if (ours && s->kind == DDP_STEP_CONV)
             ok = queue_conv(rt, &rt->program->convs[s->index]);
-        /* markers: the gradients are summed after the phase (train.c) */
+        else if (s->kind == DDP_STEP_BUCKET_READY && summing(rt->gpu) && !rt->gpu->whole)
+            ok = bucket_ready(rt, s->index);
+        /* WAIT_BUCKETS: NCCL's is queued before the optimizer phase; the ring's
+         * gradients are summed and uploaded before it (train.c) */
+        if (!ok && s->kind == DDP_STEP_BUCKET_READY)
+            return false;
         if (!ok)
             return failed(rt, s->kind == DDP_STEP_KERNEL ? rt->program->kernels[s->index].name
                               : s->kind == DDP_STEP_CONV ? "a convolution" : "a matrix product");
@@ -379,8 +514,9 @@ static bool queue_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count
  * a full batch, and nothing that needs each step apart (poisoning). */
 static bool graph_fits(const ddp_runtime *rt, int phase, int64_t first, int64_t count) {
     const ddp_program *p = rt->program;
+    bool markers_act = phase == DDP_PHASE_BACKWARD && summing(rt->gpu) && !rt->gpu->whole;
     return !rt->options.no_graphs && !rt->options.poison && !timed(rt, phase) && rt->gpu->dev->ops->capture_begin &&
-           first == 0 &&
+           !markers_act && first == 0 &&
            count >= p->phases[phase].count && rt->scalars[DDP_S_LOCAL_BATCH].i == p->settings.batch_per_replica;
 }
 
@@ -454,12 +590,24 @@ bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count,
     ddp_device *d = g->dev;
     if (rt->options.step_graph && phase != DDP_PHASE_EVAL && graph_fits(rt, phase, first, count))
         return run_in_step_graph(rt, phase, sequence, position);
+    bool backward = phase == DDP_PHASE_BACKWARD && summing(g) && first == 0;
+    if (backward) {
+        g->nmarked = g->handed = 0;
+        g->step = rt->scalars[DDP_S_STEP].i;
+        if (g->nccl)
+            ddp_nccl_begin_step(g->nccl);
+    }
+    /* the optimizer reads the sums: it waits for the collectives, on the device */
+    if (phase == DDP_PHASE_OPTIMIZER && first == 0 && g->nccl &&
+        (!d->ops->record(d, DDP_STREAM_COMM, EVENT_COMM_DONE) || !d->ops->wait(d, DDP_STREAM_COMPUTE, EVENT_COMM_DONE)))
+        return failed(rt, "queueing the optimizer behind the gradients' all-reduce");
     /* the scalars travel from ordinary memory, so they are taken as they are now */
     if (!d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars))
         return failed(rt, "copying the step's scalars to the GPU");
-    if (graph_fits(rt, phase, first, count) && g->full_runs[phase]++ > 0)
-        return run_graph(rt, phase, sequence, position);
-    return queue_steps(rt, phase, first, count, sequence, position);
+    bool ok = graph_fits(rt, phase, first, count) && g->full_runs[phase]++ > 0
+                  ? run_graph(rt, phase, sequence, position)
+                  : queue_steps(rt, phase, first, count, sequence, position);
+    return ok && (!backward || !g->whole || first + count < rt->program->phases[phase].count || bucket_ready(rt, -1));
 }
 
 bool ddp_gpu_synchronize(ddp_runtime *rt) {
@@ -482,4 +630,8 @@ int ddp_gpu_path(const ddp_runtime *rt) {
 
 const char *ddp_gpu_backend(const ddp_runtime *rt) {
     return rt->gpu ? rt->gpu->dev->ops->name : "cpu";
+}
+
+struct ddp_device *ddp_gpu_device(const ddp_runtime *rt) {
+    return rt->gpu ? rt->gpu->dev : NULL;
 }

@@ -4,7 +4,9 @@
  * strings JSON texts are written into. Under srun the lines
  * of every task meet on one terminal, so with several workers each says its rank and
  * host. Once a run has its folder, every such line, and everything worker 0 prints,
- * goes to the worker's log there too. */
+ * goes to the worker's log there too. Both belong to the thread that set them, since
+ * a process with several GPUs runs a worker on each in a thread of its own; threads
+ * that set none (a worker's helpers) write with the identity the process shared. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,8 +15,13 @@
 
 #include "runtime.h"
 
-static char identity[512] = "ddp: ";
-static FILE *log_file; /* the run folder's log of this worker; NULL before */
+static char shared_identity[512] = "ddp: ";
+static __thread char thread_identity[512]; /* "": the shared one */
+static __thread FILE *log_file;            /* the run folder's log of this worker; NULL before */
+
+static const char *identity(void) {
+    return thread_identity[0] ? thread_identity : shared_identity;
+}
 
 bool ddp_fail(char *err, size_t len, const char *fmt, ...) {
     va_list ap;
@@ -26,9 +33,13 @@ bool ddp_fail(char *err, size_t len, const char *fmt, ...) {
 
 void ddp_set_identity(const char *prog, int64_t rank, const char *host, bool several) {
     if (several)
-        snprintf(identity, sizeof identity, "%s: rank %lld on %s: ", prog, (long long)rank, host);
+        snprintf(thread_identity, sizeof thread_identity, "%s: rank %lld on %s: ", prog, (long long)rank, host);
     else
-        snprintf(identity, sizeof identity, "%s: ", prog);
+        snprintf(thread_identity, sizeof thread_identity, "%s: ", prog);
+}
+
+void ddp_share_identity(void) {
+    memcpy(shared_identity, thread_identity, sizeof shared_identity);
 }
 
 void ddp_error(const char *fmt, ...) {
@@ -37,9 +48,9 @@ void ddp_error(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s%s\n", identity, line); /* one call: lines of threads do not mix */
+    fprintf(stderr, "%s%s\n", identity(), line); /* one call: lines of threads do not mix */
     if (log_file) {
-        fprintf(log_file, "%s%s\n", identity, line);
+        fprintf(log_file, "%s%s\n", identity(), line);
         fflush(log_file);
     }
 }

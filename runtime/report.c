@@ -193,14 +193,26 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
                                     : rt->profile ? "none for training (--profile times every call)"
                                     : rt->options.step_graph ? "the training step one CUDA graph from its second full "
                                                                "batch on"
-                                                             : "each phase a CUDA graph from its second full batch on");
+                                    : ddp_gpu_buckets_summed(rt) ? "forward, the optimizer and validation each a CUDA graph "
+                                                                   "from its second full batch on; backward call by call "
+                                                                   "(its buckets' sums start during it)"
+                                                                 : "each phase a CUDA graph from its second full batch on");
     const ddp_cluster *c = &cfg->cluster;
     if (c->world == 1)
         ddp_say("  cluster     %s: one worker on %s\n", c->source, c->host);
+    else if (rt->workers < rt->replicas) /* several GPUs a worker: c is replica 0's place */
+        ddp_say("  cluster     %s: %d worker%s x %d GPUs on %lld node%s, this one replica %lld (worker %lld) on %s, "
+               "coordinator %s:%lld, proven by %s\n", c->source, rt->workers, rt->workers == 1 ? "" : "s",
+               rt->replicas / rt->workers,
+               (long long)c->nodes, c->nodes == 1 ? "" : "s", (long long)c->rank,
+               (long long)c->rank / (rt->replicas / rt->workers), c->host, c->coordinator, (long long)c->port_base,
+               cfg->proven_by);
     else
         ddp_say("  cluster     %s: %lld workers on %lld node%s, this one rank %lld on %s, coordinator %s:%lld, "
                "proven by %s\n", c->source, (long long)c->world, (long long)c->nodes, c->nodes == 1 ? "" : "s",
                (long long)c->rank, c->host, c->coordinator, (long long)c->port_base, cfg->proven_by);
+    if (c->world > 1 || cfg->nccl)
+        ddp_say("  gradients   summed by %s\n", cfg->communication);
     if (train && !cfg->evaluate) {
         describe_data(p, train, line, sizeof line);
         ddp_say("  data        %s\n", line);

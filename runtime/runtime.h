@@ -35,6 +35,8 @@ bool ddp_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format
 /* Who this process is, for what it writes to stderr: "PROG: " alone, or with several
  * workers "PROG: rank R on HOST: ", so the user sees whose message it is. */
 void ddp_set_identity(const char *prog, int64_t rank, const char *host, bool several);
+/* The calling thread's identity made the one of threads that set none. */
+void ddp_share_identity(void);
 /* One line to stderr, with that prefix. */
 void ddp_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The run folder's log of this worker (appended to): every ddp_error line from now on,
@@ -492,6 +494,36 @@ void ddp_comm_wait_hook(void *ctx);
 /* Waits for every bucket of the step; false with the failure. */
 bool ddp_comm_wait(ddp_comm *c, char *err, size_t errlen);
 
+/* ----------------------------------------------------------------- nccl.c */
+
+/* The gradients' all-reduce between GPUs through NCCL, with a watchdog that aborts
+ * the communicator when a worker is lost (S12). */
+typedef struct ddp_nccl ddp_nccl;
+/* NCCL loaded for a device of the backend ("cuda", or "emulated", which takes only the
+ * tests' stand-in); false with why not (not found, too old, the wrong kind). */
+bool ddp_nccl_load(const char *backend, char *about, size_t aboutlen, char *err, size_t len);
+const char *ddp_nccl_library(void); /* "NCCL 2.28.9 (PATH)" once loaded */
+typedef struct ddp_nccl_config {
+    struct ddp_device *device;
+    int stream;                 /* the device's stream the collectives run on */
+    ddp_link *link;             /* the unique id's way, and the news of lost workers; NULL alone */
+    int rank, world;
+    int peer_timeout_s, rendezvous_timeout_s;
+} ddp_nccl_config;
+/* Every rank calls it at once; NULL with why. */
+ddp_nccl *ddp_nccl_open(const ddp_nccl_config *c, char *err, size_t len);
+/* Before a step's first collective: the last step's have all ended (the host saw its
+ * optimizer's work done, which waits for them). */
+void ddp_nccl_begin_step(ddp_nccl *n);
+/* The sum over every rank of count values at the device address data, in place,
+ * queued on the stream between the bucket's two events (device.h); false with why. */
+bool ddp_nccl_allreduce(ddp_nccl *n, uint64_t data, int64_t count, bool f64, int64_t bucket, int64_t nbuckets,
+                        int64_t step, char *err, size_t len);
+/* Whether the watchdog aborted the communicator: why, naming the collective. */
+bool ddp_nccl_failed(ddp_nccl *n, char *why, size_t len);
+/* Finalized and destroyed, or nothing more after an abort. NULL: nothing. */
+void ddp_nccl_close(ddp_nccl *n);
+
 /* --------------------------------------------------------------- loader.c */
 
 /* The order of an epoch's samples (S8): a permutation of [0, n) drawn from (seed,
@@ -559,6 +591,8 @@ typedef struct ddp_config {
     bool requeue_on_signal;     /* --requeue-on-signal */
     const char *proven_by;      /* how workers prove they belong to the job, for the banner */
     char threads_from[128];     /* how the thread count was found, for the banner */
+    bool nccl;                  /* several workers: the gradients summed by NCCL, else the ring */
+    char communication[1600];   /* how the gradients travel, for the banner */
 } ddp_config;
 
 /* Fills cfg from the program's settings and argv. Returns -1 to go on, else the exit
@@ -760,6 +794,7 @@ bool ddp_requeue_job(const ddp_cluster *c, char *err, size_t len);
 typedef struct ddp_job {
     ddp_link *link;
     ddp_ring *ring;
+    ddp_nccl *nccl;             /* the gradients' sums between GPUs; NULL: the ring's */
     ddp_trace *trace;
     char why[1024];             /* the message this worker failed with, for the others */
 } ddp_job;
@@ -816,6 +851,17 @@ bool ddp_accumulators_send(ddp_runtime *rt);
 bool ddp_accumulators_arrived(ddp_runtime *rt);
 /* Waits for every queued step; true on the CPU. */
 bool ddp_gpu_synchronize(ddp_runtime *rt);
+/* With several workers, the gradients summed bucket by bucket as backward marks them:
+ * through NCCL on the device (the runtime uses n, the caller owns it), or through the
+ * ring, each bucket copied into the gradient mirror (pinned from now on), handed to the
+ * host by ddp_gpu_next_bucket in the order marked: 1 a bucket's copy arrived (-1 for
+ * the whole vector), 0 none left this step, -1 the device failed. */
+bool ddp_gpu_sum_with_nccl(ddp_runtime *rt, ddp_nccl *n);
+int ddp_gpu_stage_buckets(ddp_runtime *rt, char *err, size_t len); /* 1 staged, 0 too many buckets, -1 err */
+struct ddp_device *ddp_gpu_device(const ddp_runtime *rt);          /* NULL on the CPU */
+int ddp_gpu_next_bucket(ddp_runtime *rt, int64_t *bucket);
+/* Whether backward's markers act (so backward runs call by call). */
+bool ddp_gpu_buckets_summed(const ddp_runtime *rt);
 const struct ddp_device_info *ddp_gpu_info(const ddp_runtime *rt); /* NULL on the CPU */
 const char *ddp_gpu_backend(const ddp_runtime *rt);                  /* "cuda", "emulated", "cpu" */
 

@@ -12,6 +12,7 @@
  * form), 2 bad usage, 3 another worker of the job was lost, 4 stopped by SIGUSR1 or
  * SIGTERM after a checkpoint, 130 the same after SIGINT. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,20 @@ static const ddp_dataset *synthetic_like(const ddp_program *p, const ddp_config 
 
 /* ----------------------------------------------------------------- devices */
 
+static int gpus_per_worker(const ddp_program *p) {
+    return p->settings.gpus_per_worker > 1 ? (int)p->settings.gpus_per_worker : 1;
+}
+
+/* Replica i of a worker of n: its rank and local rank among the job's replicas. */
+static ddp_cluster replica_place(const ddp_cluster *worker, int n, int i) {
+    ddp_cluster c = *worker; /* the lists stay the worker's */
+    c.rank = worker->rank * n + i;
+    c.world = worker->world * n;
+    c.local_rank = worker->local_rank * n + i;
+    c.local_world = worker->local_world * n;
+    return c;
+}
+
 /* Variables that say this task was given GPUs: inside such a job, not using one is an
  * error, not a silent CPU run. */
 static const char *gpus_given(void) {
@@ -65,12 +80,21 @@ static const char *gpus_given(void) {
 }
 
 /* Which GPU of those visible: the only one, or the local rank's when there is one per
- * task of the node (S4); -1 with why not. */
-static int gpu_ordinal(const ddp_cluster *c, int visible, char *err, size_t len) {
-    if (visible == 1)
+ * replica of the node (S4, S14); -1 with why not. */
+static int gpu_ordinal(const ddp_cluster *c, int visible, int per_worker, char *err, size_t len) {
+    if (visible == 1 && per_worker == 1)
         return 0;
     if (visible >= c->local_world)
         return (int)c->local_rank;
+    if (per_worker > 1) {
+        const char *v = getenv("CUDA_VISIBLE_DEVICES");
+        ddp_fail(err, len, "gpus_per_worker = %d: this node's %lld task%s need %lld GPUs, but this task sees %d%s%s%s: "
+                           "give each task %d GPUs (srun --gpus-per-task=%d), or lower gpus_per_worker",
+                 per_worker, (long long)(c->local_world / per_worker), c->local_world / per_worker == 1 ? "" : "s",
+                 (long long)c->local_world, visible, v ? " (CUDA_VISIBLE_DEVICES=" : "", v ? v : "", v ? ")" : "",
+                 per_worker, per_worker);
+        return -1;
+    }
     ddp_fail(err, len, "this task sees %d GPUs, but %lld tasks of the job share its node: give each task its own "
                        "GPU (srun --gpus-per-task=1), or let every task see one GPU per task of the node",
              visible, (long long)c->local_world);
@@ -102,7 +126,7 @@ static bool choose_device(ddp_config *cfg, const ddp_program *p, ddp_device **de
         }
         return unusable(cfg, given, visible == 0 ? "the CUDA driver sees no GPU" : why, err, len);
     }
-    int ordinal = gpu_ordinal(&cfg->cluster, visible, err, len);
+    int ordinal = gpu_ordinal(&cfg->cluster, visible, gpus_per_worker(p), err, len);
     if (ordinal < 0)
         return false;
     if (!ddp_device_open_cuda(p, ordinal, dev, why, sizeof why)) {
@@ -116,6 +140,14 @@ static bool choose_device(ddp_config *cfg, const ddp_program *p, ddp_device **de
     }
     cfg->device = DDP_DEVICE_GPU;
     return true;
+}
+
+/* gpus_per_worker > 1 puts each replica on a GPU: none is no CPU run. */
+static bool gpus_found(const ddp_program *p, const ddp_device *dev, char *err, size_t len) {
+    return dev || gpus_per_worker(p) == 1 ||
+           ddp_fail(err, len, "gpus_per_worker = %d puts each replica on a GPU of its own, but this worker trains "
+                              "on the CPU (--device cpu, or no GPU found): run it on GPUs, or remove the setting",
+                    gpus_per_worker(p));
 }
 
 /* The GPU, said: on stderr by every worker of a job (each its own), in the banner by
@@ -139,7 +171,43 @@ static bool attach_device(ddp_runtime *rt, ddp_device *dev, const ddp_config *cf
     return ddp_gpu_attach(rt, dev, err, len);
 }
 
+/* How the gradients travel between several workers: NCCL where the replicas are on
+ * GPUs and it can be loaded, unless the program asks for the ring; the ring otherwise.
+ * False with why when the program asks for NCCL and it cannot serve. */
+static bool choose_communication(ddp_config *cfg, const ddp_program *p, const ddp_device *dev, char *err,
+                                 size_t len) {
+    int asked = p->settings.communication;
+    char *text = cfg->communication, about[1300], why[1400];
+    size_t room = sizeof cfg->communication;
+    cfg->nccl = false;
+    /* alone, nothing is summed; a lone GPU worker still uses NCCL when asked (one rank) */
+    if (cfg->cluster.world == 1 && (asked != DDP_COMM_NCCL || !dev))
+        return true;
+    if (!dev) {
+        if (asked == DDP_COMM_NCCL)
+            return ddp_fail(err, len, "communication = nccl needs every replica on a GPU, but this worker trains on the "
+                                      "CPU: set communication = auto (or ring), or run it where it is given a GPU");
+        snprintf(text, room, "the TCP ring, bucket by bucket during backward");
+        return true;
+    }
+    if (asked == DDP_COMM_RING) {
+        snprintf(text, room, "the TCP ring (communication = ring), each bucket staged through pinned memory during "
+                             "backward");
+        return true;
+    }
+    if (ddp_nccl_load(dev->ops->name, about, sizeof about, why, sizeof why)) {
+        cfg->nccl = true;
+        snprintf(text, room, "%s, each bucket's all-reduce on the communication stream during backward", about);
+        return true;
+    }
+    if (asked == DDP_COMM_NCCL)
+        return ddp_fail(err, len, "communication = nccl: %s", why);
+    snprintf(text, room, "the TCP ring, each bucket staged through pinned memory (no NCCL: %.1400s)", why);
+    return true;
+}
+
 /* ------------------------------------------------------------------ the job */
+
 
 /* What must be the same on every worker, as "setting NAME VALUE" lines the
  * coordinator compares (flags that change the collectives or the numbers). */
@@ -155,12 +223,12 @@ static int join_text(char *out, size_t len, const ddp_config *cfg, const ddp_pro
                     "setting steps_per_epoch %lld\nsetting seed %llu\nsetting learning_rate %s\n"
                     "setting evaluate %s\nsetting synthetic %s\nsetting load %s\nsetting trace %s\nsetting resume %s\n"
                     "setting peer_timeout %lld\nsetting train_samples %lld\nsetting validation_samples %lld\n"
-                    "setting device %s",
+                    "setting device %s\nsetting communication %s",
                     (long long)cfg->cluster.rank, port, address, (unsigned long long)p->hash, (long long)cfg->epochs,
                     (long long)cfg->steps_per_epoch, (unsigned long long)cfg->seed, rate,
                     cfg->evaluate ? "yes" : "no", cfg->synthetic ? "yes" : "no", cfg->load_path ? "yes" : "no",
                     cfg->trace_path ? "yes" : "no", cfg->resume ? "yes" : "no", (long long)cfg->peer_timeout, (long long)train->samples,
-                    (long long)validation->samples, devices[cfg->device]);
+                    (long long)validation->samples, devices[cfg->device], cfg->nccl ? "nccl" : "ring");
 }
 
 /* Joins the rendezvous and forms the ring of every worker of the job; false with
@@ -210,9 +278,14 @@ static bool form_ring(ddp_job *job, ddp_config *cfg, const ddp_program *p, const
     return ok;
 }
 
-/* One worker's end: its goodbye, or the failure the others are told. */
+/* One worker's end: its goodbye, or the failure the others are told (its own NCCL
+ * watchdog's too: the others may still wait in the collective it gave up). */
 static void leave_job(ddp_job *job, int status) {
-    if (status == 0 || status == 3 || status == 4 || status == 130) /* 4, 130: every worker stopped alike */
+    bool nccl_gave_up = ddp_nccl_failed(job->nccl, NULL, 0) && !ddp_link_lost(job->link, NULL, NULL, 0);
+    ddp_nccl_close(job->nccl);
+    if (nccl_gave_up)
+        ddp_link_abort(job->link, job->why[0] ? job->why : "its NCCL communicator was aborted");
+    else if (status == 0 || status == 3 || status == 4 || status == 130) /* 4, 130: every worker stopped alike */
         ddp_link_close(job->link);
     else
         ddp_link_abort(job->link, job->why[0] ? job->why : "it stopped with an error");
@@ -232,37 +305,43 @@ static bool join_job(ddp_job *job, ddp_config *cfg, char *err, size_t errlen) {
     return true;
 }
 
+/* The job's NCCL communicator, every worker at once after the ring. */
+static bool open_nccl(ddp_job *job, const ddp_config *cfg, ddp_runtime *rt, char *err, size_t len) {
+    const ddp_cluster *c = &cfg->cluster;
+    ddp_nccl_config nc = {ddp_gpu_device(rt), DDP_STREAM_COMM, job->link, (int)c->rank, (int)c->world,
+                          (int)cfg->peer_timeout, (int)cfg->rendezvous_timeout};
+    return (job->nccl = ddp_nccl_open(&nc, err, len)) != NULL;
+}
+
 /* A command line refused: the other workers are told why, where this worker can tell
  * where its job is (they would otherwise wait for it until the rendezvous timeout). */
 static int refuse_usage(const ddp_program *p, ddp_config *cfg) {
     char err[2048], why[700];
     ddp_job job = {0};
-    if (ddp_cluster_resolve(&p->settings, &cfg->cluster_flags, &cfg->cluster, err, sizeof err) &&
-        cfg->cluster.world > 1) {
+    bool resolved = ddp_cluster_resolve(&p->settings, &cfg->cluster_flags, &cfg->cluster, err, sizeof err);
+    ddp_cluster process = cfg->cluster;
+    if (resolved)
+        cfg->cluster = replica_place(&process, gpus_per_worker(p), 0); /* its first replica tells */
+    if (resolved && cfg->cluster.world > 1) {
         ddp_set_identity(cfg->prog, cfg->cluster.rank, cfg->cluster.host, true);
         if (join_job(&job, cfg, err, sizeof err)) {
             snprintf(why, sizeof why, "its command line was refused: %s", cfg->usage_error);
             ddp_link_abort(job.link, why);
         }
     }
-    ddp_cluster_free(&cfg->cluster);
+    if (resolved)
+        ddp_cluster_free(&process);
     return 2;
 }
 
-int ddp_main(const ddp_program *p, int argc, char **argv) {
-    ddp_config cfg;
-    int status = ddp_parse_args(&cfg, p, argc, argv);
-    if (status == 2)
-        return refuse_usage(p, &cfg);
-    if (status >= 0)
-        return status;
+/* One worker's run, from its place in the job (a replica's, with several GPUs a worker)
+ * to its exit status. */
+static int run_worker(const ddp_program *p, ddp_config cfg) {
     char err[2048], note[1024];
     ddp_job job = {0};
-    ddp_set_identity(cfg.prog, 0, "", false);
-    if (!ddp_cluster_resolve(&p->settings, &cfg.cluster_flags, &cfg.cluster, err, sizeof err))
-        return fail(&job, err);
     const ddp_cluster *c = &cfg.cluster;
     ddp_set_identity(cfg.prog, c->rank, c->host, c->world > 1);
+    int status;
     ddp_data train = {0}, validation = {0};
     ddp_runtime *rt = NULL;
     ddp_report *report = NULL;
@@ -274,7 +353,8 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
         fail(&job, err);
         goto done;
     }
-    if (!ddp_check_supported(&cfg, p, err, sizeof err) || !choose_device(&cfg, p, &device, err, sizeof err)) {
+    if (!ddp_check_supported(&cfg, p, err, sizeof err) || !choose_device(&cfg, p, &device, err, sizeof err) ||
+        !gpus_found(p, device, err, sizeof err) || !choose_communication(&cfg, p, device, err, sizeof err)) {
         fail(&job, err);
         goto done;
     }
@@ -288,7 +368,8 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     if ((!cfg.evaluate && !open_dataset(&cfg, p, train_spec, &train, &job)) ||
         (has_validation && !open_dataset(&cfg, p, &p->settings.validation, &validation, &job)))
         goto done;
-    cfg.exec.step_graph = c->world == 1; /* several: the gradients are summed between backward and optimizer */
+    /* several workers, or NCCL: the gradients are summed between backward and optimizer */
+    cfg.exec.step_graph = c->world == 1 && !cfg.nccl;
     if (!(rt = ddp_open(p, &cfg.exec, err, sizeof err))) {
         fail(&job, err);
         goto done;
@@ -301,7 +382,8 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     }
     rt->epochs = cfg.epochs;
     rt->rate_override = cfg.learning_rate;
-    rt->replicas = rt->workers = (int)c->world;
+    rt->replicas = (int)c->world; /* with several GPUs a worker, workers x gpus_per_worker */
+    rt->workers = (int)c->world / gpus_per_worker(p);
     rt->scalars[DDP_S_SEED].i = (int64_t)cfg.seed;
     ddp_init_params(rt, cfg.seed);
     if (cfg.load_path && !ddp_load_params(rt, cfg.load_path, note, sizeof note, err, sizeof err)) {
@@ -321,6 +403,11 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
         status = lost || ddp_ring_lost(job.ring) >= 0 ? 3 : 1;
         goto done;
     }
+    if (cfg.nccl && !open_nccl(&job, &cfg, rt, err, sizeof err)) {
+        fail(&job, err);
+        status = ddp_link_lost(job.link, NULL, NULL, 0) || ddp_nccl_failed(job.nccl, NULL, 0) ? 3 : 1;
+        goto done;
+    }
     if (!(report = ddp_report_open(&cfg, p, c->rank != 0, err, sizeof err))) {
         fail(&job, err);
         goto done;
@@ -335,6 +422,93 @@ done:
     ddp_close(rt);
     ddp_data_free(&train);
     ddp_data_free(&validation);
+    return status;
+}
+
+/* ----------------------------------------------------- several GPUs a worker */
+
+typedef struct Replica {
+    const ddp_program *program;
+    ddp_config cfg;             /* its place in the job; the cluster's lists are the process's */
+    int status;
+    pthread_t thread;
+} Replica;
+
+static void *run_replica(void *arg) {
+    Replica *r = arg;
+    r->status = run_worker(r->program, r->cfg);
+    return NULL;
+}
+
+/* gpus_per_worker = N (S14): a worker of N replicas, one on each of N GPUs, each
+ * run by a thread of its own as a worker of the job, rank worker x N + i of workers x N
+ * (so the ring, NCCL, sharding and the figures treat the replicas alike); the exit
+ * status is the first failure's (1, 2), else the gravest stop (130, 4, 3), else 0. */
+static int run_replicas(const ddp_program *p, const ddp_config *cfg, int n) {
+    Replica *replicas = calloc((size_t)n, sizeof *replicas);
+    if (!replicas) {
+        ddp_error("out of memory");
+        return 1;
+    }
+    int started = 0;
+    for (; started < n; started++) {
+        Replica *r = &replicas[started];
+        *r = (Replica){p, *cfg, 1, 0};
+        r->cfg.cluster = replica_place(&cfg->cluster, n, started);
+        if (pthread_create(&r->thread, NULL, run_replica, r) != 0) {
+            ddp_error("cannot start the thread of replica %d of this worker's %d", started, n);
+            break;
+        }
+    }
+    int status = started < n ? 1 : 0;
+    for (int i = 0; i < started; i++) {
+        pthread_join(replicas[i].thread, NULL);
+        int s = replicas[i].status;
+        if (status == 1 || status == 2)
+            continue;
+        status = s == 1 || s == 2 || s > status ? s : status;
+    }
+    free(replicas);
+    return status;
+}
+
+/* A worker alone whose replicas form a job among themselves proves them with a secret
+ * of its own, drawn here where the user gave none (ddprun draws one the same way). */
+static bool adopt_secret(void) {
+    unsigned char bytes[16];
+    char hex[33];
+    if (getenv("DDP_SECRET"))
+        return true;
+    if (!ddp_random_bytes(bytes, sizeof bytes))
+        return false;
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+    return setenv("DDP_SECRET", hex, 1) == 0;
+}
+
+int ddp_main(const ddp_program *p, int argc, char **argv) {
+    ddp_config cfg;
+    int status = ddp_parse_args(&cfg, p, argc, argv);
+    if (status == 2)
+        return refuse_usage(p, &cfg);
+    if (status >= 0)
+        return status;
+    char err[2048];
+    ddp_set_identity(cfg.prog, 0, "", false);
+    ddp_share_identity();
+    if (!ddp_cluster_resolve(&p->settings, &cfg.cluster_flags, &cfg.cluster, err, sizeof err)) {
+        ddp_error("%s", err);
+        return 1;
+    }
+    int n = gpus_per_worker(p);
+    if (n > 1 && cfg.cluster.world == 1 && !adopt_secret()) {
+        ddp_error("cannot draw a secret for the replicas of this worker");
+        ddp_cluster_free(&cfg.cluster);
+        return 1;
+    }
+    ddp_set_identity(cfg.prog, cfg.cluster.rank * n, cfg.cluster.host, cfg.cluster.world * n > 1);
+    ddp_share_identity(); /* the helper threads' */
+    status = n > 1 ? run_replicas(p, &cfg, n) : run_worker(p, cfg);
     ddp_cluster_free(&cfg.cluster);
     return status;
 }

@@ -29,6 +29,7 @@
  * workers), statistics and parameters come down (or go back up) where the host reads
  * or changes them; every such crossing is a call of gpu.c, a no-op on the CPU. */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +99,15 @@ static void on_stop_signal(int sig) {
         stop_signal = sig;
 }
 
+/* On while any worker of the process trains (several with several GPUs a worker). */
 static void catch_stop_signals(bool on) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int training;
+    pthread_mutex_lock(&lock);
+    bool change = on ? training++ == 0 : --training == 0;
+    pthread_mutex_unlock(&lock);
+    if (!change)
+        return;
     struct sigaction sa = {.sa_handler = on ? on_stop_signal : SIG_DFL, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
@@ -143,7 +152,10 @@ static int failure(Run *r, const char *message) {
     ddp_report_interrupt(r->report);
     ddp_error("%s", message);
     snprintf(r->job->why, sizeof r->job->why, "%.1000s", message);
-    return ddp_ring_lost(r->ring) >= 0 || ddp_link_lost(r->job->link, NULL, NULL, 0) ? 3 : 1;
+    return ddp_ring_lost(r->ring) >= 0 || ddp_link_lost(r->job->link, NULL, NULL, 0) ||
+                   ddp_nccl_failed(r->job->nccl, NULL, 0)
+               ? 3
+               : 1;
 }
 
 /* "step 12 (epoch 1, step 12 of 312), DOING: WHAT", or "after step 12 (...)". */
@@ -458,10 +470,30 @@ static bool after_step(Run *r, const StepRecord *rec, char *why, size_t len) {
     return step_figures(r, rec, why, len);
 }
 
-/* The gradients summed over the job: the buckets the communication thread took
- * during backward, or (a program without buckets, or on a GPU) the whole vector now. */
+/* A GPU's buckets through the ring: each handed to the communication thread as its
+ * copy arrives in the pinned mirror, while the device goes on with backward; the sums
+ * go back up behind backward, before the optimizer. */
+static bool hand_buckets(Run *r, char *err, size_t len) {
+    int64_t bucket;
+    int got;
+    while ((got = ddp_gpu_next_bucket(r->rt, &bucket)) == 1)
+        ddp_comm_bucket_ready(r->comm, bucket);
+    if (got < 0) {
+        ddp_comm_wait(r->comm, err, len); /* the thread is done with the mirror before it is left */
+        return ddp_fail(err, len, "%s", r->rt->device_error);
+    }
+    return ddp_comm_wait(r->comm, err, len) && region_up(r, DDP_REGION_GRADS, err, len);
+}
+
+/* The gradients summed over the job: through NCCL on the device (the optimizer waits
+ * for it there), the buckets the communication thread took during backward, or (a
+ * program without buckets) the whole vector now. */
 static bool sum_gradients(Run *r, char *err, size_t len) {
     const ddp_program *p = r->rt->program;
+    if (r->job->nccl)
+        return true;
+    if (r->comm && r->rt->gpu)
+        return hand_buckets(r, err, len);
     if (r->comm)
         return ddp_comm_wait(r->comm, err, len);
     return !r->ring || (region_down(r, DDP_REGION_GRADS, err, len) &&
@@ -970,17 +1002,27 @@ static int report_profile(Run *r, int status) {
     return failure(r, why);
 }
 
-/* With a ring and buckets, a communication thread sums them during backward. */
+/* With several workers the gradients are summed during backward: by NCCL on the GPU,
+ * or bucket by bucket by a communication thread over the ring (a GPU's buckets staged
+ * through pinned memory; a program without buckets sums the whole vector after). */
 static bool start_comm(Run *r, char *err, size_t len) {
     ddp_runtime *rt = r->rt;
     const ddp_program *p = rt->program;
-    if (!r->ring || p->nbuckets == 0 || rt->gpu) /* a GPU's gradients are summed once backward is done */
+    if (r->job->nccl)
+        return ddp_gpu_sum_with_nccl(rt, r->job->nccl);
+    if (!r->ring || p->nbuckets == 0)
         return true;
+    if (rt->gpu) {
+        int staged = ddp_gpu_stage_buckets(rt, err, len);
+        if (staged <= 0)
+            return staged == 0; /* 0: more buckets than events, the whole vector after backward */
+    }
     r->comm = ddp_comm_start(r->ring, rt->region[DDP_REGION_GRADS], p->dtype == DDP_F64, p->buckets, p->nbuckets,
                              r->trace);
     if (!r->comm)
         return ddp_fail(err, len, "cannot start the communication thread");
-    rt->hooks = (ddp_hooks){r->comm, ddp_comm_bucket_ready, ddp_comm_wait_hook, NULL};
+    if (!rt->gpu) /* the executor's markers call the thread; a GPU's are gpu.c's */
+        rt->hooks = (ddp_hooks){r->comm, ddp_comm_bucket_ready, ddp_comm_wait_hook, NULL};
     return true;
 }
 

@@ -28,8 +28,8 @@ from datafiles import read_safetensors, with_port  # noqa: E402
 TOLERANCE = 1e-5
 
 
-def run(command):
-    p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+def run(command, env=None):
+    p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, env=env)
     if p.returncode:
         sys.exit("FAIL: %s exited %d\n%s" % (" ".join(command), p.returncode, p.stdout[-3000:]))
     return p.stdout
@@ -74,13 +74,15 @@ def check_trace(workers, many_path, one_path, params):
         "begun during backward" % (steps, need / 1e6, nbuckets, overlapped)
 
 
-def compare(name, workers, launcher, programs, small, big, tmp):
+def compare(name, workers, launcher, programs, small, big, tmp, extra=(), env=None, traced=True):
+    """extra: flags of both runs (--device emulated); env: theirs; traced: the ring's
+    traces checked (its bytes and overlap). Returns (ok, the many workers' output)."""
     a, b = (os.path.join(tmp, "%s_%s.safetensors" % (name, k)) for k in ("many", "one"))
     ma, mb = (os.path.join(tmp, "%s_%s.json" % (name, k)) for k in ("many", "one"))
     ta, tb = (os.path.join(tmp, "%s_%s.trace" % (name, k)) for k in ("many", "one"))
-    run(with_port(launcher, workers) + [str(workers), os.path.join(programs, small), "--threads", "1", "--save", a, "--metrics", ma,
-                    "--trace", ta])
-    run([os.path.join(programs, big), "--threads", "1", "--save", b, "--metrics", mb, "--trace", tb])
+    out = run(with_port(launcher, workers) + [str(workers), os.path.join(programs, small), "--threads", "1", "--save",
+                                              a, "--metrics", ma, "--trace", ta] + list(extra), env)
+    run([os.path.join(programs, big), "--threads", "1", "--save", b, "--metrics", mb, "--trace", tb] + list(extra), env)
     ok = True
     many, _ = read_safetensors(a)
     one, _ = read_safetensors(b)
@@ -94,21 +96,24 @@ def compare(name, workers, launcher, programs, small, big, tmp):
     lb = [json.loads(line)["loss"] for line in open(mb)]
     step_worst = max(abs(x - y) / abs(y) for x, y in zip(la, lb)) if la and len(la) == len(lb) else float("inf")
     ok &= step_worst <= TOLERANCE
-    print("%s %s: %d workers x %s against 1 x %s over %d epochs: worst tensor %.2e, worst loss %.2e" % (
-        "ok  " if ok else "FAIL", " ".join(launcher), workers, small, big, len(lb), worst, step_worst))
+    print("%s %s: %d workers x %s against 1 x %s over %d epochs%s: worst tensor %.2e, worst loss %.2e" % (
+        "ok  " if ok else "FAIL", " ".join(launcher), workers, small, big, len(lb), " ".join([""] + list(extra)),
+        worst, step_worst))
+    if not traced:
+        return ok, out
     problems, summary = check_trace(workers, ta, tb, sum(len(v) for v in one.values()))
     for p in problems:
         print("FAIL %s: %s" % (name, p))
     if not problems:
         print("ok   traces: %s" % summary)
-    return ok and not problems
+    return ok and not problems, out
 
 
 def main():
     programs, launcher = sys.argv[1], sys.argv[2:]
     tmp = tempfile.mkdtemp()
-    ok = compare("steps", 4, launcher, programs, "equivalence_16", "equivalence_64", tmp)
-    ok &= compare("remainder", 3, launcher, programs, "remainder_16", "remainder_48", tmp)
+    ok = compare("steps", 4, launcher, programs, "equivalence_16", "equivalence_64", tmp)[0]
+    ok &= compare("remainder", 3, launcher, programs, "remainder_16", "remainder_48", tmp)[0]
     sys.exit(0 if ok else 1)
 
 

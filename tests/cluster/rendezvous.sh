@@ -250,7 +250,7 @@ refused_at_start() {
     check "$what (rank 0, after $took s)" "$want" 0 "lost rank 1 on $(hostname): it failed: $pattern"
     [ "$took" -le 3 ] || fail "the others waited $took s for a worker refused at start ($what)"
 }
-refused_at_start "settings refused on rank 1" "3 1" "precision = bf16 needs the GPU runtime" \
+refused_at_start "settings refused on rank 1" "3 1" "precision = bf16 is not in this version of the runtime" \
     -- "$programs/tiny_bf16" --rendezvous-timeout 60
 refused_at_start "a command line refused on rank 1" "3 2" \
     "its command line was refused: unknown option \`--epocs\`" --rendezvous-timeout 60 --epocs 3

@@ -1,10 +1,11 @@
 #!/bin/sh
 # bundle.sh BUILD_DIR OUT: what tests/gpu/check.sh needs on a GPU machine, which has
 # no compiler and no Fashion-MNIST: OUT/bin.tar.xz (the kernel checks of BUILD_DIR,
-# fashion.ddp built with its data read below --data-root, and the programs of
-# bench/gpu_throughput.sh, stripped: they need only libc, libm and the driver they load
-# themselves), OUT/data/fashion-mnist and OUT/bench (gpu_throughput.sh and .py). About
-# 40 MB, to carry with the device tool.
+# fashion.ddp built with its data read below --data-root, with NCCL as fashion_nccl and
+# fashion_nccl_bN (batch_per_replica N), with the ring as fashion_ring_b32, ddprun, and
+# the programs of bench/gpu_throughput.sh, stripped: they need only libc, libm and the
+# driver they load themselves), OUT/data/fashion-mnist and OUT/bench (gpu_throughput.sh
+# and .py). About 50 MB, to carry with the device tool.
 set -eu
 build=$(cd "$1" && pwd) out=$2
 source=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,6 +19,13 @@ for check in "$build"/tests/gpu_check_*; do
 done
 sed "s|\"$data/|\"fashion-mnist/|" "$source/samples/fashion.ddp" > "$stage/fashion.ddp"
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion"
+"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_nccl" -Dcommunication=nccl
+for batch in 8 16 32; do
+    "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_nccl_b$batch" -Dcommunication=nccl \
+        -Dbatch_per_replica=$batch
+done
+"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_ring_b32" -Dcommunication=ring -Dbatch_per_replica=32
+cp "$build/ddprun" "$stage/bin/"
 sh "$source/bench/gpu_throughput.sh" --build "$build" "$stage/bin"
 strip "$stage"/bin/*
 tar -C "$stage/bin" -cf - . | xz -9 -T2 > "$out/bin.tar.xz"

@@ -14,6 +14,13 @@
 #   steps20.txt    fashion.ddp, 20 steps on the GPU and on the CPU from the same seed:
 #                  the parameters within 1e-4 of their norm (Adam, f32)
 #   epoch.txt      fashion.ddp, one epoch on each: val_accuracy within 0.5 point
+#   nccl.txt       the gradients' sums on the GPU: NCCL with one rank (fashion_nccl, its
+#                  20 steps the same as steps20's GPU run within 1e-6; then
+#                  DDP_TEST_NCCL_ABORT=3: the watchdog's ncclCommAbort, status 3);
+#                  two processes sharing the GPU through the ring (fashion_ring_b32 x 2
+#                  against fashion x 1, 1e-4); where the machine has N >= 2 GPUs (2, 4
+#                  or 8 of them), N processes with NCCL against one (1e-4), and the
+#                  scaling efficiency of N x batch 64 against one GPU's samples/s
 #   bench.txt      bench/gpu_throughput.sh: ddp's samples/s beside PyTorch's (ResNet-50
 #                  at batch 128 and fashion.ddp, TF32), in the time the 4 minutes leave
 #                  (120 s at most); its summary line gives the ratios and the targets.
@@ -115,6 +122,57 @@ status=FAIL
     awk -v g="$a_gpu" -v c="$a_cpu" 'BEGIN { d = g - c; exit !(g != "" && c != "" && d <= 0.005 && d >= -0.005) }' &&
     status=ok
 stage epoch $status "$(head -n 1 "$results/epoch.txt")"
+
+# The gradients' sums: NCCL alone, the ring between two processes on the GPU, NCCL
+# between GPUs where there are several
+steps20="--device $device --data-root $dir/data --seed 7 --epochs 1 --steps-per-epoch 20"
+gpus=$(nvidia-smi --list-gpus 2>/dev/null | grep -c '^GPU')
+nccl_status=ok
+: > "$results/nccl.txt"
+nccl_compare() { # WHAT FILE TOLERANCE
+    printf '%s: ' "$1" >> "$results/nccl.txt"
+    python3 "$here/compare.py" "$work/steps_$device.safetensors" "$2" "$3" >> "$results/nccl.txt" 2>&1 ||
+        nccl_status=FAIL
+}
+nccl_run() { # WHAT LIMIT COMMAND...: a run whose end is kept in nccl.txt
+    what=$1 limit=$2
+    shift 2
+    timeout "$limit" "$@" > "$work/run.log" 2>&1
+    run_status=$?
+    { echo "$what: status $run_status"; grep -h "gradients\|done:\|NCCL\|aborted" "$work/run.log" | tail -n 4; } \
+        >> "$results/nccl.txt"
+}
+if [ "$device" = emulated ] && [ -z "${DDP_NCCL_LIBRARY:-}" ]; then
+    echo "one rank: skipped (the emulated device needs the tests' stand-in NCCL: DDP_NCCL_LIBRARY)" \
+        >> "$results/nccl.txt"
+else
+    nccl_run "one rank" 60 "$bin/fashion_nccl" $steps20 --save "$work/nccl1.safetensors"
+    [ $run_status -eq 0 ] && nccl_compare "one rank against steps20" "$work/nccl1.safetensors" 1e-6 ||
+        nccl_status=FAIL
+    nccl_run "DDP_TEST_NCCL_ABORT=3" 60 env DDP_TEST_NCCL_ABORT=3 "$bin/fashion_nccl" $steps20
+    [ $run_status -eq 3 ] && grep -q "DDP_TEST_NCCL_ABORT=3 asked for this abort; the communicator was aborted" \
+        "$work/run.log" || nccl_status=FAIL
+fi
+nccl_run "ring, 2 processes on one GPU" 90 "$bin/ddprun" -n 2 "$bin/fashion_ring_b32" $steps20 \
+    --save "$work/ring2.safetensors"
+[ $run_status -eq 0 ] && nccl_compare "ring x 2 against steps20" "$work/ring2.safetensors" 1e-4 || nccl_status=FAIL
+n=$((gpus >= 8 ? 8 : gpus >= 4 ? 4 : gpus >= 2 ? 2 : 0))
+if [ $n -ge 2 ]; then
+    nccl_run "NCCL, $n GPUs" 90 "$bin/ddprun" -n $n "$bin/fashion_nccl_b$((64 / n))" $steps20 \
+        --save "$work/nccl$n.safetensors"
+    [ $run_status -eq 0 ] && nccl_compare "NCCL x $n against steps20" "$work/nccl$n.safetensors" 1e-4 ||
+        nccl_status=FAIL
+    rate() { sed -n 's/^done: .*(\([0-9.]*\) samples\/s).*/\1/p' "$work/run.log" | tail -n 1; }
+    speed="--device $device --synthetic --epochs 1 --steps-per-epoch 300"
+    nccl_run "one GPU, 300 steps" 60 "$bin/fashion" $speed
+    one=$(rate)
+    nccl_run "NCCL, $n GPUs, 300 steps" 90 "$bin/ddprun" -n $n "$bin/fashion_nccl" $speed
+    many=$(rate)
+    echo "scaling: $n GPUs $many samples/s, one $one: efficiency" \
+        "$(awk -v m="$many" -v o="$one" -v n=$n 'BEGIN { printf "%.2f", o > 0 ? m / (n * o) : 0 }')" \
+        >> "$results/nccl.txt"
+fi
+stage nccl $nccl_status "$(grep -h '^scaling\|against' "$results/nccl.txt" | tr '\n' ';' | cut -c1-300)"
 
 # Speed beside PyTorch, once the CPU's epoch no longer takes the CPUs that feed the
 # GPU: the script of this tree, else the bundle's copy.

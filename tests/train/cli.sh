@@ -48,6 +48,11 @@ expect 1 "cuBLAS (libcublas.so.13 or libcublas.so.12) is not installed, or not i
 expect 0 "a GPU is visible but cannot be used: .*cuBLAS.*training on the CPU" $no_cublas $tiny
 expect 1 "this task was given GPUs (CUDA_VISIBLE_DEVICES=0), but none is usable: the CUDA driver .* supports CUDA 11.2" $old_driver CUDA_VISIBLE_DEVICES=0 $tiny
 expect 1 "cuBLAS (libcublas.so.13 or libcublas.so.12) is not installed" $no_cublas CUDA_VISIBLE_DEVICES=0 $tiny
+# gpus_per_worker = 2: more GPUs than visible, and the CPU, refused with both counts / why
+expect 1 "gpus_per_worker = 2: this node's 1 task need 2 GPUs, but this task sees 1 (CUDA_VISIBLE_DEVICES=0): give each task 2 GPUs" \
+    $no_cublas CUDA_VISIBLE_DEVICES=0 "$dir/tiny_g2" --data-root "$root"
+expect 1 "gpus_per_worker = 2 puts each replica on a GPU of its own, but this worker trains on the CPU" \
+    "$dir/tiny_g2" --data-root "$root" --device cpu
 expect 1 "tiny.csv: no such file" "$dir/tiny"
 expect 1 "steps_per_epoch is 5, but 8 samples make only 1 global batch of 8" $tiny --steps-per-epoch 5
 expect 0 "run folder  $root/run: checkpoints every 1 epoch in $root/run/ck" "$dir/tiny_checkpoint" --data-root "$root" --run-dir "$root/run"
@@ -64,8 +69,9 @@ expect 0 "\-\-profile  *time every kernel" "$dir/tiny" --help
 expect 0 "\-\-no-cuda-graphs  *on a GPU, queue every kernel" "$dir/tiny" --help
 expect 2 "unknown option \`--no-cuda-graphs=1\`" $tiny --no-cuda-graphs=1
 expect 2 "\-\-convolutions fast: generated or library" $tiny --convolutions fast
-expect 1 "precision = bf16 needs the GPU runtime" "$dir/tiny_bf16" --data-root "$root"
-expect 1 "communication = nccl needs GPUs" "$dir/tiny_nccl" --data-root "$root"
+expect 1 "precision = bf16 is not in this version of the runtime" "$dir/tiny_bf16" --data-root "$root"
+expect 1 "communication = nccl needs every replica on a GPU, but this worker trains on the CPU" env DDP_SECRET=s \
+    DDP_WORLD_SIZE=2 DDP_RANK=0 DDP_COORDINATOR=localhost:$(sh "$ports" 1 $$) "$dir/tiny_nccl" --data-root "$root"
 expect 1 "not a task of a Slurm job step" env -u SLURM_STEP_ID "$dir/tiny_slurm" --data-root "$root"
 slurm_step="SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=3 SLURM_LOCALID=1 SLURM_NODEID=1"
 expect 1 "cannot resolve the host \`ddp-nowhere1\`" env DDP_SECRET=s $slurm_step \
