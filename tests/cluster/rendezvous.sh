@@ -71,6 +71,13 @@ worker 1 2 --epochs 3
 finish
 check "other flags" "1 1" 1 "the job cannot start: rank 1 on $(hostname) runs with epochs = 3, and rank 0 on $(hostname) with epochs = 2"
 
+# a job mixing a GPU replica and a CPU one cannot start, whoever comes first
+next_job
+worker 0 2 --device emulated
+worker 1 2 --device cpu
+finish
+check "a GPU and a CPU replica" "1 1" 1 "the job cannot start: rank 1 on $(hostname) runs with device = cpu, and rank 0 on $(hostname) with device = emulated"
+
 next_job
 worker 0 2
 worker 1 2 -- "$programs/tiny_env"
