@@ -123,7 +123,7 @@ static bool timed_allreduce(ddp_ring *r, float *data, int64_t count, const float
     if (!ddp_ring_barrier(r, err, errlen))
         return false;
     double begin = ddp_now_ms();
-    if (!ddp_ring_allreduce(r, data, count, false, err, errlen))
+    if (!ddp_ring_allreduce(r, data, count, DDP_F32, err, errlen))
         return false;
     *seconds = (ddp_now_ms() - begin) / 1e3;
     int64_t wrong = first_wrong(data, count, sums);
@@ -143,7 +143,7 @@ static bool measure_size(ddp_ring *r, float *data, int64_t count, const float *s
             return false;
     /* the sum of the last warm-up's times is the same bits on every worker, and so is
      * the repetition count drawn from it */
-    if (!ddp_ring_allreduce(r, &warm, 1, true, err, errlen))
+    if (!ddp_ring_allreduce(r, &warm, 1, DDP_F64, err, errlen))
         return false;
     int reps = reps_for(warm / ddp_ring_world(r), budget);
     for (int k = 0; k < reps; k++)

@@ -25,6 +25,8 @@ const char *const communication_words[] = {[DDP_COMM_AUTO] = "auto", [DDP_COMM_N
 const char *const precision_words[] = {[DDP_PRECISION_FP32] = "fp32", [DDP_PRECISION_BF16] = "bf16",
                                        [DDP_PRECISION_FP16] = "fp16", [DDP_PRECISION_TF32] = "tf32",
                                        [DDP_PRECISION_TF32 + 1] = NULL};
+const char *const allreduce_words[] = {[DDP_ALLREDUCE_FP32] = "fp32", [DDP_ALLREDUCE_BF16] = "bf16",
+                                       [DDP_ALLREDUCE_BF16 + 1] = NULL};
 const char *const part_words[] = {[0] = "train", [1] = "test", [2] = NULL}; /* ddp_dataset.part */
 const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
 const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};
@@ -135,7 +137,7 @@ static const Param slurm_params[] = {
     WORD("communication", communication_words, "auto"),                                 \
     REQ("batch_per_replica", K_INT, P_POSITIVE), INT("gpus_per_worker", 1, P_POSITIVE), \
     INT("seed", 0, P_NONNEG), BOOL("shuffle", 1), BOOL("drop_remainder", 1),            \
-    WORD("precision", precision_words, "fp32")
+    WORD("precision", precision_words, "fp32"), WORD("allreduce_precision", allreduce_words, "fp32")
 #define TRAIN_SETTINGS                                                                  \
     REQ("loss", K_LOSS, 0), REQ("optimizer", K_OPTIMIZER, 0),                           \
     {.name = "metrics", .kind = K_METRICS, .def = DEF_WORD, .def_word = "loss"},        \
@@ -362,7 +364,7 @@ bool is_reserved_name(const char *name, const char **what) {
         return true;
     }
     const char *const *word_sets[] = {padding_words, init_words, cluster_words,
-                                      communication_words, precision_words, strategy_kinds};
+                                      communication_words, precision_words, allreduce_words, strategy_kinds};
     for (size_t i = 0; i < sizeof word_sets / sizeof word_sets[0]; i++)
         if (word_in(word_sets[i], name)) {
             *what = "word";

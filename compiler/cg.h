@@ -25,7 +25,7 @@ typedef struct Cg {
     LLVMBuilderRef b;
     LLVMTargetMachineRef tm;
     int opt_level;
-    LLVMTypeRef void_t, i1, i8, i32, i64, f32, f64, real, ptr, kernel_type;
+    LLVMTypeRef void_t, i1, i8, i16, i32, i64, f32, f64, real, ptr, kernel_type;
     /* the kernel being generated */
     LLVMValueRef fn, bufs, scalars, begin, end;
     Tensor **args;                 /* its buffers, in the order of its launch's arguments */
@@ -72,9 +72,15 @@ LLVMValueRef cg_scalar_f64(Cg *cg, int slot);
 LLVMValueRef cg_local_batch(Cg *cg);
 /* The elements of a tensor as a pointer of its element type. */
 LLVMValueRef cg_tensor_ptr(Cg *cg, Tensor *t);
+/* A tensor's element in memory (i16 for bf16), and the type its values are computed
+ * in once loaded (f32 for bf16). cg_load widens a bf16 element exactly; cg_store
+ * rounds an f32 (or f64, through f32) value to bf16, to nearest even. */
 LLVMTypeRef cg_elem_type(Cg *cg, DType dt);
+LLVMTypeRef cg_value_type(Cg *cg, DType dt);
 LLVMValueRef cg_load(Cg *cg, Tensor *t, LLVMValueRef index);
 void cg_store(Cg *cg, Tensor *t, LLVMValueRef index, LLVMValueRef v);
+LLVMValueRef cg_bf16_from_f32(Cg *cg, LLVMValueRef v);
+LLVMValueRef cg_bf16_to_f32(Cg *cg, LLVMValueRef bits);
 LLVMValueRef cg_to_f64(Cg *cg, LLVMValueRef v);
 LLVMValueRef cg_from_f64(Cg *cg, LLVMValueRef v, LLVMTypeRef to);
 

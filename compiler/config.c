@@ -162,6 +162,7 @@ const ddp_settings *config_build(Ddpc *c, const TrainSpec *spec) {
     s->shuffle = int_setting(spec, "shuffle", 1);
     s->drop_remainder = int_setting(spec, "drop_remainder", 1);
     s->precision = word_setting(spec, "precision", precision_words);
+    s->allreduce_precision = word_setting(spec, "allreduce_precision", allreduce_words);
     s->epochs = int_setting(spec, "epochs", 1);
     s->steps_per_epoch = int_setting(spec, "steps_per_epoch", -1);
     s->validate_every = duration_of(spec_setting(spec, "validate_every"));

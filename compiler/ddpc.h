@@ -375,7 +375,7 @@ extern const Builtin strategy_settings, train_settings, toplevel_train_settings;
 extern const char *const activation_words[], *const init_words[];
 /* lists whose index is the contract's code (ddp_cluster_kind, ddp_comm_kind, ...) */
 extern const char *const cluster_words[], *const communication_words[], *const precision_words[],
-    *const part_words[];
+    *const allreduce_words[], *const part_words[];
 extern const char *const runtime_scalars[];
 enum { RT_REPLICAS, RT_WORKERS, RT_GLOBAL_BATCH, RT_COUNT };
 extern const char *const strategy_kinds[];
@@ -603,7 +603,8 @@ void settings_print(Ddpc *c, FILE *out);
  * with the batch is kept as (fixed, per_sample), since kernels run on the live batch,
  * which the last batch of an epoch (or a worker's share of it) may make smaller. */
 
-typedef enum { DT_F32, DT_F64, DT_I32, DT_I64 } DType;
+/* DT_BF16: bfloat16 storage (precision = bf16), read and computed as f32. */
+typedef enum { DT_F32, DT_F64, DT_I32, DT_I64, DT_BF16 } DType;
 
 typedef enum {
     T_INPUT,      /* the batch's samples */
@@ -773,6 +774,7 @@ typedef struct Ir {
     int state_vectors;        /* optimizer state: flat vectors of param_count each */
     VEC(Bucket) buckets;
     int64_t bucket_bytes;
+    int64_t grads_bytes;      /* the GRADS region: the gradients, and their bf16 copy (allreduce_precision) */
     Tensor *all_params, *all_grads, *states[2]; /* the flat vectors, for the optimizer */
     /* the memory plan */
     int64_t arena_bytes, workspace_bytes;                 /* peaks, planned */
@@ -818,6 +820,9 @@ void autodiff(Ddpc *c, Ir *ir);
 /* -------------------------------------------------------------- fuse.c */
 
 void fuse(Ddpc *c, Ir *ir);
+/* precision = bf16 (precision.c): which tensors are stored in bfloat16, and the bf16
+ * copies a product makes of its f32 operands. Runs between autodiff and fusion. */
+void mixed_precision(Ddpc *c, Ir *ir);
 
 /* -------------------------------------------------------------- plan.c */
 

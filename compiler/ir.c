@@ -14,11 +14,11 @@
 #include "../runtime/ddp_abi.h"
 
 int64_t dtype_size(DType dt) {
-    return dt == DT_F32 || dt == DT_I32 ? 4 : 8;
+    return dt == DT_BF16 ? 2 : dt == DT_F32 || dt == DT_I32 ? 4 : 8;
 }
 
 const char *dtype_name(DType dt) {
-    static const char *const names[] = {"f32", "f64", "i32", "i64"};
+    static const char *const names[] = {"f32", "f64", "i32", "i64", "bf16"};
     return names[dt];
 }
 

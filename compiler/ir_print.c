@@ -225,7 +225,8 @@ void plan_print(Ddpc *c, FILE *out, Ir *ir) {
     int64_t pbytes = ir->param_count * elem;
     fprintf(out, "memory per replica, bytes:\n");
     fprintf(out, "  parameters       %15s\n", fmt_count(c->arena, pbytes));
-    fprintf(out, "  gradients        %15s\n", fmt_count(c->arena, pbytes));
+    fprintf(out, "  gradients        %15s%s\n", fmt_count(c->arena, ir->grads_bytes),
+            ir->grads_bytes > pbytes ? "   (and their bf16 copy, for the all-reduce)" : "");
     fprintf(out, "  optimizer state  %15s   (%d vector%s)\n",
             fmt_count(c->arena, pbytes * ir->state_vectors), ir->state_vectors,
             ir->state_vectors == 1 ? "" : "s");

@@ -41,7 +41,7 @@ static LLVMValueRef load_f64(Cg *cg, Tensor *t, LLVMValueRef index) {
 static void store_f64(Cg *cg, Tensor *t, LLVMValueRef index, LLVMValueRef v, bool accumulate) {
     if (accumulate)
         v = fadd(cg, load_f64(cg, t, index), v);
-    cg_store(cg, t, index, cg_from_f64(cg, v, cg_elem_type(cg, t->dtype)));
+    cg_store(cg, t, index, cg_from_f64(cg, v, cg_value_type(cg, t->dtype)));
 }
 
 /* --------------------------------------------------------------- expressions */

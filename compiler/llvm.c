@@ -93,6 +93,7 @@ bool cg_init(Cg *cg, Ddpc *c, Ir *ir, Target target, int opt_level, const char *
     cg->void_t = LLVMVoidTypeInContext(cg->ctx);
     cg->i1 = LLVMInt1TypeInContext(cg->ctx);
     cg->i8 = LLVMInt8TypeInContext(cg->ctx);
+    cg->i16 = LLVMInt16TypeInContext(cg->ctx);
     cg->i32 = LLVMInt32TypeInContext(cg->ctx);
     cg->i64 = LLVMInt64TypeInContext(cg->ctx);
     cg->f32 = LLVMFloatTypeInContext(cg->ctx);
@@ -141,8 +142,35 @@ LLVMTypeRef cg_elem_type(Cg *cg, DType dt) {
     case DT_F64: return cg->f64;
     case DT_I32: return cg->i32;
     case DT_I64: return cg->i64;
+    case DT_BF16: return cg->i16;
     }
     return cg->f32;
+}
+
+LLVMTypeRef cg_value_type(Cg *cg, DType dt) {
+    return dt == DT_BF16 ? cg->f32 : cg_elem_type(cg, dt);
+}
+
+/* bf16 is the top half of an f32: widening is a shift. */
+LLVMValueRef cg_bf16_to_f32(Cg *cg, LLVMValueRef bits) {
+    LLVMValueRef wide = LLVMBuildShl(cg->b, LLVMBuildZExt(cg->b, bits, cg->i32, ""), LLVMConstInt(cg->i32, 16, 0), "");
+    return LLVMBuildBitCast(cg->b, wide, cg->f32, "");
+}
+
+/* Round to nearest, ties to even, on the bits: adding 0x7fff plus the kept part's
+ * lowest bit carries exactly when the dropped half is above a tie, or a tie with an
+ * odd kept part (a carry into the exponent is the right rounding, up to infinity).
+ * A NaN keeps its sign and top payload and is made quiet, as cvt.rn.bf16.f32 does. */
+LLVMValueRef cg_bf16_from_f32(Cg *cg, LLVMValueRef v) {
+    LLVMValueRef bits = LLVMBuildBitCast(cg->b, v, cg->i32, "");
+    LLVMValueRef sixteen = LLVMConstInt(cg->i32, 16, 0);
+    LLVMValueRef high = LLVMBuildLShr(cg->b, bits, sixteen, "");
+    LLVMValueRef odd = LLVMBuildAnd(cg->b, high, LLVMConstInt(cg->i32, 1, 0), "");
+    LLVMValueRef bias = LLVMBuildAdd(cg->b, odd, LLVMConstInt(cg->i32, 0x7fff, 0), "");
+    LLVMValueRef rounded = LLVMBuildLShr(cg->b, LLVMBuildAdd(cg->b, bits, bias, ""), sixteen, "");
+    LLVMValueRef quiet = LLVMBuildOr(cg->b, high, LLVMConstInt(cg->i32, 0x40, 0), "");
+    LLVMValueRef nan = LLVMBuildFCmp(cg->b, LLVMRealUNO, v, v, "");
+    return LLVMBuildTrunc(cg->b, LLVMBuildSelect(cg->b, nan, quiet, rounded, ""), cg->i16, "");
 }
 
 static LLVMValueRef scalar_address(Cg *cg, int slot) {
@@ -228,15 +256,35 @@ LLVMValueRef cg_tensor_ptr(Cg *cg, Tensor *t) {
     return LLVMBuildBitCast(cg->b, cg->arg_ptr[k], LLVMPointerType(cg_elem_type(cg, t->dtype), 0), "");
 }
 
+/* An f64 as an f32 rounded to odd: toward zero, the last bit set when inexact. Rounding
+ * that to bf16 (16 bits shorter) to nearest even is the same as rounding the f64 there
+ * directly, where rounding to nearest twice could land on a tie that was not one. */
+static LLVMValueRef f32_round_to_odd(Cg *cg, LLVMValueRef v) {
+    LLVMValueRef f = LLVMBuildFPTrunc(cg->b, v, cg->f32, "");
+    LLVMValueRef back = LLVMBuildFPExt(cg->b, f, cg->f64, "");
+    LLVMValueRef bits = LLVMBuildBitCast(cg->b, f, cg->i32, "");
+    LLVMValueRef positive = LLVMBuildFCmp(cg->b, LLVMRealOGT, v, LLVMConstReal(cg->f64, 0), "");
+    LLVMValueRef away = LLVMBuildSelect(cg->b, positive, LLVMBuildFCmp(cg->b, LLVMRealOGT, back, v, ""),
+                                        LLVMBuildFCmp(cg->b, LLVMRealOLT, back, v, ""), ""); /* f keeps v's sign */
+    LLVMValueRef toward_zero = LLVMBuildSelect(cg->b, away, LLVMBuildSub(cg->b, bits, LLVMConstInt(cg->i32, 1, 0), ""),
+                                               bits, "");
+    LLVMValueRef odd = LLVMBuildOr(cg->b, toward_zero, LLVMConstInt(cg->i32, 1, 0), "");
+    LLVMValueRef inexact = LLVMBuildFCmp(cg->b, LLVMRealONE, back, v, "");
+    return LLVMBuildBitCast(cg->b, LLVMBuildSelect(cg->b, inexact, odd, bits, ""), cg->f32, "");
+}
+
 LLVMValueRef cg_load(Cg *cg, Tensor *t, LLVMValueRef index) {
     LLVMTypeRef et = cg_elem_type(cg, t->dtype);
     LLVMValueRef p = LLVMBuildInBoundsGEP2(cg->b, et, cg_tensor_ptr(cg, t), &index, 1, "");
-    return LLVMBuildLoad2(cg->b, et, p, "");
+    LLVMValueRef v = LLVMBuildLoad2(cg->b, et, p, "");
+    return t->dtype == DT_BF16 ? cg_bf16_to_f32(cg, v) : v;
 }
 
 void cg_store(Cg *cg, Tensor *t, LLVMValueRef index, LLVMValueRef v) {
     LLVMTypeRef et = cg_elem_type(cg, t->dtype);
-    if (LLVMTypeOf(v) != et)
+    if (t->dtype == DT_BF16)
+        v = cg_bf16_from_f32(cg, LLVMTypeOf(v) == cg->f64 ? f32_round_to_odd(cg, v) : v);
+    else if (LLVMTypeOf(v) != et)
         v = et == cg->f32 || et == cg->f64 ? (LLVMTypeOf(v) == cg->f64 && et == cg->f32
                                                   ? LLVMBuildFPTrunc(cg->b, v, et, "")
                                                   : LLVMBuildFPExt(cg->b, v, et, ""))

@@ -155,6 +155,7 @@ bool pipeline_run(Ddpc *c, const Pipeline *p, Ir **ir) {
     lowered->no_barriers = p->no_barriers;
     autodiff(c, lowered);
     ir_lower_update(c, lowered);
+    mixed_precision(c, lowered);
     fuse(c, lowered);
     plan(c, lowered);
     if (ir)

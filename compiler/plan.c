@@ -139,6 +139,48 @@ static void lay_out_vectors(Ddpc *c, Ir *ir) {
     }
 }
 
+/* An op made for the plan, placed at pos of a phase's list. */
+static IrOp *insert_pointwise(Ddpc *c, Ir *ir, Phase ph, int pos, Tensor *out, Tensor *in) {
+    IrOp *op = ir_op(c, ir, ph, OP_POINTWISE); /* appended; moved to pos below */
+    op->out[op->nout++] = out;
+    op->expr[0] = x_load(c, in, BC_FULL);
+    op->range = (IrDim){out->elems, 0};
+    OpList *ops = &ir->ops[ph];
+    memmove(&ops->items[pos + 1], &ops->items[pos], sizeof(IrOp *) * (size_t)(ops->len - 1 - pos));
+    ops->items[pos] = op;
+    return op;
+}
+
+static int position_of(const OpList *ops, OpKind kind, int64_t bucket) {
+    for (int i = 0; i < ops->len; i++)
+        if (ops->items[i]->kind == kind && (kind != OP_BUCKET_READY || ops->items[i]->bucket == bucket))
+            return i;
+    return 0;
+}
+
+/* allreduce_precision = bf16 (ddp_abi.h): each bucket rounded into its bf16 copy just
+ * before its marker, the sums widened back into the gradients after the wait. The
+ * copy sits in the GRADS region after the f32 gradients; as a parameter's gradient is
+ * placed at flat times its element size, the copy of element e has flat
+ * 2 * param_count + e (its 2-byte elements after the gradients' 4 * param_count bytes). */
+static void gradient_wire(Ddpc *c, Ir *ir) {
+    ir->grads_bytes = ir->param_count * dtype_size(ir->dtype);
+    if (ir->config->allreduce_precision != DDP_ALLREDUCE_BF16 || ir->dtype != DT_F32)
+        return;
+    ir->grads_bytes += ir->param_count * dtype_size(DT_BF16);
+    for (int b = 0; b < ir->buckets.len; b++) {
+        Bucket k = ir->buckets.items[b];
+        Shape s = {1, {k.end - k.begin}};
+        Tensor *grads = ir_tensor(c, ir, arena_printf(c->arena, "grads[%d]", b), T_GRAD, ir->dtype, false, &s);
+        Tensor *wire = ir_tensor(c, ir, arena_printf(c->arena, "grads:bf16[%d]", b), T_GRAD, DT_BF16, false, &s);
+        grads->flat = k.begin;
+        wire->flat = 2 * ir->param_count + k.begin;
+        insert_pointwise(c, ir, PH_BACKWARD, position_of(&ir->ops[PH_BACKWARD], OP_BUCKET_READY, b), wire, grads);
+        insert_pointwise(c, ir, PH_OPTIMIZER, position_of(&ir->ops[PH_OPTIMIZER], OP_WAIT_BUCKETS, -1) + 1, grads,
+                         wire);
+    }
+}
+
 /* ------------------------------------------------------------ liveness */
 
 static bool in_arena(const Tensor *t) {
@@ -283,6 +325,7 @@ static void assign_slots(Ddpc *c, Ir *ir) {
 
 void plan(Ddpc *c, Ir *ir) {
     lay_out_vectors(c, ir);
+    gradient_wire(c, ir);
     static const Phase train[] = {PH_FORWARD, PH_BACKWARD, PH_OPTIMIZER};
     static const Phase eval[] = {PH_EVAL};
     liveness(ir, train, 3, 1);

@@ -135,7 +135,8 @@ static void f_struct(Emit *e, Fields *f, const ContractType *t, const char *obj)
 /* ----------------------------------------------------------------- the tables */
 
 static int64_t abi_dtype(DType dt) {
-    static const int64_t map[] = {[DT_F32] = DDP_F32, [DT_F64] = DDP_F64, [DT_I32] = DDP_I32, [DT_I64] = DDP_I64};
+    static const int64_t map[] = {[DT_F32] = DDP_F32, [DT_F64] = DDP_F64, [DT_I32] = DDP_I32, [DT_I64] = DDP_I64,
+                                         [DT_BF16] = DDP_BF16};
     return map[dt];
 }
 
@@ -301,7 +302,7 @@ static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const c
         p.input_shape[i] = ir->graph->input.dim[i];
     int64_t elem = dtype_size(ir->dtype);
     int64_t regions[DDP_REGION_COUNT] = {
-        [DDP_REGION_PARAMS] = ir->param_count * elem, [DDP_REGION_GRADS] = ir->param_count * elem,
+        [DDP_REGION_PARAMS] = ir->param_count * elem, [DDP_REGION_GRADS] = ir->grads_bytes,
         [DDP_REGION_STATE] = c->config->optimizer.state_vectors * ir->param_count * elem,
         [DDP_REGION_STATS] = ir->stats_count * elem, [DDP_REGION_ARENA] = ir->arena_bytes,
         [DDP_REGION_WORKSPACE] = ir->workspace_bytes, [DDP_REGION_INPUT] = ir->input_bytes,

@@ -184,7 +184,7 @@ static double *gather_workers(ddp_runtime *rt, ddp_ring *ring, int64_t *row, cha
         mine[i] = p->dtype == DDP_F64 ? ((double *)rt->region[DDP_REGION_STATS])[i]
                                       : ((float *)rt->region[DDP_REGION_STATS])[i];
     memcpy(mine + p->stats_count, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * p->accum_pairs));
-    if (ring && !ddp_ring_allreduce(ring, all, world * *row, true, err, errlen)) {
+    if (ring && !ddp_ring_allreduce(ring, all, world * *row, DDP_F64, err, errlen)) {
         free(all);
         return NULL;
     }

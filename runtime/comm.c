@@ -18,8 +18,8 @@
 
 struct ddp_comm {
     ddp_ring *ring;
-    char *grads;
-    bool f64;
+    char *grads;                /* the GRADS region */
+    const ddp_program *program; /* its buckets, and where they are summed (ddp_wire_offset) */
     const ddp_bucket *buckets;
     int64_t nbuckets;
     ddp_trace *trace;
@@ -36,7 +36,7 @@ struct ddp_comm {
 static void *run(void *arg) {
     pthread_setname_np(pthread_self(), "ddp-comm");
     ddp_comm *c = arg;
-    size_t es = c->f64 ? 8 : 4;
+    int64_t dtype = ddp_wire_dtype(c->program), es = ddp_dtype_size(dtype);
     pthread_mutex_lock(&c->lock);
     for (;;) {
         while (!c->stop && c->completed == c->marked)
@@ -49,9 +49,9 @@ static void *run(void *arg) {
         const ddp_bucket *k = &c->buckets[b];
         char err[1024];
         double begin = ddp_trace_clock();
-        bool ok = failed || ddp_ring_allreduce(c->ring, c->grads + k->begin * (int64_t)es, k->end - k->begin,
-                                               c->f64, err, sizeof err);
-        ddp_trace_event e = {"all-reduce", DDP_LANE_COMM, step, b, (k->end - k->begin) * (int64_t)es, begin,
+        bool ok = failed || ddp_ring_allreduce(c->ring, c->grads + ddp_wire_offset(c->program, k->begin),
+                                               k->end - k->begin, dtype, err, sizeof err);
+        ddp_trace_event e = {"all-reduce", DDP_LANE_COMM, step, b, (k->end - k->begin) * es, begin,
                              ddp_trace_clock(), NULL, 0};
         if (!failed)
             ddp_trace_span(c->trace, &e);
@@ -68,14 +68,13 @@ static void *run(void *arg) {
     return NULL;
 }
 
-ddp_comm *ddp_comm_start(ddp_ring *ring, void *grads, bool f64, const ddp_bucket *buckets, int64_t nbuckets,
-                         ddp_trace *trace) {
+ddp_comm *ddp_comm_start(ddp_ring *ring, void *grads, const ddp_program *p, ddp_trace *trace) {
     ddp_comm *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    *c = (ddp_comm){.ring = ring, .grads = grads, .f64 = f64, .buckets = buckets, .nbuckets = nbuckets,
+    *c = (ddp_comm){.ring = ring, .grads = grads, .program = p, .buckets = p->buckets, .nbuckets = p->nbuckets,
                     .trace = trace};
-    c->ready = calloc((size_t)nbuckets + 1, sizeof *c->ready);
+    c->ready = calloc((size_t)p->nbuckets + 1, sizeof *c->ready);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->changed, NULL);
     if (c->ready && pthread_create(&c->thread, NULL, run, c) == 0)

@@ -3,7 +3,7 @@
  * cuDNN's engines to.
  *
  * The read tensors are first widened to double (an f32 factor rounded to TF32 first
- * when c->tf32, as the tensor cores read it); every product and sum is then formed in
+ * when c->tf32, as the tensor cores read it; bf16 widens exactly); every product and sum is then formed in
  * double and the sum rounded once into the written tensor's type. A product of two
  * floats is exact in double, so the result depends on the summation order only through
  * double's rounding: far below f32's, and the same on every machine, since the order
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bf16.h"
 #include "conv.h"
 
 /* The three tensors widened to double; the written one holds the sums, from zero. */
@@ -53,6 +54,8 @@ static double *doubles(size_t count) {
 static double factor(const ddp_device_conv *c, const void *from, size_t i) {
     if (c->f64)
         return ((const double *)from)[i];
+    if (c->bf16)
+        return ddp_bf16_to_float(((const uint16_t *)from)[i]);
     float v = ((const float *)from)[i];
     return c->tf32 ? ddp_tf32_round(v) : v;
 }
@@ -82,6 +85,13 @@ static void narrow(const ddp_device_conv *c, const double *sums, void *to, size_
         double *out = to;
         for (size_t i = 0; i < count; i++)
             out[i] = add ? out[i] + sums[i] : sums[i];
+        return;
+    }
+    if (c->bf16) { /* the f32 epilogue of a bf16 convolution, rounded once into bf16 */
+        uint16_t *out = to;
+        for (size_t i = 0; i < count; i++)
+            out[i] = add ? ddp_bf16_from_float(ddp_bf16_to_float(out[i]) + (float)sums[i])
+                         : ddp_bf16_from_double(sums[i]);
         return;
     }
     float *out = to;

@@ -7,8 +7,10 @@
  * A plan is one convolution's operation graph and the first engine configuration
  * that suits a training run: deterministic (the same bits every step and on every
  * worker), f32 products kept in f32 unless precision = tf32 (an engine noted as using
- * tensor cores reads f32 factors as TF32), inputs never converted down, a plan that
- * finalizes, and a workspace within what the caller has. Also here: the search for
+ * tensor cores reads f32 factors as TF32), inputs never converted down, sums never
+ * formed in less than f32, a plan that finalizes, and a workspace within what the
+ * caller has. Under precision = bf16 the tensors are bf16 and the compute type f32:
+ * tensor cores are what such a convolution is for, and their sums are f32. Also here: the search for
  * CUDA's libraries in the places cuBLAS is searched, for every library loaded. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,7 +27,7 @@
 
 /* cudnn_graph.h (cuDNN 9) */
 enum { CUDNN_NEEDED = 90000, CUDNN_SUCCESS = 0 };
-enum { DATA_FLOAT = 0, DATA_DOUBLE = 1, CROSS_CORRELATION = 1, HEUR_MODE_A = 3 };
+enum { DATA_FLOAT = 0, DATA_DOUBLE = 1, DATA_BFLOAT16 = 9, CROSS_CORRELATION = 1, HEUR_MODE_A = 3 };
 enum { NOTE_TENSOR_CORE = 0, NOTE_DOWN_CONVERT_INPUTS = 1, NOTE_REDUCED_PRECISION_REDUCTION = 2,
        NOTE_NONDETERMINISTIC = 4, NOTE_TYPE_COUNT = 10, KNOB_TYPE_COUNTS = 44 };
 enum { /* cudnnBackendDescriptorType_t */
@@ -369,8 +371,18 @@ static void drop_all(Maker *m) {
     m->nmade = 0;
 }
 
+/* The tensors' type, and the type the products are summed in: f32 for bf16 data. */
 static int data_type(const ddp_device_conv *c) {
+    return c->f64 ? DATA_DOUBLE : c->bf16 ? DATA_BFLOAT16 : DATA_FLOAT;
+}
+
+static int compute_type(const ddp_device_conv *c) {
     return c->f64 ? DATA_DOUBLE : DATA_FLOAT;
+}
+
+/* "f64", "bf16", "f32": the tensors' type in messages. */
+static const char *type_name(const ddp_device_conv *c) {
+    return c->f64 ? "f64" : c->bf16 ? "bf16" : "f32";
 }
 
 /* The largest power of two, up to 16, that divides the address: what cuDNN may
@@ -403,7 +415,7 @@ static void *convolution(Maker *m, const ddp_device_conv *c) {
     const char *what = "the convolution descriptor";
     int64_t spatial = 2, dilations[2] = {c->dilation[0], c->dilation[1]}, strides[2] = {c->stride[0], c->stride[1]};
     int64_t before[2] = {c->pad_before[0], c->pad_before[1]}, after[2] = {c->pad_after[0], c->pad_after[1]};
-    int type = data_type(c), mode = CROSS_CORRELATION;
+    int type = compute_type(c), mode = CROSS_CORRELATION;
     void *d = create(m, DESC_CONVOLUTION, what);
     set(m, d, CONVOLUTION_COMP_TYPE, TYPE_DATA_TYPE, 1, &type, what);
     set(m, d, CONVOLUTION_CONV_MODE, TYPE_CONVOLUTION_MODE, 1, &mode, what);
@@ -417,7 +429,7 @@ static void *convolution(Maker *m, const ddp_device_conv *c) {
 }
 
 /* The mode's operation on the three tensors, alpha 1 and beta c->beta, in the
- * compute type's precision. */
+ * compute type's precision (f32 for bf16 tensors). */
 static void *operation(Maker *m, const ddp_device_conv *c, void *const tensors[3], void *conv) {
     const OperationKind *kind = &operation_kinds[c->mode];
     float alpha32 = 1, beta32 = (float)c->beta;
@@ -468,16 +480,18 @@ static bool has_note(const Trial *t, int note) {
     return false;
 }
 
-/* Why the engine's numbers rule it out for c, or NULL. */
+/* Why the engine's numbers rule it out for c, or NULL. Tensor cores read f32 factors
+ * as TF32, which only precision = tf32 accepts; bf16 factors they read exactly, so a
+ * bf16 convolution takes them, as long as they sum in f32. */
 static const char *numerics_refused(const Trial *t, const ddp_device_conv *c) {
     if (has_note(t, NOTE_NONDETERMINISTIC))
         return "nondeterministic";
-    if (!c->f64 && !c->tf32 && has_note(t, NOTE_TENSOR_CORE))
+    if (!c->f64 && !c->tf32 && !c->bf16 && has_note(t, NOTE_TENSOR_CORE))
         return "tensor cores (TF32 products, and precision is not tf32)";
     if (has_note(t, NOTE_DOWN_CONVERT_INPUTS))
         return "converts its inputs down";
     if (has_note(t, NOTE_REDUCED_PRECISION_REDUCTION))
-        return "sums in reduced precision";
+        return c->bf16 ? "sums in reduced precision (bf16 convolutions sum in f32)" : "sums in reduced precision";
     return NULL;
 }
 
@@ -686,7 +700,7 @@ static void name_plan(ddp_cudnn_plan *p, const Trial *t) {
  * plan's need), field by field: a descriptor's padding bytes may hold anything. */
 static bool same_shape(const ddp_device_conv *a, const ddp_device_conv *b) {
     return memcmp(a, b, offsetof(ddp_device_conv, beta)) == 0 && a->beta == b->beta && a->f64 == b->f64 &&
-           a->tf32 == b->tf32;
+           a->tf32 == b->tf32 && a->bf16 == b->bf16;
 }
 
 /* Shared with the emulated device, which refuses what cuDNN refuses. */
@@ -758,7 +772,7 @@ bool ddp_cudnn_plan_conv(ddp_cudnn *h, const ddp_device_conv *c, ddp_cudnn_plan 
         *out = p;
     } else if (!m.failed)
         ddp_fail(err, len, "cuDNN has no engine for this %s convolution (%s, image %dx%dx%dx%d, filters %dx%dx%dx%d, "
-                           "workspace %zu bytes): %s", operation_kinds[c->mode].name, c->f64 ? "f64" : "f32", c->n,
+                           "workspace %zu bytes): %s", operation_kinds[c->mode].name, type_name(c), c->n,
                  c->h, c->w, c->c, c->k, c->r, c->s, c->c, c->workspace_bytes,
                  rejected.s ? rejected.s + 2 : "nothing was offered");
     free(rejected.s);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "bf16.h"
 #include "data_read.h"
 
 /* ------------------------------------------------------------- messages */
@@ -563,10 +564,34 @@ static void synthetic_inputs(int64_t sample, int64_t per, bool f64, void *row) {
     }
 }
 
+/* A sample's inputs in bf16 (precision = bf16): made f32 a piece at a time, as the
+ * f32 program reads them, then each rounded once to nearest even. */
+static void bf16_inputs(const ddp_data *d, int64_t sample, int64_t per, uint16_t *to) {
+    enum { PIECE = 1024 };
+    float piece[PIECE];
+    size_t elem = (size_t)data_elem_size[d->elem];
+    const char *from = (const char *)d->inputs + (size_t)sample * (size_t)d->elems * elem;
+    for (int64_t at = 0; at < per; at += PIECE) {
+        int64_t count = per - at < PIECE ? per - at : PIECE;
+        if (is_synthetic(d)) /* a sample's synthetic values come as one sequence */
+            for (int64_t e = 0; e < count; e++)
+                piece[e] = (float)ddp_synthetic_element(ddp_synthetic_seed(sample), at + e);
+        else
+            converters[d->elem][0](piece, from + (size_t)at * elem, count, d->spec->scale);
+        for (int64_t e = 0; e < count; e++)
+            to[at + e] = ddp_bf16_from_float(piece[e]);
+    }
+}
+
 static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
                          void *x) {
     int64_t per = model_input_elems(p);
     bool f64 = p->dtype == DDP_F64;
+    if (ddp_input_dtype(p) == DDP_BF16) {
+        for (int64_t r = 0; r < n; r++)
+            bf16_inputs(d, indices[r], per, (uint16_t *)x + r * per);
+        return;
+    }
     size_t row_bytes = (size_t)per * (f64 ? sizeof(double) : sizeof(float));
     if (is_synthetic(d)) {
         for (int64_t r = 0; r < n; r++)

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 5
+#define DDP_ABI_VERSION 6
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -140,7 +140,8 @@ enum { DDP_KERNEL_SERIAL = 1 }; /* must run as one call (a reduction in a fixed 
 
 /* ------------------------------------------------------------------ buffers */
 
-enum ddp_dtype { DDP_F32, DDP_F64, DDP_I32, DDP_I64 };
+/* DDP_BF16: bfloat16 (the top half of an f32), for activations under precision = bf16. */
+enum ddp_dtype { DDP_F32, DDP_F64, DDP_I32, DDP_I64, DDP_BF16 };
 
 /* Where a buffer's memory lives. The runtime allocates one region of each kind. */
 enum ddp_region {
@@ -364,6 +365,11 @@ enum ddp_comm_kind { DDP_COMM_AUTO, DDP_COMM_NCCL, DDP_COMM_RING };
 /* TF32: f32 values, whose products on a GPU's tensor cores read each factor rounded to
  * 10 bits of mantissa (what PyTorch calls allow_tf32); the CPU has no such unit. */
 enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_BF16, DDP_PRECISION_FP16, DDP_PRECISION_TF32 };
+/* The gradients' type in the all-reduce. BF16: the schedule rounds each bucket into a
+ * bf16 copy that the GRADS region holds after the f32 gradients (2 bytes each, at
+ * 4 * param_count + 2 * element), which the all-reduce sums (each addition rounded to
+ * bf16, as NCCL's), and widens the sums back into the gradients after the wait. */
+enum ddp_allreduce_precision { DDP_ALLREDUCE_FP32, DDP_ALLREDUCE_BF16 };
 
 /* The program's configuration, every default filled in: the compiler's stages after
  * the checker read this very structure (compiler/config.c fills it), and the runtime
@@ -379,6 +385,7 @@ enum ddp_precision { DDP_PRECISION_FP32, DDP_PRECISION_BF16, DDP_PRECISION_FP16,
     X##_I64(T, shuffle)                                                                                      \
     X##_I64(T, drop_remainder)                                                                               \
     X##_I64(T, precision)           /* ddp_precision */                                                      \
+    X##_I64(T, allreduce_precision) /* ddp_allreduce_precision */                                            \
     X##_I64(T, epochs)                                                                                       \
     X##_I64(T, steps_per_epoch)     /* -1: every full global batch */                                        \
     X##_SUB(T, ddp_duration, validate_every)                                                                 \

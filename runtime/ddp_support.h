@@ -29,12 +29,10 @@ typedef struct ddp_feature_support {
 } ddp_feature_support;
 
 static const ddp_feature_support ddp_features[DDP_FEATURE_COUNT] = {
-    [DDP_FEATURE_BF16] = {"precision", false,
-                          "precision = bf16 is not in this version of the runtime (fp32 and tf32 are): set "
-                          "precision = fp32, or tf32 on a GPU"},
+    [DDP_FEATURE_BF16] = {"precision", true, "precision = bf16 is not supported by this runtime"},
     [DDP_FEATURE_FP16] = {"precision", false,
-                          "precision = fp16 is not in this version of the runtime (fp32 and tf32 are): set "
-                          "precision = fp32, or tf32 on a GPU"},
+                          "precision = fp16 is not in this version of the runtime (fp32, tf32 and bf16 are): set "
+                          "precision = bf16 on a GPU, which needs no loss scaling, or fp32"},
     [DDP_FEATURE_NCCL] = {"communication", true, "communication = nccl is not supported by this runtime"},
     [DDP_FEATURE_GPUS_PER_WORKER] = {"gpus_per_worker", true, "gpus_per_worker > 1 is not supported by this runtime"},
     [DDP_FEATURE_CHECKPOINT] = {"checkpoint", true, "checkpoint(...) is not supported by this runtime"},

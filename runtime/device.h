@@ -52,6 +52,8 @@ typedef struct ddp_device_gemm {
     ddp_dptr a, b, c;
     int lda, ldb, ldc;
     bool f64;
+    bool bf16;                  /* A and B are bf16, the products summed in f32 (precision = bf16) */
+    bool c_bf16;                /* ... and C is bf16 too (else f32) */
 } ddp_device_gemm;
 
 /* A convolution as cuDNN runs it, channels last: x is N x H x W x C, y is N x OH x OW x
@@ -76,6 +78,7 @@ typedef struct ddp_device_conv {
     size_t workspace_bytes;
     bool f64;
     bool tf32;                  /* f32 products may read TF32 factors (tensor cores) */
+    bool bf16;                  /* x, filters and y are bf16, the sums f32 (precision = bf16) */
 } ddp_device_conv;
 
 typedef struct ddp_device ddp_device;

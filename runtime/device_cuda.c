@@ -10,7 +10,10 @@
  * whichever the driver supports, from CUDA's folders, LD_LIBRARY_PATH and Python's
  * nvidia/cublas/lib wheel folders (DDP_CUDA_LIBRARY_PATH, a list of folders, replaces
  * them all); a missing one is named with every place searched. Two streams (compute,
- * uploads), each with its cuBLAS handle and workspace.
+ * uploads), each with its cuBLAS handle and workspace. Under precision = bf16 the
+ * products of bf16 operands go to cublasGemmEx, summed in f32, and a GPU without bf16
+ * tensor cores (compute capability below 8.0) is refused as it is opened, named with
+ * its capability.
  *
  * Convolutions go to cuDNN (cudnn.c) on the compute stream when it loads: a device
  * without it (or with DDP_CUDNN=0) has no conv op, and the schedule's generated steps
@@ -27,7 +30,7 @@
 #include "device.h"
 #include "runtime.h"
 
-enum { PTX_NEEDS = 11050, CUBLAS_WORKSPACE = 32 << 20, CONV_KEY = 25 };
+enum { PTX_NEEDS = 11050, CUBLAS_WORKSPACE = 32 << 20, CONV_KEY = 26, BF16_NEEDS = 80 };
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -44,6 +47,7 @@ typedef struct {
     X(cuDeviceGetCount, (int *))                                                                             \
     X(cuDeviceGet, (CUdevice *, int))                                                                        \
     X(cuDeviceGetName, (char *, int, CUdevice))                                                              \
+    X(cuDeviceGetAttribute, (int *, int, CUdevice))                                                          \
     X(cuDeviceGetUuid, (CUuuid *, CUdevice))                                                                 \
     X(cuDeviceGetPCIBusId, (char *, int, CUdevice))                                                          \
     X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                     \
@@ -101,6 +105,8 @@ static struct {
                  const float *, float *, int);
     int (*dgemm)(cublasHandle_t, int, int, int, int, int, const double *, const double *, int, const double *,
                  int, const double *, double *, int);
+    int (*gemm_ex)(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int, const void *, int,
+                   int, const void *, void *, int, int, int, int);
     void *library;
     char path[1024];
 } blas;
@@ -260,8 +266,9 @@ static bool open_blas(int driver_version, char *err, size_t len) {
     *(void **)&blas.set_math_mode = dlsym(blas.library, "cublasSetMathMode");
     *(void **)&blas.sgemm = dlsym(blas.library, "cublasSgemm_v2");
     *(void **)&blas.dgemm = dlsym(blas.library, "cublasDgemm_v2");
+    *(void **)&blas.gemm_ex = dlsym(blas.library, "cublasGemmEx");
     if (!blas.create || !blas.destroy || !blas.set_stream || !blas.set_workspace || !blas.set_math_mode ||
-        !blas.sgemm || !blas.dgemm)
+        !blas.sgemm || !blas.dgemm || !blas.gemm_ex)
         return ddp_fail(err, len, "%s lacks the functions of cuBLAS 12 (cublasCreate_v2, cublasSgemm_v2, ...)",
                         blas.path);
     return true;
@@ -326,10 +333,25 @@ static bool launch(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t
                                      d->program->kernels[k].name, grid, threads, shared, describe(r));
 }
 
+/* cuBLAS's values for cublasGemmEx (library_types.h, cublas_api.h) */
+enum { CUDA_R_32F = 0, CUDA_R_16BF = 14, CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT = -1 };
+
+/* precision = bf16: A and B bf16, C bf16 or f32, the products summed in f32 on the
+ * tensor cores; alpha and beta are in the compute type, f32. */
+static int gemm_bf16(cublasHandle_t h, const ddp_device_gemm *g) {
+    float alpha = (float)g->alpha, beta = (float)g->beta;
+    return blas.gemm_ex(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const void *)(uintptr_t)g->a,
+                        CUDA_R_16BF, g->lda, (const void *)(uintptr_t)g->b, CUDA_R_16BF, g->ldb, &beta,
+                        (void *)(uintptr_t)g->c, g->c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g->ldc, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+}
+
 static bool gemm(ddp_device *d, int stream, const ddp_device_gemm *g) {
     cublasHandle_t h = cuda(d)->handles[stream];
     int status;
-    if (g->f64) {
+    if (g->bf16)
+        status = gemm_bf16(h, g);
+    else if (g->f64) {
         double alpha = g->alpha, beta = g->beta;
         status = blas.dgemm(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const double *)(uintptr_t)g->a, g->lda,
                             (const double *)(uintptr_t)g->b, g->ldb, &beta, (double *)(uintptr_t)g->c, g->ldc);
@@ -338,9 +360,12 @@ static bool gemm(ddp_device *d, int stream, const ddp_device_gemm *g) {
         status = blas.sgemm(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const float *)(uintptr_t)g->a, g->lda,
                             (const float *)(uintptr_t)g->b, g->ldb, &beta, (float *)(uintptr_t)g->c, g->ldc);
     }
-    return status == 0 || ddp_device_fail(d, "cuBLAS %cgemm(%s, %s, m %d, n %d, k %d, lda %d, ldb %d, ldc %d) "
-                                             "failed with status %d", g->f64 ? 'd' : 's', g->transa ? "T" : "N",
-                                          g->transb ? "T" : "N", g->m, g->n, g->k, g->lda, g->ldb, g->ldc, status);
+    const char *which = !g->bf16 ? (g->f64 ? "dgemm(" : "sgemm(")
+                        : g->c_bf16 ? "GemmEx(A, B and C bf16, compute f32, "
+                                    : "GemmEx(A and B bf16, C f32, compute f32, ";
+    return status == 0 || ddp_device_fail(d, "cuBLAS %s%s, %s, m %d, n %d, k %d, lda %d, ldb %d, ldc %d) failed with "
+                                             "status %d", which, g->transa ? "T" : "N", g->transb ? "T" : "N", g->m,
+                                          g->n, g->k, g->lda, g->ldb, g->ldc, status);
 }
 
 static bool record(ddp_device *d, int stream, int event) {
@@ -414,7 +439,7 @@ static void conv_key(const ddp_device_conv *cv, int64_t key[CONV_KEY]) {
     const int64_t fields[CONV_KEY] = {
         cv->mode, cv->n, cv->h, cv->w, cv->c, cv->k, cv->r, cv->s, cv->oh, cv->ow, cv->stride[0], cv->stride[1],
         cv->dilation[0], cv->dilation[1], cv->pad_before[0], cv->pad_before[1], cv->pad_after[0], cv->pad_after[1],
-        cv->beta != 0, cv->f64, cv->tf32, (int64_t)cv->workspace_bytes, (int64_t)(cv->x & 15),
+        cv->beta != 0, cv->f64, cv->tf32, cv->bf16, (int64_t)cv->workspace_bytes, (int64_t)(cv->x & 15),
         (int64_t)(cv->filters & 15), (int64_t)(cv->y & 15)};
     memcpy(key, fields, sizeof fields);
 }
@@ -429,11 +454,11 @@ static const ddp_cudnn_plan *find_plan(const Cuda *c, const int64_t key[CONV_KEY
 /* "forward f32 2x32x32x3 * 16x3x3x3 -> 2x32x32x16, stride 1,1, dilation 1,1, padding 1+1,1+1" */
 static void describe_conv(const ddp_device_conv *cv, char *text, size_t len) {
     static const char *const modes[] = {"forward", "backward data", "backward filter"};
+    const char *type = cv->f64 ? "f64" : cv->bf16 ? "bf16" : cv->tf32 ? "tf32" : "f32";
     snprintf(text, len, "%s %s %dx%dx%dx%d * %dx%dx%dx%d -> %dx%dx%dx%d, stride %d,%d, dilation %d,%d, padding "
-                        "%d+%d,%d+%d", modes[cv->mode], cv->f64 ? "f64" : cv->tf32 ? "tf32" : "f32", cv->n, cv->h,
-             cv->w, cv->c, cv->k, cv->r, cv->s, cv->c, cv->n, cv->oh, cv->ow, cv->k, cv->stride[0], cv->stride[1],
-             cv->dilation[0], cv->dilation[1], cv->pad_before[0], cv->pad_after[0], cv->pad_before[1],
-             cv->pad_after[1]);
+                        "%d+%d,%d+%d", modes[cv->mode], type, cv->n, cv->h, cv->w, cv->c, cv->k, cv->r, cv->s, cv->c,
+             cv->n, cv->oh, cv->ow, cv->k, cv->stride[0], cv->stride[1], cv->dilation[0], cv->dilation[1],
+             cv->pad_before[0], cv->pad_after[0], cv->pad_before[1], cv->pad_after[1]);
 }
 
 /* The convolution's plan, made and kept; each new plan's engine goes to the log. A
@@ -589,6 +614,14 @@ static bool load_module(ddp_device *d, Cuda *c) {
     return true;
 }
 
+/* precision = tf32: f32 products on the tensor cores (CUBLAS_TF32_TENSOR_OP_MATH); else
+ * the default, which keeps f32 products in f32 and runs bf16 ones on the tensor cores.
+ * Under bf16 the sums stay f32 even where C is bf16: a product split along k is summed
+ * in the compute type, not C's (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION). */
+static int math_mode(int precision) {
+    return precision == DDP_PRECISION_TF32 ? 3 : precision == DDP_PRECISION_BF16 ? 16 : 0;
+}
+
 static bool start_streams(ddp_device *d, Cuda *c) {
     for (int s = 0; s < DDP_STREAMS; s++) {
         if (!check(d, cu.cuStreamCreate(&c->streams[s], 1 /* CU_STREAM_NON_BLOCKING */), "creating a stream") ||
@@ -599,10 +632,8 @@ static bool start_streams(ddp_device *d, Cuda *c) {
             status = blas.set_stream(c->handles[s], c->streams[s]);
         if (status == 0)
             status = blas.set_workspace(c->handles[s], (void *)(uintptr_t)c->workspaces[s], CUBLAS_WORKSPACE);
-        /* precision = tf32: f32 products on the tensor cores (CUBLAS_TF32_TENSOR_OP_MATH); else
-         * the default, which keeps f32 products in f32 */
         if (status == 0)
-            status = blas.set_math_mode(c->handles[s], d->program->settings.precision == DDP_PRECISION_TF32 ? 3 : 0);
+            status = blas.set_math_mode(c->handles[s], math_mode(d->program->settings.precision));
         if (status != 0)
             return ddp_device_fail(d, "starting cuBLAS (%s): status %d", blas.path, status);
     }
@@ -646,12 +677,33 @@ static void describe_device(ddp_device *d, CUdevice dev, int version) {
     cu.cuDeviceGetPCIBusId(info->bus, sizeof info->bus, dev);
 }
 
+/* precision = bf16 runs its products on bf16 tensor cores, which begin with compute
+ * capability 8.0 (Ampere). Asked before cuBLAS is looked for, so that a user of an
+ * older GPU hears about the GPU, not about a library. The way out is a newer GPU or
+ * the CPU in f32, not another precision here: the program's PTX is for sm_80 whatever
+ * its precision. */
+static bool precision_fits(ddp_device *d, Cuda *c) {
+    int major = 0, minor = 0;
+    if (d->program->settings.precision != DDP_PRECISION_BF16)
+        return true;
+    if (!check(d, cu.cuDeviceGetAttribute(&major, 75 /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */, c->device),
+               "reading the GPU's compute capability") ||
+        !check(d, cu.cuDeviceGetAttribute(&minor, 76 /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR */, c->device),
+               "reading the GPU's compute capability"))
+        return false;
+    return major * 10 + minor >= BF16_NEEDS ||
+           ddp_device_fail(d, "precision = bf16 needs a GPU of compute capability %d.%d or later (bf16 tensor "
+                              "cores), and this one is %d.%d: run it on such a GPU, or set precision = fp32 and train "
+                              "on the CPU (--device cpu); the program's PTX is for sm_80, so no precision runs on "
+                              "this GPU", BF16_NEEDS / 10, BF16_NEEDS % 10, major, minor);
+}
+
 bool ddp_device_open_cuda(const ddp_program *p, int ordinal, ddp_device **out, char *err, size_t len) {
     *out = NULL;
     int version;
     if (!p->ptx)
         return ddp_fail(err, len, "this program was built without GPU code");
-    if (!driver_ready(&version, err, len) || !load_blas(version, err, len))
+    if (!driver_ready(&version, err, len))
         return false;
     ddp_device *d = calloc(1, sizeof *d);
     Cuda *c = calloc(1, sizeof *c);
@@ -666,6 +718,11 @@ bool ddp_device_open_cuda(const ddp_program *p, int ordinal, ddp_device **out, c
     bool ok = check(d, cu.cuDeviceGet(&c->device, ordinal), "choosing the GPU");
     if (ok)
         describe_device(d, c->device, version);
+    ok = ok && precision_fits(d, c);
+    if (ok && !load_blas(version, err, len)) { /* said as it is, the GPU aside: no GPU would run without it */
+        ddp_device_close(d);
+        return false;
+    }
     ok = ok && check(d, cu.cuDevicePrimaryCtxRetain(&c->context, c->device), "starting the GPU's context") &&
          check(d, cu.cuCtxSetCurrent(c->context), "starting the GPU's context");
     size_t free_bytes = 0, total = 0;

@@ -41,6 +41,7 @@
 #include <ucontext.h>
 #endif
 
+#include "bf16.h"
 #include "conv.h"
 #include "device.h"
 #include "nccl_api.h"
@@ -521,12 +522,12 @@ static bool run_gemm(ddp_device *d, const ddp_device_gemm *g) {
                                   "(a leading dimension is smaller than its operand's rows)",
                                g->transa ? "T" : "N", g->transb ? "T" : "N", g->m, g->n, g->k, g->lda, g->ldb, g->ldc);
     Emulator *e = emulator(d);
-    size_t width = g->f64 ? 8 : 4;
+    size_t width = g->f64 ? 8 : g->bf16 ? 2 : 4, width_c = g->f64 ? 8 : g->c_bf16 ? 2 : 4;
     size_t span_a = (size_t)g->lda * (size_t)((g->transa ? g->m : g->k) - 1) + (size_t)rows_a;
     size_t span_b = (size_t)g->ldb * (size_t)((g->transb ? g->k : g->n) - 1) + (size_t)rows_b;
     size_t span_c = (size_t)g->ldc * (size_t)(g->n - 1) + (size_t)g->m;
     if (g->m && g->n && ((g->k && (!on_device(e, g->a, span_a * width) || !on_device(e, g->b, span_b * width))) ||
-                         !on_device(e, g->c, span_c * width)))
+                         !on_device(e, g->c, span_c * width_c)))
         return ddp_device_fail(d, "gemm: an operand lies outside device memory (m %d, n %d, k %d)", g->m, g->n, g->k);
     const void *a = (const void *)(uintptr_t)g->a, *b = (const void *)(uintptr_t)g->b;
     void *c = (void *)(uintptr_t)g->c;
@@ -536,7 +537,10 @@ static bool run_gemm(ddp_device *d, const ddp_device_gemm *g) {
     double *rows = malloc((m * k + n * k) * sizeof(double) + 1), *cols = rows + m * k;
     if (!rows)
         return ddp_device_fail(d, "gemm: no memory for the emulated product (m %d, n %d, k %d)", g->m, g->n, g->k);
-#define AT(p, i) (g->f64 ? ((const double *)(p))[i] : (double)((const float *)(p))[i])
+    /* bf16 factors widen exactly, and their products are exact in double */
+#define AT(p, i) (g->f64    ? ((const double *)(p))[i]                                                          \
+                  : g->bf16 ? (double)ddp_bf16_to_float(((const uint16_t *)(p))[i])                            \
+                            : (double)((const float *)(p))[i])
     for (size_t i = 0; i < m; i++)
         for (size_t l = 0; l < k; l++)
             rows[i * k + l] = g->transa ? AT(a, i * (size_t)g->lda + l) : AT(a, l * (size_t)g->lda + i);
@@ -562,9 +566,11 @@ static bool run_gemm(ddp_device *d, const ddp_device_gemm *g) {
             size_t at = j * (size_t)g->ldc + i;
             double v = g->alpha * ((s0 + s1) + (s2 + s3));
             if (g->beta != 0) /* beta 0: C is not read, as in cuBLAS */
-                v += g->beta * AT(c, at);
+                v += g->beta * (g->c_bf16 ? (double)ddp_bf16_to_float(((const uint16_t *)c)[at]) : AT(c, at));
             if (g->f64)
                 ((double *)c)[at] = v;
+            else if (g->c_bf16)
+                ((uint16_t *)c)[at] = ddp_bf16_from_double(v);
             else
                 ((float *)c)[at] = (float)v;
         }
@@ -723,7 +729,7 @@ static void run_conv(const ddp_device_conv *c) {
 static void conv_extents(const ddp_device_conv *c, size_t bytes[3]) {
     const int dims[3][4] = {{c->n, c->h, c->w, c->c}, {c->k, c->r, c->s, c->c}, {c->n, c->oh, c->ow, c->k}};
     for (int t = 0; t < 3; t++) {
-        bytes[t] = c->f64 ? 8 : 4;
+        bytes[t] = c->f64 ? 8 : c->bf16 ? 2 : 4;
         for (int i = 0; i < 4; i++)
             bytes[t] *= (size_t)dims[t][i];
     }

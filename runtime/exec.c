@@ -304,7 +304,8 @@ ddp_device_conv ddp_conv_at(const ddp_runtime *rt, const ddp_conv *cv) {
         .pad_before = {(int)cv->pad_before[0], (int)cv->pad_before[1]},
         .pad_after = {(int)cv->pad_after[0], (int)cv->pad_after[1]}, .beta = cv->beta,
         .workspace_bytes = (size_t)p->buffers[cv->workspace].bytes, .f64 = p->dtype == DDP_F64,
-        .tf32 = p->dtype != DDP_F64 && p->settings.precision == DDP_PRECISION_TF32};
+        .tf32 = p->dtype != DDP_F64 && p->settings.precision == DDP_PRECISION_TF32,
+        .bf16 = p->buffers[cv->x].dtype == DDP_BF16};
 }
 
 static void run_step_profiled(ddp_runtime *rt, int phase, int64_t i) {

@@ -317,11 +317,14 @@ static bool queue_gemm(ddp_runtime *rt, const ddp_gemm *gm) {
                          .k = (int)k, .alpha = 1, .beta = gm->beta, .a = g->buffer[gm->b], .b = g->buffer[gm->a],
                          .c = g->buffer[gm->c], .lda = (int)(gm->transpose_b ? k : n),
                          .ldb = (int)(gm->transpose_a ? m : k), .ldc = (int)n,
-                         .f64 = rt->program->dtype == DDP_F64};
+                         .f64 = rt->program->dtype == DDP_F64,
+                         .bf16 = rt->program->buffers[gm->a].dtype == DDP_BF16,
+                         .c_bf16 = rt->program->buffers[gm->c].dtype == DDP_BF16};
     if (k == 0) { /* an empty batch: the product is zero */
         if (gm->beta != 0)
             return true;
-        return g->dev->ops->fill(g->dev, DDP_STREAM_COMPUTE, c.c, 0, (size_t)(m * n * rt->elem_size));
+        return g->dev->ops->fill(g->dev, DDP_STREAM_COMPUTE, c.c, 0,
+                                 (size_t)(m * n * ddp_dtype_size(rt->program->buffers[gm->c].dtype)));
     }
     return g->dev->ops->gemm(g->dev, DDP_STREAM_COMPUTE, &c);
 }
@@ -368,13 +371,13 @@ static bool bucket_ready(ddp_runtime *rt, int64_t b) {
     ddp_device *d = g->dev;
     const ddp_program *p = rt->program;
     int64_t begin = b < 0 ? 0 : p->buckets[b].begin, end = b < 0 ? p->param_count : p->buckets[b].end;
-    int64_t at = begin * rt->elem_size; /* the gradient vector starts its region */
+    int64_t at = ddp_wire_offset(p, begin), wire = ddp_wire_dtype(p); /* the gradients, or their bf16 copy */
     ddp_dptr data = g->region[DDP_REGION_GRADS] + (ddp_dptr)at;
     if (g->nccl) {
         char err[2048];
         if (!d->ops->record(d, DDP_STREAM_COMPUTE, EVENT_TO_COMM) || !d->ops->wait(d, DDP_STREAM_COMM, EVENT_TO_COMM))
             return failed(rt, "queueing a gradient bucket's all-reduce");
-        if (ddp_nccl_allreduce(g->nccl, data, end - begin, p->dtype == DDP_F64, b < 0 ? 0 : b, b < 0 ? 1 : p->nbuckets,
+        if (ddp_nccl_allreduce(g->nccl, data, end - begin, wire, b < 0 ? 0 : b, b < 0 ? 1 : p->nbuckets,
                                g->step, err, sizeof err))
             return true;
         if (!nccl_failed(rt))
@@ -383,7 +386,7 @@ static bool bucket_ready(ddp_runtime *rt, int64_t b) {
     }
     g->marked[g->nmarked++] = b;
     return (d->ops->download(d, DDP_STREAM_COMPUTE, (char *)rt->region[DDP_REGION_GRADS] + at, data,
-                             (size_t)((end - begin) * rt->elem_size)) &&
+                             (size_t)((end - begin) * ddp_dtype_size(wire))) &&
             d->ops->record(d, DDP_STREAM_COMPUTE, DDP_BUCKET_EVENT(b < 0 ? 0 : b, true))) ||
            failed(rt, "copying a gradient bucket from the GPU");
 }

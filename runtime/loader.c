@@ -99,12 +99,12 @@ struct ddp_loader {
 };
 
 static int64_t row_bytes(const ddp_program *p, bool label) {
-    int64_t es = p->dtype == DDP_F64 ? 8 : 4, per = 1;
+    int64_t per = 1;
     if (label)
-        return p->label_dtype == DDP_I32 ? 4 : es * p->output_elems;
+        return p->label_dtype == DDP_I32 ? 4 : ddp_dtype_size(p->label_dtype) * p->output_elems;
     for (int d = 0; d < p->input_rank; d++)
         per *= p->input_shape[d];
-    return es * per;
+    return ddp_dtype_size(ddp_input_dtype(p)) * per;
 }
 
 static bool may_fill(const ddp_loader *l) {

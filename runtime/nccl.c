@@ -421,7 +421,7 @@ void ddp_nccl_begin_step(ddp_nccl *n) {
     pthread_mutex_unlock(&n->lock);
 }
 
-bool ddp_nccl_allreduce(ddp_nccl *n, uint64_t data, int64_t count, bool f64, int64_t bucket, int64_t nbuckets,
+bool ddp_nccl_allreduce(ddp_nccl *n, uint64_t data, int64_t count, int64_t dtype, int64_t bucket, int64_t nbuckets,
                         int64_t step, char *err, size_t len) {
     ddp_device *d = n->device;
     if (bucket < 0 || bucket >= DDP_MAX_BUCKET_EVENTS)
@@ -444,8 +444,8 @@ bool ddp_nccl_allreduce(ddp_nccl *n, uint64_t data, int64_t count, bool f64, int
     if (!d->ops->record(d, n->stream_index, DDP_BUCKET_EVENT(bucket, false)))
         return ddp_fail(err, len, "%s: %s", doing, d->error);
     void *p = (void *)(uintptr_t)data;
-    ncclResult_t r = nc.ncclAllReduce(p, p, (size_t)count, f64 ? ncclFloat64 : ncclFloat32, ncclSum, n->comm,
-                                      n->stream);
+    ncclDataType_t type = dtype == DDP_F64 ? ncclFloat64 : dtype == DDP_BF16 ? ncclBfloat16 : ncclFloat32;
+    ncclResult_t r = nc.ncclAllReduce(p, p, (size_t)count, type, ncclSum, n->comm, n->stream);
     if (!settle(n, r, &w, doing, err, len))
         return false;
     return d->ops->record(d, n->stream_index, DDP_BUCKET_EVENT(bucket, true)) ||

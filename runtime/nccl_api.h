@@ -28,7 +28,7 @@ typedef enum {
 } ncclResult_t;
 
 typedef enum { ncclSum = 0 } ncclRedOp_t;
-typedef enum { ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
+typedef enum { ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 } ncclDataType_t;
 
 typedef struct ncclComm *ncclComm_t;
 typedef void *cudaStream_t;

@@ -178,10 +178,12 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     const ddp_device_info *gpu = ddp_gpu_info(rt);
     /* precision = tf32 changes the f32 products of a GPU only */
     bool tf32 = s->precision == DDP_PRECISION_TF32 && p->dtype == DDP_F32;
+    bool bf16 = ddp_input_dtype(p) == DDP_BF16;
     if (gpu)
         ddp_say("  device      %s: %s, %s (bus %s), %.1f GiB free%s%s\n", strcmp(ddp_gpu_backend(rt), "cuda") == 0 ? "gpu"
                : ddp_gpu_backend(rt), gpu->name, gpu->uuid, gpu->bus, (double)gpu->free_bytes / (1 << 30),
-               tf32 ? ", TF32 products" : "", gpu->driver_version ? "" : " (a test instrument: correct, not fast)");
+               tf32 ? ", TF32 products" : bf16 ? ", bf16 activations and products, f32 master weights" : "",
+               gpu->driver_version ? "" : " (a test instrument: correct, not fast)");
     else
         ddp_say("  device      cpu, %d threads (%s), %s kernels%s\n", ddp_pool_threads(rt->pool), cfg->threads_from,
                rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64",
@@ -212,7 +214,9 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
                "proven by %s\n", c->source, (long long)c->world, (long long)c->nodes, c->nodes == 1 ? "" : "s",
                (long long)c->rank, c->host, c->coordinator, (long long)c->port_base, cfg->proven_by);
     if (c->world > 1 || cfg->nccl)
-        ddp_say("  gradients   summed by %s\n", cfg->communication);
+        ddp_say("  gradients   summed by %s%s\n", cfg->communication,
+               ddp_wire_dtype(p) == DDP_BF16 ? "; in bf16 (allreduce_precision = bf16: half the bytes, each sum "
+                                               "rounded to bf16)" : "");
     if (train && !cfg->evaluate) {
         describe_data(p, train, line, sizeof line);
         ddp_say("  data        %s\n", line);

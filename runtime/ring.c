@@ -30,6 +30,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "runtime.h"
 
 enum { SLICE = 256 * 1024, SPIN_US = 50, HELLO_MAGIC = 0x44445031 /* "DDP1" */, STEP_MAGIC = 0x44445053 };
@@ -86,8 +87,8 @@ typedef struct Flow {
     char *data;                 /* the payload, or NULL with sum_into */
     size_t len;                 /* of the payload */
     size_t done;                /* bytes moved, the header's included */
-    void *sum_into;             /* received payload added here (f32 or f64) */
-    bool f64;
+    void *sum_into;             /* received payload added here */
+    int64_t dtype;              /* ddp_dtype of the values: f32, f64 or bf16 */
     size_t summed, carried;     /* payload bytes added; bytes of a split value kept at the scratch's start */
 } Flow;
 
@@ -95,12 +96,18 @@ static size_t flow_total(const Flow *f) {
     return f->fd < 0 ? 0 : sizeof f->header + f->len;
 }
 
-static void add_into(void *dst, const void *src, size_t n, bool f64) {
-    if (f64) {
+/* bf16 values are added as NCCL adds them: in f32, each sum rounded back to bf16. */
+static void add_into(void *dst, const void *src, size_t n, int64_t dtype) {
+    if (dtype == DDP_F64) {
         double *d = dst;
         const double *s = src;
         for (size_t i = 0; i < n; i++)
             d[i] += s[i];
+    } else if (dtype == DDP_BF16) {
+        uint16_t *d = dst;
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++)
+            d[i] = ddp_bf16_from_float(ddp_bf16_to_float(d[i]) + ddp_bf16_to_float(s[i]));
     } else {
         float *d = dst;
         const float *s = src;
@@ -169,8 +176,8 @@ static ssize_t receive_some(ddp_ring *r, Flow *in) {
     bool payload = in->done >= h;
     in->done += (size_t)k;
     if (payload && in->sum_into) { /* add every whole value that came; keep a split one for later */
-        size_t es = in->f64 ? 8 : 4, have = in->carried + (size_t)k, whole = have / es * es;
-        add_into((char *)in->sum_into + in->summed, r->scratch, whole / es, in->f64);
+        size_t es = (size_t)ddp_dtype_size(in->dtype), have = in->carried + (size_t)k, whole = have / es * es;
+        add_into((char *)in->sum_into + in->summed, r->scratch, whole / es, in->dtype);
         in->summed += whole;
         in->carried = have - whole;
         memmove(r->scratch, (char *)r->scratch + whole, in->carried);
@@ -261,9 +268,9 @@ static Flow receiving(ddp_ring *r, void *data, size_t len) {
 
 static const Flow no_flow = {.fd = -1};
 
-bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, bool f64, char *err, size_t errlen) {
+bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, int64_t dtype, char *err, size_t errlen) {
     int n = r->world;
-    size_t es = f64 ? 8 : 4;
+    size_t es = (size_t)ddp_dtype_size(dtype);
     char *base = data;
     char what[64];
     snprintf(what, sizeof what, "all-reduce %llu", (unsigned long long)r->sequence);
@@ -280,7 +287,7 @@ bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, bool f64, char *
         int out = (r->rank - s + n) % n, in = (r->rank - s - 1 + n) % n;
         Flow sum = receiving(r, NULL, (size_t)size[in] * es);
         sum.sum_into = base + begin[in] * es;
-        sum.f64 = f64;
+        sum.dtype = dtype;
         if (!step(r, (uint32_t)s, sending(r, base + begin[out] * es, (size_t)size[out] * es), sum, what, err,
                   errlen))
             return false;
@@ -313,7 +320,7 @@ bool ddp_ring_broadcast(ddp_ring *r, void *data, size_t bytes, int root, char *e
 
 bool ddp_ring_barrier(ddp_ring *r, char *err, size_t errlen) {
     float token = 0;
-    return ddp_ring_allreduce(r, &token, 1, false, err, errlen);
+    return ddp_ring_allreduce(r, &token, 1, DDP_F32, err, errlen);
 }
 
 uint64_t ddp_ring_bytes_sent(const ddp_ring *r) {

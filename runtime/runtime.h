@@ -96,6 +96,23 @@ typedef struct ddp_data {
 const char *ddp_dims_text(char *buf, size_t len, const int64_t *dims, int rank, const char *sep);
 /* "[28, 28]" */
 const char *ddp_shape_text(char *buf, size_t len, const int64_t *dims, int rank);
+/* The bytes of one element of a ddp_dtype. */
+static inline int64_t ddp_dtype_size(int64_t dtype) {
+    return dtype == DDP_BF16 ? 2 : dtype == DDP_F32 || dtype == DDP_I32 ? 4 : 8;
+}
+/* The element type of the batch's inputs (bf16 under precision = bf16, else the
+ * program's dtype). */
+static inline int64_t ddp_input_dtype(const ddp_program *p) {
+    return p->input_slot >= 0 && p->input_slot < p->nbuffers ? p->buffers[p->input_slot].dtype : p->dtype;
+}
+/* The type the gradients are summed in, and where element e of them is then: bytes
+ * into the GRADS region (ddp_abi.h's ddp_allreduce_precision). */
+static inline int64_t ddp_wire_dtype(const ddp_program *p) {
+    return p->settings.allreduce_precision == DDP_ALLREDUCE_BF16 && p->dtype == DDP_F32 ? DDP_BF16 : p->dtype;
+}
+static inline int64_t ddp_wire_offset(const ddp_program *p, int64_t e) {
+    return ddp_wire_dtype(p) == DDP_BF16 ? 4 * p->param_count + 2 * e : e * ddp_dtype_size(p->dtype);
+}
 /* An IEEE half-precision number's value. */
 double ddp_half_to_double(uint16_t h);
 
@@ -444,7 +461,7 @@ ddp_ring *ddp_ring_connect(const ddp_ring_peers *peers, char *err, size_t errlen
 void ddp_ring_close(ddp_ring *r);
 /* Sums count values (f32 or f64) over the workers, in place; afterwards every
  * worker holds the same bits. */
-bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, bool f64, char *err, size_t errlen);
+bool ddp_ring_allreduce(ddp_ring *r, void *data, int64_t count, int64_t dtype, char *err, size_t errlen);
 bool ddp_ring_broadcast(ddp_ring *r, void *data, size_t bytes, int root, char *err, size_t errlen);
 bool ddp_ring_barrier(ddp_ring *r, char *err, size_t errlen);
 uint64_t ddp_ring_bytes_sent(const ddp_ring *r);
@@ -481,10 +498,10 @@ bool ddp_trace_write(const char *path, char *const *parts, const size_t *lens, i
 
 /* ----------------------------------------------------------------- comm.c */
 
-/* The communication thread: buckets all-reduced as backward marks them ready. */
+/* The communication thread: p's buckets all-reduced as backward marks them ready, in
+ * the GRADS region at grads (in the gradients' type, or their bf16 copy). */
 typedef struct ddp_comm ddp_comm;
-ddp_comm *ddp_comm_start(ddp_ring *ring, void *grads, bool f64, const ddp_bucket *buckets, int64_t nbuckets,
-                         ddp_trace *trace);
+ddp_comm *ddp_comm_start(ddp_ring *ring, void *grads, const ddp_program *p, ddp_trace *trace);
 void ddp_comm_stop(ddp_comm *c);
 /* Before a step's backward. */
 void ddp_comm_begin_step(ddp_comm *c, int64_t step);
@@ -517,7 +534,7 @@ ddp_nccl *ddp_nccl_open(const ddp_nccl_config *c, char *err, size_t len);
 void ddp_nccl_begin_step(ddp_nccl *n);
 /* The sum over every rank of count values at the device address data, in place,
  * queued on the stream between the bucket's two events (device.h); false with why. */
-bool ddp_nccl_allreduce(ddp_nccl *n, uint64_t data, int64_t count, bool f64, int64_t bucket, int64_t nbuckets,
+bool ddp_nccl_allreduce(ddp_nccl *n, uint64_t data, int64_t count, int64_t dtype, int64_t bucket, int64_t nbuckets,
                         int64_t step, char *err, size_t len);
 /* Whether the watchdog aborted the communicator: why, naming the collective. */
 bool ddp_nccl_failed(ddp_nccl *n, char *why, size_t len);

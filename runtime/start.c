@@ -150,6 +150,16 @@ static bool gpus_found(const ddp_program *p, const ddp_device *dev, char *err, s
                     gpus_per_worker(p));
 }
 
+/* precision = bf16 is for a GPU's bf16 tensor cores (or the emulated device, which
+ * models them): the CPU's products go through f32 BLAS, where bf16 would only cost
+ * accuracy, so a CPU worker refuses rather than run something else than was asked. */
+static bool precision_runs_here(const ddp_program *p, const ddp_device *dev, char *err, size_t len) {
+    return dev || p->settings.precision != DDP_PRECISION_BF16 ||
+           ddp_fail(err, len, "precision = bf16 runs on a GPU (compute capability 8.0 or later), but this worker "
+                              "trains on the CPU (--device cpu, or no usable GPU found): set precision = fp32 to "
+                              "train on the CPU");
+}
+
 /* The GPU, said: on stderr by every worker of a job (each its own), in the banner by
  * worker 0; the plan's memory checked against what the device has free. */
 static bool attach_device(ddp_runtime *rt, ddp_device *dev, const ddp_config *cfg, char *err, size_t len) {
@@ -354,7 +364,7 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
         goto done;
     }
     if (!ddp_check_supported(&cfg, p, err, sizeof err) || !choose_device(&cfg, p, &device, err, sizeof err) ||
-        !gpus_found(p, device, err, sizeof err) || !choose_communication(&cfg, p, device, err, sizeof err)) {
+        !gpus_found(p, device, err, sizeof err) || !precision_runs_here(p, device, err, sizeof err) || !choose_communication(&cfg, p, device, err, sizeof err)) {
         fail(&job, err);
         goto done;
     }

@@ -263,7 +263,7 @@ static bool sum_figures(Run *r, double *sums, char *err, size_t errlen) {
     sums[n + 1] = stop_signal != 0;
     sums[n + 2] = stop_signal == SIGINT;
     sums[n + 3] = stop_signal == SIGUSR1;
-    return !r->ring || ddp_ring_allreduce(r->ring, sums, n + 4, true, err, errlen);
+    return !r->ring || ddp_ring_allreduce(r->ring, sums, n + 4, DDP_F64, err, errlen);
 }
 
 /* The same from the accumulators as they are now. */
@@ -279,7 +279,7 @@ static bool average_statistics(Run *r, char *err, size_t errlen) {
     void *stats = r->rt->region[DDP_REGION_STATS];
     bool f64 = p->dtype == DDP_F64;
     if (!region_down(r, DDP_REGION_STATS, err, errlen) ||
-        !ddp_ring_allreduce(r->ring, stats, p->stats_count, f64, err, errlen))
+        !ddp_ring_allreduce(r->ring, stats, p->stats_count, f64 ? DDP_F64 : DDP_F32, err, errlen))
         return false;
     for (int64_t i = 0; i < p->stats_count; i++) {
         if (f64)
@@ -304,7 +304,7 @@ bool ddp_parameters_agree(ddp_runtime *rt, ddp_ring *ring, const char *when, con
         return ddp_fail(err, errlen, "%s: out of memory", when);
     bool ok = ddp_ring_broadcast(ring, &first, sizeof first, 0, err, errlen);
     differs[rank] = first != mine;
-    ok = ok && ddp_ring_allreduce(ring, differs, world, true, err, errlen);
+    ok = ok && ddp_ring_allreduce(ring, differs, world, DDP_F64, err, errlen);
     char list[256] = "";
     size_t n = 0;
     for (int r = 0; ok && r < world; r++) {
@@ -497,8 +497,8 @@ static bool sum_gradients(Run *r, char *err, size_t len) {
     if (r->comm)
         return ddp_comm_wait(r->comm, err, len);
     return !r->ring || (region_down(r, DDP_REGION_GRADS, err, len) &&
-                        ddp_ring_allreduce(r->ring, r->rt->region[DDP_REGION_GRADS], p->param_count,
-                                           p->dtype == DDP_F64, err, len) &&
+                        ddp_ring_allreduce(r->ring, (char *)r->rt->region[DDP_REGION_GRADS] + ddp_wire_offset(p, 0),
+                                           p->param_count, ddp_wire_dtype(p), err, len) &&
                         region_up(r, DDP_REGION_GRADS, err, len));
 }
 
@@ -1017,8 +1017,7 @@ static bool start_comm(Run *r, char *err, size_t len) {
         if (staged <= 0)
             return staged == 0; /* 0: more buckets than events, the whole vector after backward */
     }
-    r->comm = ddp_comm_start(r->ring, rt->region[DDP_REGION_GRADS], p->dtype == DDP_F64, p->buckets, p->nbuckets,
-                             r->trace);
+    r->comm = ddp_comm_start(r->ring, rt->region[DDP_REGION_GRADS], p, r->trace);
     if (!r->comm)
         return ddp_fail(err, len, "cannot start the communication thread");
     if (!rt->gpu) /* the executor's markers call the thread; a GPU's are gpu.c's */

@@ -257,7 +257,8 @@ refused_at_start() {
     check "$what (rank 0, after $took s)" "$want" 0 "lost rank 1 on $(hostname): it failed: $pattern"
     [ "$took" -le 3 ] || fail "the others waited $took s for a worker refused at start ($what)"
 }
-refused_at_start "settings refused on rank 1" "3 1" "precision = bf16 is not in this version of the runtime" \
+refused_at_start "settings refused on rank 1" "3 1" \
+    "precision = bf16 runs on a GPU (compute capability 8.0 or later), but this worker trains on the CPU" \
     -- "$programs/tiny_bf16" --rendezvous-timeout 60
 refused_at_start "a command line refused on rank 1" "3 2" \
     "its command line was refused: unknown option \`--epocs\`" --rendezvous-timeout 60 --epocs 3

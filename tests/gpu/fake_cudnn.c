@@ -7,15 +7,21 @@
  * what the padding, strides and dilations give; the filters' channels against the
  * image's) return CUDNN_STATUS_BAD_PARAM, with the reason in cudnnGetLastErrorString.
  *
- * Its engines, numbered as cuDNN numbers them, offered by the heuristics in this order:
- *   0 nondeterministic;  1 tensor cores, f32 only (runs with TF32 factors);
- *   2 needs 64 MiB of workspace;  3 needs 4 KiB, with two knobs;  4 needs none.
- * Execute runs ddp_conv_reference, taken from the program that loaded the stand-in,
- * on the variant pack's pointers: the test gives host memory as device addresses, and
- * nothing here touches CUDA. Failures on purpose: FAKE_CUDNN_VERSION (the version it
- * reports; 91900 unless set), FAKE_CUDNN_ENGINES (the engines offered, by name,
- * comma-separated: nondeterministic, tensor_cores, large_workspace, small_workspace,
- * no_workspace), FAKE_CUDNN_HEURISTICS=none (the heuristics offer nothing). */
+ * Tensors are f32, f64 or bf16; the compute type is the data's, f32 for bf16; alpha
+ * and beta are double for f64 and float otherwise. Its engines, numbered as cuDNN
+ * numbers them:
+ *   0 nondeterministic;  1 tensor cores, f32 and bf16 (f32 factors read as TF32);
+ *   2 needs 64 MiB of workspace;  3 needs 4 KiB, with two knobs;  4 needs none;
+ *   5 sums in reduced precision, bf16 only.
+ * The heuristics offer them in the order 0, 5, 1, 2, 3, 4, so that a bf16 convolution
+ * meets the reduced-precision engine before the tensor-core one; enumerating every
+ * engine goes by number. Execute runs ddp_conv_reference, taken from the program that
+ * loaded the stand-in, on the variant pack's pointers: the test gives host memory as
+ * device addresses, and nothing here touches CUDA. Failures on purpose:
+ * FAKE_CUDNN_VERSION (the version it reports; 91900 unless set), FAKE_CUDNN_ENGINES (the
+ * engines offered, by name, comma-separated: nondeterministic, tensor_cores,
+ * large_workspace, small_workspace, no_workspace, reduced_precision),
+ * FAKE_CUDNN_HEURISTICS=none (the heuristics offer nothing). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -28,28 +34,35 @@
 
 #include "conv.h"
 
-enum { MAGIC = 0x66616b65, MAX_ATTRIBUTES = 12, MAX_OWNED = 4, ENGINES = 5 };
+enum { MAGIC = 0x66616b65, MAX_ATTRIBUTES = 12, MAX_OWNED = 4, ENGINES = 6 };
 
 /* ------------------------------------------------------------------ engines */
+
+/* The data types an engine runs, a bit each. */
+enum { RUNS_F32 = 1, RUNS_F64 = 2, RUNS_BF16 = 4, RUNS_ALL = 7 };
 
 typedef struct Engine {
     const char *name;
     cudnnBackendNumericalNote_t note; /* its one note, or CUDNN_NUMERICAL_NOTE_TYPE_COUNT for none */
     int64_t workspace;
-    bool f32_only;
+    unsigned runs;
     int nknobs;
     cudnnBackendKnobType_t knob_types[2];
     int64_t knob_values[2];
 } Engine;
 
 static const Engine engines[ENGINES] = {
-    {"nondeterministic", CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, 0, false, 0, {0}, {0}},
-    {"tensor_cores", CUDNN_NUMERICAL_NOTE_TENSOR_CORE, 0, true, 0, {0}, {0}},
-    {"large_workspace", CUDNN_NUMERICAL_NOTE_TYPE_COUNT, 64 << 20, false, 0, {0}, {0}},
-    {"small_workspace", CUDNN_NUMERICAL_NOTE_TYPE_COUNT, 4096, false, 2,
+    {"nondeterministic", CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, 0, RUNS_ALL, 0, {0}, {0}},
+    {"tensor_cores", CUDNN_NUMERICAL_NOTE_TENSOR_CORE, 0, RUNS_F32 | RUNS_BF16, 0, {0}, {0}},
+    {"large_workspace", CUDNN_NUMERICAL_NOTE_TYPE_COUNT, 64 << 20, RUNS_ALL, 0, {0}, {0}},
+    {"small_workspace", CUDNN_NUMERICAL_NOTE_TYPE_COUNT, 4096, RUNS_ALL, 2,
      {CUDNN_KNOB_TYPE_TILE_SIZE, CUDNN_KNOB_TYPE_STAGES}, {2, 3}},
-    {"no_workspace", CUDNN_NUMERICAL_NOTE_TYPE_COUNT, 0, false, 0, {0}, {0}},
+    {"no_workspace", CUDNN_NUMERICAL_NOTE_TYPE_COUNT, 0, RUNS_ALL, 0, {0}, {0}},
+    {"reduced_precision", CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION, 0, RUNS_BF16, 0, {0}, {0}},
 };
+
+/* The heuristics' ranking: the reduced-precision engine right after the first. */
+static const int heuristic_order[ENGINES] = {0, 5, 1, 2, 3, 4};
 
 static bool offered(int engine) {
     const char *list = getenv("FAKE_CUDNN_ENGINES");
@@ -436,8 +449,8 @@ static cudnnStatus_t finalize_nothing_more(Descriptor *d) {
     return CUDNN_STATUS_SUCCESS;
 }
 
-/* The stand-in runs dense channels-last tensors of f32 or f64, 4-d, as the runtime
- * describes them: dims {n, c, h, w}, strides {h*w*c, 1, w*c, c}. */
+/* The stand-in runs dense channels-last tensors of f32, f64 or bf16, 4-d, as the
+ * runtime describes them: dims {n, c, h, w}, strides {h*w*c, 1, w*c, c}. */
 static cudnnStatus_t finalize_tensor(Descriptor *d) {
     Attribute *dims = find(d, CUDNN_ATTR_TENSOR_DIMENSIONS), *strides = find(d, CUDNN_ATTR_TENSOR_STRIDES);
     int64_t alignment = int64_at(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, 0);
@@ -453,8 +466,9 @@ static cudnnStatus_t finalize_tensor(Descriptor *d) {
         if (((int64_t *)dims->values)[i] < 1 || ((int64_t *)strides->values)[i] < 1)
             return refuse(CUDNN_STATUS_BAD_PARAM, "tensor: dimension %lld is %lld with stride %lld", (long long)i,
                           (long long)((int64_t *)dims->values)[i], (long long)((int64_t *)strides->values)[i]);
-    if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_DOUBLE)
-        return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "tensor: data type %d (the stand-in has f32, f64)", type);
+    if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_DOUBLE && type != CUDNN_DATA_BFLOAT16)
+        return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "tensor: data type %d (the stand-in has f32, f64, bf16)",
+                      type);
     if (is_virtual && *(bool *)is_virtual->values)
         return refuse(CUDNN_STATUS_NOT_SUPPORTED, "tensor: virtual tensors are not in the stand-in");
     if (dims->count != 4)
@@ -492,7 +506,8 @@ static cudnnStatus_t finalize_convolution(Descriptor *d) {
     if (enum_of(d, CUDNN_ATTR_CONVOLUTION_CONV_MODE) != CUDNN_CROSS_CORRELATION)
         return refuse(CUDNN_STATUS_NOT_SUPPORTED, "convolution: the stand-in has CUDNN_CROSS_CORRELATION only");
     if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_DOUBLE)
-        return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "convolution: compute type %d", type);
+        return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "convolution: compute type %d (the stand-in has f32, f64)",
+                      type);
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -502,13 +517,15 @@ static const int64_t *dims_of(Descriptor *t) {
 }
 
 /* The convolution the operation describes, checked for agreement: the tensors'
- * types, the filters' channels, the output's batch, channels and size. */
+ * types and the compute type (the data's; f32 for bf16, whose sums are f32), the
+ * filters' channels, the output's batch, channels and size. */
 static cudnnStatus_t describe_convolution(Descriptor *op, const Rule *rules, Descriptor *conv, Descriptor *t[3]) {
     const int64_t *x = dims_of(t[0]), *w = dims_of(t[1]), *y = dims_of(t[2]);
     int type = enum_of(t[0], CUDNN_ATTR_TENSOR_DATA_TYPE);
+    int compute = type == CUDNN_DATA_BFLOAT16 ? CUDNN_DATA_FLOAT : type;
     if (enum_of(t[1], CUDNN_ATTR_TENSOR_DATA_TYPE) != type || enum_of(t[2], CUDNN_ATTR_TENSOR_DATA_TYPE) != type)
         return refuse(CUDNN_STATUS_BAD_PARAM, "%s: the tensors' data types differ", rules[RULE_X].label);
-    if (enum_of(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE) != type)
+    if (enum_of(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE) != compute)
         return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "%s: compute type %d for data of type %d",
                       rules[RULE_CONV].label, enum_of(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE), type);
     if (w[1] != x[1])
@@ -521,7 +538,7 @@ static cudnnStatus_t describe_convolution(Descriptor *op, const Rule *rules, Des
     ddp_device_conv *c = &op->conv;
     *c = (ddp_device_conv){.mode = kind_of(op->type)->mode, .n = (int)x[0], .c = (int)x[1], .h = (int)x[2],
                            .w = (int)x[3], .k = (int)w[0], .r = (int)w[2], .s = (int)w[3], .oh = (int)y[2],
-                           .ow = (int)y[3], .f64 = type == CUDNN_DATA_DOUBLE};
+                           .ow = (int)y[3], .f64 = type == CUDNN_DATA_DOUBLE, .bf16 = type == CUDNN_DATA_BFLOAT16};
     for (int i = 0; i < 2; i++) {
         c->dilation[i] = (int)int64_at(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, i);
         c->stride[i] = (int)int64_at(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, i);
@@ -538,11 +555,24 @@ static cudnnStatus_t describe_convolution(Descriptor *op, const Rule *rules, Des
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* Alpha and beta in the compute type's precision: double for f64, float otherwise. */
+static cudnnStatus_t check_scalars(Descriptor *d, const Rule *rules) {
+    cudnnBackendAttributeType_t want = d->conv.f64 ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT;
+    for (int i = RULE_ALPHA; i <= RULE_BETA; i++)
+        if (find(d, rules[i].name)->type != want)
+            return refuse(CUDNN_STATUS_BAD_PARAM, "%s: of type %d, and a %s convolution's is %d", rules[i].label,
+                          (int)find(d, rules[i].name)->type, d->conv.f64 ? "f64" : d->conv.bf16 ? "bf16" : "f32",
+                          (int)want);
+    return CUDNN_STATUS_SUCCESS;
+}
+
 static cudnnStatus_t finalize_operation(Descriptor *d) {
     const Rule *rules = kind_of(d->type)->rules;
     Descriptor *t[3] = {held(d, rules[RULE_X].name, 0), held(d, rules[RULE_W].name, 0), held(d, rules[RULE_Y].name, 0)};
     double alpha = scalar(d, rules[RULE_ALPHA].name), beta = scalar(d, rules[RULE_BETA].name);
     cudnnStatus_t status = describe_convolution(d, rules, held(d, rules[RULE_CONV].name, 0), t);
+    if (status == CUDNN_STATUS_SUCCESS)
+        status = check_scalars(d, rules);
     if (status != CUDNN_STATUS_SUCCESS)
         return status;
     if (alpha != 1 || (beta != 0 && beta != 1))
@@ -615,15 +645,18 @@ static cudnnStatus_t finalize_config(Descriptor *d) {
     return CUDNN_STATUS_SUCCESS;
 }
 
-/* The engine runs the graph, or says why not: engine 1 is f32 only. */
+/* The engine runs the graph, or says why not: engine 1 runs no f64, engine 5 bf16
+ * only. The tensor-core engine reads f32 factors as TF32 (bf16 ones exactly). */
 static cudnnStatus_t finalize_plan(Descriptor *d) {
     Descriptor *config = held(d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, 0);
+    const ddp_device_conv *c = &config->conv;
     if (!valid_handle(*(cudnnHandle_t *)find(d, CUDNN_ATTR_EXECUTION_PLAN_HANDLE)->values))
         return refuse(CUDNN_STATUS_BAD_PARAM, "CUDNN_ATTR_EXECUTION_PLAN_HANDLE: not a handle");
-    if (engines[config->engine].f32_only && config->conv.f64)
-        return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "engine %d runs f32 only", config->engine);
+    if (!(engines[config->engine].runs & (c->f64 ? RUNS_F64 : c->bf16 ? RUNS_BF16 : RUNS_F32)))
+        return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "engine %d does not run %s data", config->engine,
+                      c->f64 ? "f64" : c->bf16 ? "bf16" : "f32");
     inherit(d, config);
-    d->conv.tf32 = engines[d->engine].note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+    d->conv.tf32 = !d->conv.bf16 && engines[d->engine].note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -697,8 +730,8 @@ static cudnnStatus_t heuristic_results(Descriptor *heur, int64_t requested, int6
     int chosen[ENGINES], n = 0;
     const char *heuristics = getenv("FAKE_CUDNN_HEURISTICS");
     for (int i = 0; i < ENGINES && !(heuristics && strcmp(heuristics, "none") == 0); i++)
-        if (offered(i))
-            chosen[n++] = i;
+        if (offered(heuristic_order[i]))
+            chosen[n++] = heuristic_order[i];
     *count = n;
     int64_t filled = requested < n ? requested : n;
     cudnnStatus_t status = check_blank(configs, filled, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,

@@ -13,7 +13,7 @@
  * connecting is done by a thread: the init returns ncclInProgress and
  * ncclCommGetAsyncError says ncclInProgress until it is over.
  *
- * ncclAllReduce (ncclSum of ncclFloat32 or ncclFloat64) only queues the work on the
+ * ncclAllReduce (ncclSum of ncclFloat32, ncclFloat64 or ncclBfloat16) only queues the work on the
  * stream: device memory is the host's to touch only while the emulated device runs its
  * queue. When it runs, the ranks send their buffers to rank 0, which adds them in rank
  * order in the element type and sends the sum back, so every rank has the same bits.
@@ -59,6 +59,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "nccl_api.h"
 #include "standin_clock.h"
 
@@ -811,16 +812,22 @@ typedef struct Frame {
 } Frame;
 
 static size_t type_size(ncclDataType_t type) {
-    return type == ncclFloat64 ? sizeof(double) : sizeof(float);
+    return type == ncclFloat64 ? sizeof(double) : type == ncclBfloat16 ? sizeof(uint16_t) : sizeof(float);
 }
 
-/* sum += x, element by element, in the element type */
+/* sum += x, element by element, in the element type (bf16: added in f32, the sum
+ * rounded back to bf16, as NCCL does) */
 static void add_into(void *sum, const void *x, size_t count, ncclDataType_t type) {
     if (type == ncclFloat64) {
         double *s = sum;
         const double *a = x;
         for (size_t i = 0; i < count; i++)
             s[i] += a[i];
+    } else if (type == ncclBfloat16) {
+        uint16_t *s = sum;
+        const uint16_t *a = x;
+        for (size_t i = 0; i < count; i++)
+            s[i] = ddp_bf16_from_float(ddp_bf16_to_float(s[i]) + ddp_bf16_to_float(a[i]));
     } else {
         float *s = sum;
         const float *a = x;
@@ -998,9 +1005,9 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     if (op != ncclSum)
         return refuse(comm, ncclInvalidArgument, "ncclAllReduce: the stand-in NCCL adds only (ncclSum), not "
                                                  "operation %d", (int)op);
-    if (type != ncclFloat32 && type != ncclFloat64)
-        return refuse(comm, ncclInvalidArgument, "ncclAllReduce: the stand-in NCCL adds ncclFloat32 and "
-                                                 "ncclFloat64 only, not data type %d", (int)type);
+    if (type != ncclFloat32 && type != ncclFloat64 && type != ncclBfloat16)
+        return refuse(comm, ncclInvalidArgument, "ncclAllReduce: the stand-in NCCL adds ncclFloat32, ncclFloat64 "
+                                                 "and ncclBfloat16 only, not data type %d", (int)type);
     if (!s || s->magic != DDP_EMULATED_STREAM_MAGIC)
         return refuse(comm, ncclInvalidArgument, "ncclAllReduce: the stream is no emulated device's: the "
                                                  "stand-in NCCL serves only the emulated device");

@@ -25,6 +25,7 @@
 #define ncclDataType_t api_ncclDataType_t
 #define ncclFloat32 api_ncclFloat32
 #define ncclFloat64 api_ncclFloat64
+#define ncclBfloat16 api_ncclBfloat16
 #define ncclComm_t api_ncclComm_t
 #define cudaStream_t api_cudaStream_t
 #define ncclUniqueId api_ncclUniqueId
@@ -45,6 +46,7 @@
 #undef ncclDataType_t
 #undef ncclFloat32
 #undef ncclFloat64
+#undef ncclBfloat16
 #undef ncclComm_t
 #undef cudaStream_t
 #undef ncclUniqueId
@@ -118,6 +120,7 @@ int main(void) {
     CONSTANT(ncclSum);
     CONSTANT(ncclFloat32);
     CONSTANT(ncclFloat64);
+    CONSTANT(ncclBfloat16);
     printf("sizeof(ncclResult_t) = %zu, sizeof(ncclRedOp_t) = %zu, sizeof(ncclDataType_t) = %zu\n",
            sizeof(ncclResult_t), sizeof(ncclRedOp_t), sizeof(ncclDataType_t));
     return 0;

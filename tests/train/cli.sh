@@ -69,7 +69,13 @@ expect 0 "\-\-profile  *time every kernel" "$dir/tiny" --help
 expect 0 "\-\-no-cuda-graphs  *on a GPU, queue every kernel" "$dir/tiny" --help
 expect 2 "unknown option \`--no-cuda-graphs=1\`" $tiny --no-cuda-graphs=1
 expect 2 "\-\-convolutions fast: generated or library" $tiny --convolutions fast
-expect 1 "precision = bf16 is not in this version of the runtime" "$dir/tiny_bf16" --data-root "$root"
+# precision = bf16: refused on the CPU, and on a GPU older than compute capability 8.0,
+# which is named with its capability (the check comes before cuBLAS is looked for)
+expect 1 "precision = bf16 runs on a GPU" "$dir/tiny_bf16" --data-root "$root" --device cpu
+expect 1 "GPU 0 (Tesla V100-SXM2-16GB): precision = bf16 needs a GPU of compute capability 8.0 or later .*, and this one is 7.0: .*set precision = fp32" \
+    $no_cublas FAKE_CUDA_CC=70 FAKE_CUDA_NAME="Tesla V100-SXM2-16GB" "$dir/tiny_bf16" --data-root "$root" --device gpu
+expect 1 "cuBLAS (libcublas.so.13 or libcublas.so.12) is not installed" $no_cublas FAKE_CUDA_CC=80 "$dir/tiny_bf16" \
+    --data-root "$root" --device gpu
 expect 1 "communication = nccl needs every replica on a GPU, but this worker trains on the CPU" env DDP_SECRET=s \
     DDP_WORLD_SIZE=2 DDP_RANK=0 DDP_COORDINATOR=localhost:$(sh "$ports" 1 $$) "$dir/tiny_nccl" --data-root "$root"
 expect 1 "not a task of a Slurm job step" env -u SLURM_STEP_ID "$dir/tiny_slurm" --data-root "$root"

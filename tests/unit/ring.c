@@ -94,8 +94,8 @@ static int worker(int rank, int world, int *ports, int *listeners, Scenario scen
             exact[i] = (float)((i * 7 + rank * 13) % 101) / 8; /* sums stay exact */
             rounding[i] = 1.0 / (double)(i + rank + 3);
         }
-        if (!ddp_ring_allreduce(r, exact, n, false, err, sizeof err) ||
-            !ddp_ring_allreduce(r, rounding, n, true, err, sizeof err)) {
+        if (!ddp_ring_allreduce(r, exact, n, DDP_F32, err, sizeof err) ||
+            !ddp_ring_allreduce(r, rounding, n, DDP_F64, err, sizeof err)) {
             fprintf(stderr, "rank %d: %s\n", rank, err);
             free(exact);
             free(rounding);
