@@ -12,11 +12,18 @@ Models (layer for layer, optimizer and batch as the .ddp files say):
             2x2 max-pool, dense 1024 (relu), dropout 0.4, dense 10; Adam 0.001 with
             epsilon 1e-7; batch 64 of [1, 28, 28]; metric accuracy
 Each in eager mode and with torch.compile (its compile time reported, not counted).
-Set-up: cudnn.benchmark on, TF32 as --precision says (ddp's `precision = tf32` is
-PyTorch's TF32 for matrix products and convolutions), channels_last, random data
-already on the device. A step is what ddp's step does: forward, the mean cross-entropy,
-backward, the optimizer's update and the learning-rate schedule, and the loss and
-metric sums kept on the device. Initialisation differs from ddp's; the work does not.
+Set-up: cudnn.benchmark on, channels_last, random data already on the device, and
+--precision:
+  tf32  ddp's `precision = tf32`: PyTorch's TF32 for matrix products and convolutions
+  f32   IEEE f32 for both
+  bf16  ddp's `precision = bf16`, as PyTorch users write mixed precision (AMP): the
+        forward and the loss under torch.autocast(dtype=torch.bfloat16), the
+        parameters, their gradients and the optimizer f32, no GradScaler (bf16 has
+        f32's range); TF32 off for what autocast leaves f32. torch.compile compiles the
+        module and autocast wraps the call. On --device cpu, autocast's cpu bf16.
+A step is what ddp's step does: forward, the mean cross-entropy, backward, the
+optimizer's update and the learning-rate schedule, and the loss and metric sums kept
+on the device. Initialisation differs from ddp's; the work does not.
 
 Timing: warm-up steps first (cuDNN's algorithm search, compilation), then chunks of
 steps timed with CUDA events (on the CPU: the wall clock) until --seconds have passed;
@@ -30,6 +37,7 @@ SAMPLES_PER_S is "-" when the case gave no figure, followed by "skipped: why" or
 --list prints the cases without importing PyTorch (a dry run of the arguments).
 """
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -47,7 +55,7 @@ CHUNK_SHARE = 0.2
 def parse_args():
     p = argparse.ArgumentParser(description="PyTorch's samples/s for ddp's GPU benchmark models.")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    p.add_argument("--precision", choices=["tf32", "f32"], default="tf32")
+    p.add_argument("--precision", choices=["tf32", "f32", "bf16"], default="tf32")
     p.add_argument("--models", default="resnet50,fashion",
                    help="comma-separated, in the order to run (default: resnet50,fashion)")
     p.add_argument("--modes", default="eager,compile",
@@ -161,13 +169,19 @@ def run_case(torch, args, model, mode, device, deadline):
     sums = torch.zeros(3, device=device)  # loss, accuracy, top-k: ddp's accumulators
     forward = torch.compile(net, mode=args.compile_mode) if mode == "compile" else net
     cross_entropy = torch.nn.functional.cross_entropy
+    if args.precision == "bf16":
+        def autocast():
+            return torch.autocast(device_type=device, dtype=torch.bfloat16)
+    else:
+        autocast = contextlib.nullcontext
 
     def steps(first, n):
         for i in range(first, first + n):
             x, y = pool[i % len(pool)]
             optimizer.zero_grad(set_to_none=True)
-            logits = forward(x)
-            loss = cross_entropy(logits, y)
+            with autocast():
+                logits = forward(x)
+                loss = cross_entropy(logits, y)
             loss.backward()
             optimizer.step()
             if scheduler is not None:
@@ -258,9 +272,12 @@ def main():
         say(f"# PyTorch {torch.__version__} ({sys.executable}) sees no CUDA device")
         return 77
     torch.backends.cudnn.benchmark = True
-    tf32 = set_precision(torch, args.precision == "tf32")
+    products = set_precision(torch, args.precision == "tf32")
+    if args.precision == "bf16":
+        products = (f"autocast bf16 (forward and loss; f32 parameters and optimizer, no GradScaler), "
+                    f"{products} for what stays f32")
     where = torch.cuda.get_device_name() if device == "cuda" else f"cpu, {torch.get_num_threads()} threads"
-    say(f"# PyTorch {torch.__version__} (CUDA {torch.version.cuda}) on {where}; cudnn.benchmark, {tf32}, "
+    say(f"# PyTorch {torch.__version__} (CUDA {torch.version.cuda}) on {where}; cudnn.benchmark, {products}, "
         f"channels_last; {args.seconds:g} s per case; {time.monotonic() - start:.1f} s to import")
 
     status = 0

@@ -1,13 +1,22 @@
 #!/bin/sh
-# gpu_throughput.sh DIR [SECONDS]: ddp's training speed on one GPU beside PyTorch's, in
-# the same run: ResNet-50 on CIFAR-10-sized data (samples/cifar10_resnet50.ddp, batch
-# 128) and the Fashion-MNIST CNN (samples/fashion.ddp, batch 64), both with precision
-# tf32, on random data (--synthetic); then bench/gpu_throughput.py trains the same
-# models in PyTorch, eager and with torch.compile. All of it within SECONDS (100).
+# gpu_throughput.sh DIR [SECONDS [PRECISION]]: ddp's training speed on one GPU beside
+# PyTorch's, in the same run: ResNet-50 on CIFAR-10-sized data
+# (samples/cifar10_resnet50.ddp, batch 128) and the Fashion-MNIST CNN
+# (samples/fashion.ddp, batch 64), both with PRECISION, on random data (--synthetic);
+# then bench/gpu_throughput.py trains the same models in PyTorch, eager and with
+# torch.compile. All of it within SECONDS (100).
 #
-# DIR holds the programs (bench_resnet50_tf32, bench_fashion_tf32): a folder of them,
-# a bundle of tests/gpu/bundle.sh (bin.tar.xz), or a build tree (they are built with
-# its ddpc). `gpu_throughput.sh --build BUILD_DIR OUT` only builds them into OUT.
+# PRECISION is tf32 (the default) or bf16:
+#   tf32  ddp's `precision = tf32` beside PyTorch with TF32 for matrix products and
+#         convolutions
+#   bf16  ddp's `precision = bf16` (bf16 activations, bf16 products summed in f32, f32
+#         master weights) beside PyTorch AMP: the forward and the loss under
+#         torch.autocast(dtype=torch.bfloat16), f32 parameters and optimizer
+#
+# DIR holds the programs (bench_resnet50_PRECISION, bench_fashion_PRECISION): a folder
+# of them, a bundle of tests/gpu/bundle.sh (bin.tar.xz), or a build tree (they are
+# built with its ddpc). `gpu_throughput.sh --build BUILD_DIR OUT` only builds them, both
+# precisions, into OUT.
 #
 # What it measures: samples per second of training steps (forward, backward, update)
 # after warm-up. ddp runs for its share of the time and is stopped; its figure is the
@@ -20,9 +29,10 @@
 # step before runs); PyTorch's does not.
 #
 # Reading the ratios: ddp/torch above 1 means ddp trains faster than PyTorch on this
-# GPU. The targets printed beside them: ResNet-50 at least 1.0x PyTorch eager and 0.8x
-# torch.compile; the Fashion-MNIST CNN at least 1.0x eager. A compile case that fails
-# or does not fit in the time left shows "-" with the reason in the log above.
+# GPU. The targets printed beside them, the same for both precisions: ResNet-50 at
+# least 1.0x PyTorch eager (AMP eager for bf16) and 0.8x torch.compile; the
+# Fashion-MNIST CNN at least 1.0x eager. A compile case that fails or does not fit in
+# the time left shows "-" with the reason in the log above.
 #
 # Time: ddp's ResNet-50 gets a fifth of SECONDS (its start-up included), its CNN a
 # tenth, PyTorch the rest: its eager cases first, then the compiled ones, each stopped
@@ -31,12 +41,13 @@
 #
 # Output: the set-up, a line per measurement (`ddp MODEL PRECISION SAMPLES_PER_S ...`,
 # `reference MODEL MODE PRECISION SAMPLES_PER_S ...`), a table of ratios, and a last
-# line `summary: ...` (tests/gpu/check.sh's bench stage shows it). Exit status: 0
-# measured; 1 a ddp program failed or gave no figure on the GPU; 2 bad usage; 77
-# skipped: no usable GPU, or no PyTorch with CUDA to compare with (ddp's figures are
-# still printed). DDP_CHECK_DEVICE=emulated runs ddp on the emulated GPU and PyTorch on
-# the CPU, where PyTorch is installed: a dry run of this script; its figures mean
-# nothing. DDP_BENCH_PYTHON names the Python to use.
+# line `summary: PRECISION: ...` (tests/gpu/check.sh's bench stage shows it). Exit
+# status: 0 measured; 1 a ddp program failed or gave no figure on the GPU; 2 bad
+# usage; 77 skipped: no usable GPU, or no PyTorch with CUDA to compare with (ddp's
+# figures are still printed). DDP_CHECK_DEVICE=emulated runs ddp on the emulated GPU
+# and PyTorch on the CPU (f32 for tf32, autocast bf16 for bf16), where PyTorch is
+# installed: a dry run of this script; its figures mean nothing. DDP_BENCH_PYTHON names
+# the Python to use.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 me=bench/gpu_throughput.sh
@@ -46,18 +57,21 @@ me=bench/gpu_throughput.sh
 # ResNet-50 sample asks for a Slurm job step and checkpoints, which a benchmark
 # needs neither of.
 build_programs() { # build_programs BUILD_DIR OUT_DIR
-    "$1/ddpc" build "$here/../samples/fashion.ddp" -D precision=tf32 -D batch_per_replica=64 \
-        -o "$2/bench_fashion_tf32" &&
-    "$1/ddpc" build "$here/../samples/cifar10_resnet50.ddp" -D precision=tf32 -D batch_per_replica=128 \
-        -D cluster=auto -D checkpoint=none -o "$2/bench_resnet50_tf32"
+    for p in tf32 bf16; do
+        "$1/ddpc" build "$here/../samples/fashion.ddp" -D precision=$p -D batch_per_replica=64 \
+            -o "$2/bench_fashion_$p" &&
+        "$1/ddpc" build "$here/../samples/cifar10_resnet50.ddp" -D precision=$p -D batch_per_replica=128 \
+            -D cluster=auto -D checkpoint=none -o "$2/bench_resnet50_$p" || return
+    done
 }
 if [ "${1:-}" = --build ]; then
     [ $# -eq 3 ] || { echo "usage: $me --build BUILD_DIR OUT_DIR" >&2; exit 2; }
     build_programs "$2" "$3"
     exit
 fi
-[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $me DIR [SECONDS]" >&2; exit 2; }
-dir=$1 budget=${2:-100}
+[ $# -ge 1 ] && [ $# -le 3 ] || { echo "usage: $me DIR [SECONDS [tf32|bf16]]" >&2; exit 2; }
+dir=$1 budget=${2:-100} precision=${3:-tf32}
+case $precision in tf32 | bf16) ;; *) echo "$me: PRECISION must be tf32 or bf16, not $precision" >&2; exit 2 ;; esac
 device=${DDP_CHECK_DEVICE:-gpu}
 case $device in gpu | emulated) ;; *) echo "$me: DDP_CHECK_DEVICE must be gpu or emulated, not $device" >&2; exit 2 ;; esac
 case $budget in '' | *[!0-9]*) budget=0 ;; esac
@@ -66,10 +80,10 @@ start=$(date +%s)
 elapsed() { echo $(($(date +%s) - start)); }
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-gpu-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-programs="bench_resnet50_tf32 bench_fashion_tf32"
+programs="bench_resnet50_$precision bench_fashion_$precision"
 
 # --------------------------------------------------------------- the programs
-if [ -x "$dir/bench_resnet50_tf32" ]; then
+if [ -x "$dir/bench_resnet50_$precision" ]; then
     bin=$dir
 elif [ -f "$dir/bin.tar.xz" ]; then
     bin=$work/bin
@@ -93,7 +107,7 @@ else
 fi
 
 # --------------------------------------------------------------- the devices
-"$bin/bench_fashion_tf32" --device "$device" --synthetic --epochs 0 --run-dir "$work/probe" > "$work/probe.log" 2>&1 || {
+"$bin/bench_fashion_$precision" --device "$device" --synthetic --epochs 0 --run-dir "$work/probe" > "$work/probe.log" 2>&1 || {
     grep -q 'no usable GPU' "$work/probe.log" &&
         { echo "$me: SKIPPED: $(tail -n 1 "$work/probe.log")"; exit 77; }
     echo "$me: the ddp program cannot start on the $device device:" >&2
@@ -102,13 +116,15 @@ fi
 }
 if [ "$device" = gpu ]; then
     gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
-    torch_device=cuda precision=tf32 fashion_every=50 resnet_every=5
+    torch_device=cuda torch_precision=$precision fashion_every=50 resnet_every=5
     resnet_seconds=$((budget / 5)) fashion_seconds=$((budget / 10))
 else
     gpu="the emulated GPU (a dry run: its figures mean nothing)"
-    # PyTorch on the CPU has no TF32; the emulated device takes about a second a step
-    # of the CNN, and ResNet-50's first step takes longer than any budget here
-    torch_device=cpu precision=f32 fashion_every=1 resnet_every=1
+    # PyTorch on the CPU has no TF32 (its autocast has bf16); the emulated device takes
+    # about a second a step of the CNN, and ResNet-50's first step takes longer than any
+    # budget here
+    torch_device=cpu torch_precision=$precision fashion_every=1 resnet_every=1
+    [ "$precision" = tf32 ] && torch_precision=f32
     resnet_seconds=$((budget / 10)) fashion_seconds=$((budget / 4))
 fi
 
@@ -116,7 +132,7 @@ python=""
 for p in ${DDP_BENCH_PYTHON:-} /opt/torch/.venv/bin/python3 python3; do
     command -v "$p" > /dev/null 2>&1 && "$p" -c 'import torch' 2> /dev/null && { python=$p; break; }
 done
-echo "$me: ddp on ${gpu:-a GPU}; PyTorch: ${python:-none found (tried ${DDP_BENCH_PYTHON:+$DDP_BENCH_PYTHON, }/opt/torch/.venv/bin/python3, python3)}; ${budget} s in all"
+echo "$me: ddp on ${gpu:-a GPU}; PyTorch: ${python:-none found (tried ${DDP_BENCH_PYTHON:+$DDP_BENCH_PYTHON, }/opt/torch/.venv/bin/python3, python3)}; $precision; ${budget} s in all"
 
 # --------------------------------------------------------------- ddp
 # ddp_rate NAME EVERY SECONDS: train on the device until SECONDS pass, then print
@@ -128,7 +144,7 @@ echo "$me: ddp on ${gpu:-a GPU}; PyTorch: ${python:-none found (tried ${DDP_BENC
 failed=0
 ddp_rate() {
     log=$work/ddp_$1.log
-    timeout -s KILL "$3" "$bin/bench_$1_tf32" --device "$device" --synthetic --epochs 1 --steps-per-epoch 100000 \
+    timeout -s KILL "$3" "$bin/bench_$1_$precision" --device "$device" --synthetic --epochs 1 --steps-per-epoch 100000 \
         --log-every "$2" --run-dir "$work/run_$1" > "$log" 2>&1
     status=$?
     rate=$(awk -v warm=2 '
@@ -147,8 +163,8 @@ ddp_rate() {
         }' "$log")
     # stopped by its time limit (KILL: 137) is how a run ends here; finishing is fine too
     case $status in
-    0 | 124 | 137) echo "ddp $1 tf32 $rate seconds=$3" ;;
-    *) echo "ddp $1 tf32 - failed with status $status:"; tail -n 3 "$log"; failed=1; rate=- ;;
+    0 | 124 | 137) echo "ddp $1 $precision $rate seconds=$3" ;;
+    *) echo "ddp $1 $precision - failed with status $status:"; tail -n 3 "$log"; failed=1; rate=- ;;
     esac
     case $rate in -*) [ "$device" = gpu ] && failed=1 ;; esac
     rate=${rate%% *}
@@ -170,7 +186,7 @@ if [ -n "$python" ]; then
     else
         # its own budget stops or skips cases in time; this limit is for a hang
         timeout -s KILL $((left + 10)) "$python" "$here/gpu_throughput.py" --device $torch_device \
-            --precision $precision --seconds 3 --budget $left 2>&1 | tee "$reference"
+            --precision $torch_precision --seconds 3 --budget $left 2>&1 | tee "$reference"
     fi
 fi
 
@@ -192,15 +208,15 @@ printf '%-9s %12s %12s %9s %7s %14s %11s %7s\n' model ddp "torch eager" ddp/eage
 summary=""
 row resnet50 "$ddp_resnet50" ">=0.8"
 row fashion "$ddp_fashion" -
-echo "(samples/s; ddp tf32, PyTorch $precision; $(elapsed) s in all)"
-echo "summary: $summary"
+echo "(samples/s; ddp $precision, PyTorch $torch_precision$([ "$torch_precision" = bf16 ] && echo " AMP"); $(elapsed) s in all)"
+echo "summary: $precision: $summary"
 
 [ $failed -eq 0 ] || { echo "$me: FAIL: a ddp program failed or gave no figure"; exit 1; }
 if ! awk '$1 == "reference" && $3 == "eager" && $5 != "-" { found = 1 } END { exit !found }' "$reference"; then
     why="no Python here imports torch"
     [ -n "$python" ] && why=$(grep -m 1 -e 'not importable' -e 'no CUDA' -e ' failed: ' "$reference" ||
         echo "PyTorch gave no eager figure in its time")
-    echo "$me: SKIPPED the comparison (ddp alone: resnet50 $ddp_resnet50, fashion $ddp_fashion samples/s): $why"
+    echo "$me: SKIPPED the comparison (ddp $precision alone: resnet50 $ddp_resnet50, fashion $ddp_fashion samples/s): $why"
     exit 77
 fi
 exit 0

@@ -737,10 +737,16 @@ static void conv_extents(const ddp_device_conv *c, size_t bytes[3]) {
 
 /* cuDNN's checks, made when the call is made, as cuDNN makes them: the descriptor,
  * then every tensor's whole extent and the workspace in device memory. */
+/* DDP_EMULATED_CONV_ENGINES=none: the emulated cuDNN has no engine for any
+ * convolution, as cuDNN may have none for a shape (the runtime then gives the library
+ * up at the start; with --convolutions library the run fails, saying so). */
 static bool conv(ddp_device *d, int stream, const ddp_device_conv *c) {
     char why[512], what[96];
     if (!ddp_conv_check(c, why, sizeof why))
         return ddp_device_fail(d, "%s", why);
+    const char *engines = getenv("DDP_EMULATED_CONV_ENGINES");
+    if (engines && strcmp(engines, "none") == 0)
+        return ddp_device_fail(d, "convolution: the emulated cuDNN has no engine for it (DDP_EMULATED_CONV_ENGINES=none)");
     static const char *const names[4] = {"image", "filters", "output", "workspace"};
     const ddp_dptr at[4] = {c->x, c->filters, c->y, c->workspace};
     size_t bytes[4] = {0, 0, 0, c->workspace_bytes};

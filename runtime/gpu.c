@@ -62,6 +62,7 @@ struct ddp_gpu {
     bool upload_queued;         /* a batch is on its way up: its mirror must not be written yet */
     void *pinned[DDP_REGION_COUNT]; /* the mirrors the device allocated (pinned), to give back */
     int path;                   /* the convolutions' ddp_path: the library's where the device has one */
+    char no_library[1024];      /* the banner's line when the library's convolutions were given up, or "" */
     int64_t full_runs[DDP_PHASE_COUNT]; /* runs of each phase whole on a full batch */
     bool captured[DDP_PHASE_COUNT]; /* graph `phase` holds the phase */
     int step_graph;             /* STEP_*: where the lone worker's whole-step graph stands */
@@ -187,6 +188,32 @@ static bool replace_mirrors(ddp_runtime *rt, ddp_gpu *g) {
     return true;
 }
 
+/* Each library convolution run once at the full batch before training, on buffers
+ * still zero (whatever it writes is written again before anyone reads it), so that
+ * every plan is made now: one the library cannot make (cuDNN with no deterministic
+ * engine for a shape, as bf16 with few channels may be) turns the program to the
+ * generated steps, which the banner says, rather than failing its first step. Left
+ * to the first step when the path was asked for (--convolutions). */
+static void plan_convolutions(ddp_runtime *rt, ddp_gpu *g) {
+    const ddp_program *p = rt->program;
+    if (g->path != DDP_PATH_LIBRARY || rt->options.convolutions)
+        return;
+    for (int64_t i = 0; i < p->nconvs; i++) {
+        const ddp_conv *cv = &p->convs[i];
+        ddp_device_conv c = ddp_conv_at(rt, cv);
+        c.n = (int)(cv->n.fixed + cv->n.per_sample * p->settings.batch_per_replica);
+        c.x = g->buffer[cv->x], c.filters = g->buffer[cv->filters], c.y = g->buffer[cv->y];
+        c.workspace = g->buffer[cv->workspace];
+        if (c.n > 0 && !g->dev->ops->conv(g->dev, DDP_STREAM_COMPUTE, &c)) {
+            snprintf(g->no_library, sizeof g->no_library, "generated: im2col and products (the library's were given "
+                                                           "up at the start: %.900s)", g->dev->error);
+            g->dev->error[0] = '\0';
+            g->path = DDP_PATH_GENERATED;
+            return;
+        }
+    }
+}
+
 bool ddp_gpu_attach(ddp_runtime *rt, ddp_device *dev, char *err, size_t len) {
     const ddp_program *p = rt->program;
     ddp_gpu *g = calloc(1, sizeof *g);
@@ -213,6 +240,7 @@ bool ddp_gpu_attach(ddp_runtime *rt, ddp_device *dev, char *err, size_t len) {
          place_arguments(rt, g) && replace_mirrors(rt, g);
     if (!ok)
         return ddp_fail(err, len, "setting up the %s GPU (%s): %s", dev->ops->name, dev->info.name, dev->error);
+    plan_convolutions(rt, g);
     return true;
 }
 
@@ -622,6 +650,8 @@ const ddp_device_info *ddp_gpu_info(const ddp_runtime *rt) {
 }
 
 const char *ddp_gpu_convolutions(const ddp_runtime *rt) {
+    if (rt->gpu && rt->gpu->no_library[0])
+        return rt->gpu->no_library;
     if (ddp_gpu_path(rt) == DDP_PATH_GENERATED)
         return rt->gpu && !rt->gpu->dev->ops->conv ? rt->gpu->dev->convolutions : "generated: im2col and products";
     return rt->gpu ? rt->gpu->dev->convolutions : "the library path, by the reference convolution (slow: for checks)";

@@ -14,6 +14,9 @@
 #   steps20.txt    fashion.ddp, 20 steps on the GPU and on the CPU from the same seed:
 #                  the parameters within 1e-4 of their norm (Adam, f32)
 #   epoch.txt      fashion.ddp, one epoch on each: val_accuracy within 0.5 point
+#   bf16.txt       fashion.ddp with precision = bf16 (fashion_bf16), one epoch on the
+#                  GPU, its banner saying "bf16 activations and products": val_accuracy
+#                  within 0.5 point of the f32 epoch's on the GPU (a CPU has no bf16)
 #   nccl.txt       the gradients' sums on the GPU: NCCL with one rank (fashion_nccl, its
 #                  20 steps the same as steps20's GPU run within 1e-6; then
 #                  DDP_TEST_NCCL_ABORT=3: the watchdog's ncclCommAbort, status 3);
@@ -21,11 +24,13 @@
 #                  against fashion x 1, 1e-4); where the machine has N >= 2 GPUs (2, 4
 #                  or 8 of them), N processes with NCCL against one (1e-4), and the
 #                  scaling efficiency of N x batch 64 against one GPU's samples/s
-#   bench.txt      bench/gpu_throughput.sh: ddp's samples/s beside PyTorch's (ResNet-50
-#                  at batch 128 and fashion.ddp, TF32), in the time the 4 minutes leave
-#                  (120 s at most); its summary line gives the ratios and the targets.
-#                  Skipped (77) where no Python has PyTorch with CUDA; a FAIL only
-#                  when a ddp program fails on the GPU
+#   bench.txt      bench/gpu_throughput.sh with PRECISION bf16: ddp's samples/s beside
+#                  PyTorch AMP bf16's, eager and torch.compile (ResNet-50 at batch 128
+#                  and fashion.ddp), in the time the 4 minutes leave (120 s at most);
+#                  its summary line gives the ratios and the targets. Skipped (77)
+#                  where no Python has PyTorch with CUDA; a FAIL only when a ddp
+#                  program fails on the GPU. TF32 is by hand, with the bundle or build
+#                  tree DIR: `sh bench/gpu_throughput.sh DIR 120 tf32`
 #   summary.txt    a line per stage
 # DDP_CHECK_DEVICE=emulated runs the same stages on the emulated device: a dry run of
 # this script on any machine (slow: the stages' time limits cut its longer runs; the
@@ -108,20 +113,32 @@ done
     > "$results/steps20.txt" 2>&1 || status=FAIL; }
 stage steps20 $status "$(cat "$results/steps20.txt" 2>/dev/null || tail -n 1 "$results/steps20_$device.log")"
 
-# one epoch on the GPU; then the CPU's, to compare
+# one epoch on the GPU in f32, then in bf16, while the CPU's epoch still runs (time
+# the bench would lose otherwise); then the CPU's, to compare
 timeout 60 $fashion --device $device --epochs 1 --metrics "$work/epoch_gpu.json" > "$results/epoch_gpu.log" 2>&1
 gpu_status=$?
+timeout 60 "$bin/fashion_bf16" --data-root "$dir/data" --seed 7 --device $device --epochs 1 \
+    --metrics "$work/bf16.json" > "$results/bf16.log" 2>&1
+bf16_status=$?
 wait $cpu_epoch
 cpu_status=$?
 accuracy() { sed -n 's/.*"val_accuracy": \([^,}]*\).*/\1/p' "$1" 2>/dev/null | tail -n 1; }
+near() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 0.005 && d >= -0.005) }'; }
 a_gpu=$(accuracy "$work/epoch_gpu.json") a_cpu=$(accuracy "$work/epoch_cpu.json")
 echo "val_accuracy: GPU $a_gpu, CPU $a_cpu (statuses $gpu_status, $cpu_status)" > "$results/epoch.txt"
 tail -n 2 "$results/epoch_gpu.log" "$results/epoch_cpu.log" >> "$results/epoch.txt"
 status=FAIL
-[ $gpu_status -eq 0 ] && [ $cpu_status -eq 0 ] &&
-    awk -v g="$a_gpu" -v c="$a_cpu" 'BEGIN { d = g - c; exit !(g != "" && c != "" && d <= 0.005 && d >= -0.005) }' &&
-    status=ok
+[ $gpu_status -eq 0 ] && [ $cpu_status -eq 0 ] && near "$a_gpu" "$a_cpu" && status=ok
 stage epoch $status "$(head -n 1 "$results/epoch.txt")"
+
+# bf16 against the GPU's f32 epoch: the same seed and data, so only the precision differs
+a_bf16=$(accuracy "$work/bf16.json")
+echo "val_accuracy: bf16 $a_bf16, f32 $a_gpu (status $bf16_status)" > "$results/bf16.txt"
+{ grep -m 1 '^  device ' "$results/bf16.log"; tail -n 1 "$results/bf16.log"; } >> "$results/bf16.txt"
+status=FAIL
+[ $bf16_status -eq 0 ] && grep -q "bf16 activations and products" "$results/bf16.log" &&
+    near "$a_bf16" "$a_gpu" && status=ok
+stage bf16 $status "$(head -n 1 "$results/bf16.txt")"
 
 # The gradients' sums: NCCL alone, the ring between two processes on the GPU, NCCL
 # between GPUs where there are several
@@ -174,8 +191,8 @@ if [ $n -ge 2 ]; then
 fi
 stage nccl $nccl_status "$(grep -h '^scaling\|against' "$results/nccl.txt" | tr '\n' ';' | cut -c1-300)"
 
-# Speed beside PyTorch, once the CPU's epoch no longer takes the CPUs that feed the
-# GPU: the script of this tree, else the bundle's copy.
+# Speed beside PyTorch AMP, in bf16, once the CPU's epoch no longer takes the CPUs
+# that feed the GPU: the script of this tree, else the bundle's copy.
 bench=$here/../../bench/gpu_throughput.sh
 [ -f "$bench" ] || bench=$dir/bench/gpu_throughput.sh
 left=$((225 - ($(date +%s) - start)))
@@ -184,7 +201,7 @@ limit=$((left < 120 ? left : 120))
 if [ $limit -lt 40 ]; then
     stage bench skip "$left s left of the 4 minutes, 40 needed"
 else
-    DDP_CHECK_DEVICE=$device timeout -s KILL $((limit + 15)) sh "$bench" "$bin" $limit > "$results/bench.txt" 2>&1
+    DDP_CHECK_DEVICE=$device timeout -s KILL $((limit + 15)) sh "$bench" "$bin" $limit bf16 > "$results/bench.txt" 2>&1
     case $? in
     0) status=ok ;;
     77) status=skip ;;

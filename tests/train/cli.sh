@@ -69,6 +69,14 @@ expect 0 "\-\-profile  *time every kernel" "$dir/tiny" --help
 expect 0 "\-\-no-cuda-graphs  *on a GPU, queue every kernel" "$dir/tiny" --help
 expect 2 "unknown option \`--no-cuda-graphs=1\`" $tiny --no-cuda-graphs=1
 expect 2 "\-\-convolutions fast: generated or library" $tiny --convolutions fast
+# A convolution the GPU's library has no engine for (the emulated one told to have
+# none): the library is given up at the start, the generated steps train; asked for
+# by name, the run stops saying why.
+expect 0 "convolution generated: im2col and products (the library's were given up at the start: .*no engine" \
+    env DDP_EMULATED_CONV_ENGINES=none "$dir/convolution" --device emulated
+expect 1 "the emulated cuDNN has no engine for it" env DDP_EMULATED_CONV_ENGINES=none "$dir/convolution" \
+    --device emulated --convolutions library
+
 # precision = bf16: refused on the CPU, and on a GPU older than compute capability 8.0,
 # which is named with its capability (the check comes before cuBLAS is looked for)
 expect 1 "precision = bf16 runs on a GPU" "$dir/tiny_bf16" --data-root "$root" --device cpu
