@@ -377,6 +377,21 @@ static bool share_id(const ddp_nccl_config *c, ncclUniqueId *id, char *err, size
     return ok;
 }
 
+/* DDP_TEST_NCCL_ABORT=STEP, the tests' way to see the abort through on a real NCCL,
+ * which injects no faults: the step (from 1), or 0 (none, said when it is no step). */
+static int64_t test_abort_step(void) {
+    const char *v = getenv("DDP_TEST_NCCL_ABORT");
+    if (!v)
+        return 0;
+    char *end;
+    long long step = strtoll(v, &end, 10);
+    if (end == v || *end || step < 1) {
+        ddp_error("warning: DDP_TEST_NCCL_ABORT=%s is not a step (from 1); no abort", v);
+        return 0;
+    }
+    return step;
+}
+
 ddp_nccl *ddp_nccl_open(const ddp_nccl_config *c, char *err, size_t len) {
     ddp_nccl *n = calloc(1, sizeof *n);
     if (!n) {
@@ -386,9 +401,7 @@ ddp_nccl *ddp_nccl_open(const ddp_nccl_config *c, char *err, size_t len) {
     *n = (ddp_nccl){.device = c->device, .stream_index = c->stream, .link = c->link, .rank = c->rank,
                     .world = c->world, .timeout_ms = c->peer_timeout_s * 1000.0};
     n->stream = c->device->ops->native_stream(c->device, c->stream);
-    /* the tests' way to see the abort through on a real NCCL, which injects no faults */
-    const char *test_abort = getenv("DDP_TEST_NCCL_ABORT");
-    n->test_abort_step = test_abort ? atoll(test_abort) : 0;
+    n->test_abort_step = test_abort_step();
     pthread_mutex_init(&n->lock, NULL);
     ncclUniqueId id;
     ncclConfig_t config = {sizeof config, DDP_NCCL_CONFIG_MAGIC, DDP_NCCL_CONFIG_VERSION, 0 /* non-blocking */,
@@ -463,10 +476,6 @@ bool ddp_nccl_failed(ddp_nccl *n, char *why, size_t len) {
     return failed;
 }
 
-const char *ddp_nccl_library(void) {
-    return nc.about;
-}
-
 void ddp_nccl_close(ddp_nccl *n) {
     if (!n)
         return;
@@ -481,7 +490,6 @@ void ddp_nccl_close(ddp_nccl *n) {
         char err[256];
         Watched none = {0, 0, 0, 0};
         ncclResult_t r = nc.ncclCommFinalize(n->comm);
-        n->failed = false;
         if (settle(n, r, &none, "finishing the communicator", err, sizeof err))
             nc.ncclCommDestroy(n->comm);
         else

@@ -519,7 +519,6 @@ typedef struct ddp_nccl ddp_nccl;
 /* NCCL loaded for a device of the backend ("cuda", or "emulated", which takes only the
  * tests' stand-in); false with why not (not found, too old, the wrong kind). */
 bool ddp_nccl_load(const char *backend, char *about, size_t aboutlen, char *err, size_t len);
-const char *ddp_nccl_library(void); /* "NCCL 2.28.9 (PATH)" once loaded */
 typedef struct ddp_nccl_config {
     struct ddp_device *device;
     int stream;                 /* the device's stream the collectives run on */

@@ -12,7 +12,8 @@ train exactly as one replica on the same global batch (S1), on the emulated devi
   (remainder_16_nccl against remainder_48);
 - one process asking for NCCL, a communicator of one rank: the very same parameters as
   without NCCL; and with DDP_TEST_NCCL_ABORT=3 its watchdog aborts the communicator in
-  step 3 and the run ends with status 3 saying so.
+  step 3 and the run ends with status 3 saying so (DDP_TEST_NCCL_ABORT=soon, no step:
+  a warning, and no abort).
 Parameters within 1e-5 of their norm, every step's loss within 1e-5. The banner says
 how the gradients travel, NCCL's own variables reach it (NCCL_DEBUG=INFO: the
 stand-in's line on every rank), and proxy variables pointing nowhere change nothing
@@ -84,7 +85,14 @@ def alone(programs, tmp, env):
         "aborted" in p.stdout
     print("%s DDP_TEST_NCCL_ABORT=3: status %d%s" % ("ok  " if aborted else "FAIL", p.returncode,
                                                      "" if aborted else "\n" + p.stdout[-2000:]))
-    return same and aborted and expect(out[0], "gradients   summed by the stand-in NCCL", "alone, the banner says NCCL")
+    q = subprocess.run([os.path.join(programs, "equivalence_16_nccl"), "--epochs", "1", "--run-dir",
+                        os.path.join(tmp, "not_a_step")] + EMULATED, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120, env=dict(env, DDP_TEST_NCCL_ABORT="soon"))
+    said = q.returncode == 0 and "DDP_TEST_NCCL_ABORT=soon is not a step (from 1); no abort" in q.stdout
+    print("%s DDP_TEST_NCCL_ABORT=soon: status %d, a warning and no abort%s" % (
+        "ok  " if said else "FAIL", q.returncode, "" if said else "\n" + q.stdout[-2000:]))
+    return same and aborted and said and expect(out[0], "gradients   summed by the stand-in NCCL",
+                                                "alone, the banner says NCCL")
 
 
 if __name__ == "__main__":
