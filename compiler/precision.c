@@ -96,7 +96,7 @@ static Tensor *bf16_copy(Ddpc *c, Ir *ir, Tensor **copies, Phase ph, IrOp *produ
 }
 
 static void gemm_operands_bf16(Ddpc *c, Ir *ir) {
-    int ntensors = ir->tensors.len;
+    int ntensors = ir->tensors.len; /* the copies made below are bf16, never looked up in the table */
     for (int ph = 0; ph < PH_COUNT; ph++) {
         Tensor **copies = arena_alloc(c->arena, sizeof(Tensor *) * (size_t)ntensors * 3);
         memset(copies, 0, sizeof(Tensor *) * (size_t)ntensors * 3);
@@ -106,7 +106,7 @@ static void gemm_operands_bf16(Ddpc *c, Ir *ir) {
             IrOp *op = old.items[i];
             if (op->kind == OP_GEMM)
                 for (int k = 0; k < 2; k++)
-                    if (tensor_storage(op->in[k])->dtype != DT_BF16 && tensor_storage(op->in[k])->id < ntensors)
+                    if (tensor_storage(op->in[k])->dtype != DT_BF16)
                         op->in[k] = bf16_copy(c, ir, copies, (Phase)ph, op, op->in[k]);
             vec_push(c->arena, &ir->ops[ph], op);
         }

@@ -571,11 +571,12 @@ static void bf16_inputs(const ddp_data *d, int64_t sample, int64_t per, uint16_t
     float piece[PIECE];
     size_t elem = (size_t)data_elem_size[d->elem];
     const char *from = (const char *)d->inputs + (size_t)sample * (size_t)d->elems * elem;
+    uint64_t seed = ddp_synthetic_seed(sample); /* a synthetic sample's values are one sequence */
     for (int64_t at = 0; at < per; at += PIECE) {
         int64_t count = per - at < PIECE ? per - at : PIECE;
-        if (is_synthetic(d)) /* a sample's synthetic values come as one sequence */
+        if (is_synthetic(d))
             for (int64_t e = 0; e < count; e++)
-                piece[e] = (float)ddp_synthetic_element(ddp_synthetic_seed(sample), at + e);
+                piece[e] = (float)ddp_synthetic_element(seed, at + e);
         else
             converters[d->elem][0](piece, from + (size_t)at * elem, count, d->spec->scale);
         for (int64_t e = 0; e < count; e++)

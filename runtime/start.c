@@ -364,7 +364,8 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
         goto done;
     }
     if (!ddp_check_supported(&cfg, p, err, sizeof err) || !choose_device(&cfg, p, &device, err, sizeof err) ||
-        !gpus_found(p, device, err, sizeof err) || !precision_runs_here(p, device, err, sizeof err) || !choose_communication(&cfg, p, device, err, sizeof err)) {
+        !gpus_found(p, device, err, sizeof err) || !precision_runs_here(p, device, err, sizeof err) ||
+        !choose_communication(&cfg, p, device, err, sizeof err)) {
         fail(&job, err);
         goto done;
     }
