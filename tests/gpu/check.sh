@@ -110,10 +110,10 @@ stage kernels "$([ $failed -eq 0 ] && echo ok || echo FAIL)" \
 # 3e-7 of the norm apart after 5 steps, 8e-6 after 10 and 1.4e-3 after 20. After 5,
 # a kernel within its 1e-4 keeps the parameters within 1e-4, while a wrong gradient,
 # optimizer step or batch moves them by 1e-2 or more.
-few=5
+few_steps="--data-root $dir/data --seed 7 --epochs 1 --steps-per-epoch 5"
 status=ok
 for on in cpu $device; do
-    timeout 60 $fashion --device $on --epochs 1 --steps-per-epoch $few --save "$work/steps_$on.safetensors" \
+    timeout 60 "$bin/fashion" --device $on $few_steps --save "$work/steps_$on.safetensors" \
         > "$results/steps_$on.log" 2>&1 || status=FAIL
 done
 [ $status = ok ] && { python3 "$here/compare.py" "$work/steps_cpu.safetensors" "$work/steps_$device.safetensors" 1e-4 \
@@ -149,7 +149,6 @@ stage bf16 $status "$(head -n 1 "$results/bf16.txt")"
 
 # The gradients' sums: NCCL alone, the ring between two processes on the GPU, NCCL
 # between GPUs where there are several
-few_steps="--device $device --data-root $dir/data --seed 7 --epochs 1 --steps-per-epoch $few"
 gpus=$(nvidia-smi --list-gpus 2>/dev/null | grep -c '^GPU')
 nccl_status=ok
 : > "$results/nccl.txt"
@@ -170,19 +169,19 @@ if [ "$device" = emulated ] && [ -z "${DDP_NCCL_LIBRARY:-}" ]; then
     echo "one rank: skipped (the emulated device needs the tests' stand-in NCCL: DDP_NCCL_LIBRARY)" \
         >> "$results/nccl.txt"
 else
-    nccl_run "one rank" 60 "$bin/fashion_nccl" $few_steps --save "$work/nccl1.safetensors"
+    nccl_run "one rank" 60 "$bin/fashion_nccl" --device $device $few_steps --save "$work/nccl1.safetensors"
     [ $run_status -eq 0 ] && nccl_compare "one rank against the steps stage" "$work/nccl1.safetensors" 1e-6 ||
         nccl_status=FAIL
-    nccl_run "DDP_TEST_NCCL_ABORT=3" 60 env DDP_TEST_NCCL_ABORT=3 "$bin/fashion_nccl" $few_steps
+    nccl_run "DDP_TEST_NCCL_ABORT=3" 60 env DDP_TEST_NCCL_ABORT=3 "$bin/fashion_nccl" --device $device $few_steps
     [ $run_status -eq 3 ] && grep -q "DDP_TEST_NCCL_ABORT=3 asked for this abort; the communicator was aborted" \
         "$work/run.log" || nccl_status=FAIL
 fi
-nccl_run "ring, 2 processes on one GPU" 90 "$bin/ddprun" -n 2 "$bin/fashion_ring_b32" $few_steps \
+nccl_run "ring, 2 processes on one GPU" 90 "$bin/ddprun" -n 2 "$bin/fashion_ring_b32" --device $device $few_steps \
     --save "$work/ring2.safetensors"
 [ $run_status -eq 0 ] && nccl_compare "ring x 2 against the steps stage" "$work/ring2.safetensors" 1e-4 || nccl_status=FAIL
 n=$((gpus >= 8 ? 8 : gpus >= 4 ? 4 : gpus >= 2 ? 2 : 0))
 if [ $n -ge 2 ]; then
-    nccl_run "NCCL, $n GPUs" 90 "$bin/ddprun" -n $n "$bin/fashion_nccl_b$((64 / n))" $few_steps \
+    nccl_run "NCCL, $n GPUs" 90 "$bin/ddprun" -n $n "$bin/fashion_nccl_b$((64 / n))" --device $device $few_steps \
         --save "$work/nccl$n.safetensors"
     [ $run_status -eq 0 ] && nccl_compare "NCCL x $n against the steps stage" "$work/nccl$n.safetensors" 1e-4 ||
         nccl_status=FAIL
