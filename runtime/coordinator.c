@@ -40,6 +40,7 @@ typedef struct Conn {
     int fd;
     char peer[64];              /* address:port, for the log */
     char address[64];           /* the address it connected from */
+    char local[64];             /* the coordinator's address it connected to */
     int rank;                   /* -1 until its HELLO */
     bool joined, left;
     double last_heard;
@@ -300,11 +301,31 @@ static void add_conn(ddp_coordinator *s, int fd) {
         inet_ntop(AF_INET, &a.sin_addr, k->address, sizeof k->address);
         snprintf(k->peer, sizeof k->peer, "%.46s:%d", k->address, ntohs(a.sin_port));
     }
+    alen = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
+        inet_ntop(AF_INET, &a.sin_addr, k->local, sizeof k->local);
     if (s->refusal[0])
         queue_text(s, s->nconns - 1, DDP_MSG_REFUSED, s->refusal);
 }
 
 /* ------------------------------------------------------------- rendezvous */
+
+static bool is_loopback(const char *address) {
+    return strncmp(address, "127.", 4) == 0;
+}
+
+/* The coordinator's node as the other nodes reach it: the address a worker from
+ * another node connected to; NULL when every worker connected through loopback (one
+ * node). Workers on the coordinator's node connect through loopback, and their ring
+ * listeners are reached at this address from the other nodes. */
+static const char *coordinator_node_address(const ddp_coordinator *s) {
+    for (int r = 0; r < s->cfg.world; r++) {
+        const Conn *k = &s->conns[s->workers[r].conn];
+        if (!is_loopback(k->address) && k->local[0] && !is_loopback(k->local))
+            return k->local;
+    }
+    return NULL;
+}
 
 /* The first line of `setting` lines where a and b differ, or NULL. */
 static const char *first_difference(const char *a, const char *b, char *name, size_t len) {
@@ -366,6 +387,7 @@ static void finish_rendezvous(ddp_coordinator *s) {
         refuse_all(s, "the coordinator ran out of memory");
         return;
     }
+    const char *node_address = coordinator_node_address(s);
     size_t n = (size_t)sprintf(table, "world %d\nkey ", world);
     for (int i = 0; i < 32; i++)
         n += (size_t)sprintf(table + n, "%02x", s->ring_key[i]);
@@ -374,6 +396,8 @@ static void finish_rendezvous(ddp_coordinator *s) {
         char address[64], port[16] = "0";
         if (!ddp_text_field(w->join, "address", address, sizeof address) || !address[0])
             snprintf(address, sizeof address, "%s", s->conns[w->conn].address);
+        if (is_loopback(address) && node_address)
+            snprintf(address, sizeof address, "%s", node_address);
         ddp_text_field(w->join, "port", port, sizeof port);
         n += (size_t)sprintf(table + n, "\nworker %d %s %s %.255s", r, address, port, w->host);
     }

@@ -225,7 +225,11 @@ static bool connect_coordinator(ddp_link *l, const ddp_link_config *cfg, char *e
     const ddp_cluster *c = cfg->cluster;
     double deadline = ddp_now_ms() + cfg->rendezvous_timeout_s * 1000.0;
     char why[1024];
-    const char *host = c->rank == 0 ? "127.0.0.1" : c->coordinator;
+    /* on the coordinator's node, through loopback: a node's own name need not resolve
+     * there (Slurm's node names are its own), and the table gives the others the
+     * address they reach it at (coordinator.c) */
+    bool same_node = c->rank == 0 || strcmp(c->host, c->coordinator) == 0;
+    const char *host = same_node ? "127.0.0.1" : c->coordinator;
     snprintf(l->coordinator, sizeof l->coordinator, "%s:%lld", c->coordinator, (long long)c->port_base);
     snprintf(l->coordinator_host, sizeof l->coordinator_host, "%s", c->coordinator);
     if (c->rank == 0) {

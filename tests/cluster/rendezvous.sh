@@ -282,6 +282,23 @@ worker 0 2 --interface lo
 worker 1 2 --interface lo
 finish
 if [ "$statuses" = "0 0" ]; then echo "ok: --interface lo"; else fail "--interface lo: $statuses"; cat "$dir"/err.*; fi
+# Slurm's node names are its own and need not resolve: the workers on the
+# coordinator's node reach it through loopback
+next_job
+for rank in 0 1; do
+    env -u DDP_RANK -u DDP_WORLD_SIZE -u DDP_COORDINATOR SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 \
+        SLURM_NODEID=0 SLURM_STEP_TASKS_PER_NODE=2 SLURM_STEP_NODELIST=ddp-unresolvable-node SLURM_PROCID=$rank \
+        SLURM_LOCALID=$rank "$programs/tiny" --data-root "$dir" --threads 1 --rendezvous-timeout 4 --port-base "$port" \
+        > "$dir/out.$rank" 2> "$dir/err.$rank" &
+    pids="$pids $!"
+done
+finish
+if [ "$statuses" = "0 0" ] && grep -q "slurm: 2 workers on 1 node, this one rank 0 on ddp-unresolvable-node" "$dir/out.0"; then
+    echo "ok: a Slurm node name that does not resolve"
+else
+    fail "a Slurm node name that does not resolve: statuses $statuses"
+    cat "$dir"/out.* "$dir"/err.*
+fi
 next_job
 worker 0 2 --interface ddp-no-such-if
 worker 1 2 --interface ddp-no-such-if
