@@ -14,16 +14,22 @@
  * - Device memory is a reserved range of addresses that is unreadable and unwritable
  *   except while queued work runs; host code that touches it (a copy left out) is
  *   stopped with a message saying so.
- * - Work is queued and runs only at synchronisation points, in the order it was
- *   queued (which honours each stream's order and every event waited for); a copy
- *   to the host fills its destination with 0xff (NaN) when queued, so a result read
- *   before its synchronisation reads NaN. A copy from pinned memory reads it when it
+ * - Work is queued and runs only at synchronisation points, and then only what the
+ *   point needs: the work before it on its stream and, through the events its
+ *   stream waits for, on the others. A synchronisation of the whole device runs the
+ *   copy and communication streams before the compute stream, each as far as its
+ *   waits allow. So each stream runs in its own order and after every event it
+ *   waits for, and otherwise as late, or as early, as a GPU may run it: work on two
+ *   streams that nothing orders runs in whichever order breaks code that assumed
+ *   one. A copy to the host fills its destination with 0xff (NaN) when queued, so a
+ *   result read before its synchronisation reads NaN. A copy from pinned memory reads it when it
  *   runs, one from ordinary memory when it is queued, as CUDA's do. A library given a
  *   stream (the stand-in NCCL, through nccl_api.h's ddp_emulated_stream) queues its
  *   work the same way: it runs in the queue's order, device memory open to it then.
  * - Matrix products are a column-major reference taking cuBLAS's arguments, checked
  *   as cuBLAS checks them (a leading dimension too small is refused); convolutions are
- *   the reference of conv_reference.c, checked when queued as cuDNN checks them.
+ *   the reference of conv_reference.c, checked when queued as cuDNN checks them, and
+ *   they fill their workspace with NaN, scratch as cuDNN's is.
  * - A stream being captured keeps its work in a graph instead of the queue; a graph's
  *   launch queues a copy of that work, with the sizes and addresses of its capture.
  *   What CUDA refuses while a stream captures (synchronising, copies from or to
@@ -87,6 +93,9 @@ typedef struct Work {
         } host_work;            /* a library's work on a stream (nccl_api.h) */
     };
     int event;                  /* W_RECORD, W_WAIT; W_MARK: the mark */
+    size_t after;               /* W_WAIT: queue position + 1 of the record it waits for; 0: none */
+    uint64_t number;            /* of the work ever queued, from 1 */
+    bool ran;
 } Work;
 
 /* Work kept by a capture, to be queued again by each launch. */
@@ -104,11 +113,11 @@ typedef struct Emulator {
     unsigned char *base;        /* the reserved device range */
     size_t used, open_bytes;    /* allocated; readable and writable now */
     Work *work;
-    size_t nwork, done, cap;
+    size_t nwork, done, cap;     /* done: the work before it has all run */
     size_t recorded[DDP_EVENTS]; /* queue position + 1 of each event's last record; 0: never */
-    /* The same as counts since the device opened, for event_done from any thread: work
-     * ever queued, ever run, and each event's last record (atomic). */
-    uint64_t queued_total, ran_total, record_total[DDP_EVENTS];
+    /* For event_done from any thread (atomic): work ever queued, and the number of
+     * each event's last record queued and of its last record run. */
+    uint64_t queued_total, record_queued[DDP_EVENTS], record_ran[DDP_EVENTS];
     ddp_emulated_stream native[DDP_STREAMS];
     size_t *marked;             /* the same for each timing mark */
     double *mark_time;          /* seconds, when each mark's work ran */
@@ -337,14 +346,22 @@ static bool append(ddp_device *d, Work **list, size_t *count, size_t *cap, Work 
     return true;
 }
 
-/* Work for the queue, or for the capture when its stream is being captured. */
+/* Work for the queue, or for the capture when its stream is being captured. A wait
+ * waits for the event's record queued last before it, as cuStreamWaitEvent does. */
 static bool enqueue(ddp_device *d, Work w) {
     Emulator *e = emulator(d);
     if (e->capturing == w.stream)
         return append(d, &e->capture.work, &e->capture.count, &e->capture.cap, w);
+    w.number = e->queued_total + 1;
+    w.after = w.kind == W_WAIT ? e->recorded[w.event] : 0;
+    w.ran = false;
     if (!append(d, &e->work, &e->nwork, &e->cap, w))
         return false;
     e->queued_total++;
+    if (w.kind == W_RECORD) {
+        e->recorded[w.event] = e->nwork;
+        __atomic_store_n(&e->record_queued[w.event], w.number, __ATOMIC_RELEASE);
+    }
     return true;
 }
 
@@ -382,20 +399,46 @@ static bool run_work(ddp_device *d, Work *w) {
     return true;
 }
 
-/* Runs the queued work up to position `upto` (exclusive), in the order it was queued. */
+static bool run_one(ddp_device *d, size_t i) {
+    Emulator *e = emulator(d);
+    Work *w = &e->work[i];
+    bool ok = run_work(d, w);
+    w->ran = true;
+    if (w->kind == W_RECORD && w->number > __atomic_load_n(&e->record_ran[w->event], __ATOMIC_ACQUIRE))
+        __atomic_store_n(&e->record_ran[w->event], w->number, __ATOMIC_RELEASE);
+    if (w->snapshot)
+        free(w->host);
+    w->snapshot = false;
+    return ok;
+}
+
+/* Runs the work at queue position i once what it follows has run: the work queued
+ * before it on its stream, and for each wait among them the record it waits for,
+ * with what that follows in turn. Nothing else: the other streams' work waits. */
+static bool run_through(ddp_device *d, size_t i) {
+    Emulator *e = emulator(d);
+    int stream = e->work[i].stream;
+    for (size_t j = e->done; j <= i; j++) {
+        Work *w = &e->work[j];
+        if (w->ran || w->stream != stream)
+            continue;
+        if (w->kind == W_WAIT && w->after && !e->work[w->after - 1].ran && !run_through(d, w->after - 1))
+            return false;
+        if (!run_one(d, j))
+            return false;
+    }
+    return true;
+}
+
+/* Runs the work at queue position upto - 1 and what it follows (run_through); upto 0:
+ * nothing. The queue starts over once all of it has run. */
 static bool run_until(ddp_device *d, size_t upto) {
     Emulator *e = emulator(d);
-    bool ok = true;
     open_memory(e);
-    for (; ok && e->done < upto; e->done++) {
-        Work *w = &e->work[e->done];
-        ok = run_work(d, w);
-        __atomic_add_fetch(&e->ran_total, 1, __ATOMIC_RELEASE);
-        if (w->snapshot)
-            free(w->host);
-        w->snapshot = false;
-    }
+    bool ok = upto == 0 || e->work[upto - 1].ran || run_through(d, upto - 1);
     close_memory(e);
+    while (e->done < e->nwork && e->work[e->done].ran)
+        e->done++;
     if (e->done == e->nwork) { /* everything ran: the queue starts over */
         e->done = e->nwork = 0;
         for (int i = 0; i < DDP_EVENTS; i++)
@@ -619,7 +662,7 @@ static bool keep_pending_sources(ddp_device *d, const void *to, size_t bytes) {
     for (size_t i = e->done; i < e->nwork; i++) {
         Work *w = &e->work[i];
         const char *src = w->host;
-        if (w->kind != W_UPLOAD || w->snapshot || src >= hi || src + w->bytes <= lo)
+        if (w->ran || w->kind != W_UPLOAD || w->snapshot || src >= hi || src + w->bytes <= lo)
             continue;
         void *copy = malloc(w->bytes ? w->bytes : 1);
         if (!copy)
@@ -656,24 +699,19 @@ static bool fill(ddp_device *d, int stream, ddp_dptr to, unsigned char byte, siz
 }
 
 static bool record(ddp_device *d, int stream, int event) {
-    Emulator *e = emulator(d);
     if (event < 0 || event >= DDP_EVENTS)
         return ddp_device_fail(d, "no event %d", event);
     if (refused_in_capture(d, stream, "an event recorded"))
         return false;
     Work w = {.kind = W_RECORD, .stream = stream, .event = event};
-    if (!enqueue(d, w))
-        return false;
-    e->recorded[event] = e->nwork;
-    __atomic_store_n(&e->record_total[event], e->queued_total, __ATOMIC_RELEASE);
-    return true;
+    return enqueue(d, w);
 }
 
 static bool wait_event(ddp_device *d, int stream, int event) {
     if (refused_in_capture(d, stream, "a wait for an event recorded outside the capture"))
         return false;
     Work w = {.kind = W_WAIT, .stream = stream, .event = event};
-    return enqueue(d, w); /* the queue runs in order: what the event follows has run */
+    return enqueue(d, w);
 }
 
 static bool synchronize_event(ddp_device *d, int event) {
@@ -685,18 +723,30 @@ static bool synchronize_event(ddp_device *d, int event) {
     return e->recorded[event] == 0 || run_until(d, e->recorded[event]);
 }
 
+/* Everything: the copy and communication streams first, each as far as its waits
+ * allow, then the compute stream. */
 static bool synchronize(ddp_device *d) {
+    Emulator *e = emulator(d);
     if (refused_in_capture(d, -1, "a device synchronisation"))
         return false;
-    return run_until(d, emulator(d)->nwork);
+    static const int order[] = {DDP_STREAM_UPLOAD, DDP_STREAM_COMM, DDP_STREAM_COMPUTE};
+    for (size_t k = 0; k < sizeof order / sizeof *order; k++) {
+        size_t last = 0;
+        for (size_t i = e->done; i < e->nwork; i++)
+            if (e->work[i].stream == order[k])
+                last = i + 1;
+        if (!run_until(d, last))
+            return false;
+    }
+    return e->nwork == 0 || run_until(d, e->nwork);
 }
 
 static int event_done(ddp_device *d, int event) {
     Emulator *e = emulator(d);
     if (event < 0 || event >= DDP_EVENTS)
         return -1;
-    return __atomic_load_n(&e->ran_total, __ATOMIC_ACQUIRE) >=
-           __atomic_load_n(&e->record_total[event], __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&e->record_ran[event], __ATOMIC_ACQUIRE) >=
+           __atomic_load_n(&e->record_queued[event], __ATOMIC_ACQUIRE);
 }
 
 /* ------------------------------------------------------- native streams */
@@ -721,7 +771,11 @@ static void *native_stream(ddp_device *d, int stream) {
 
 /* ----------------------------------------------------------- convolutions */
 
+/* The workspace is the library's scratch: cuDNN leaves what it likes there, so the
+ * stand-in leaves NaN, and a value kept there, or judged there, shows. */
 static void run_conv(const ddp_device_conv *c) {
+    if (c->workspace && c->workspace_bytes)
+        memset((void *)(uintptr_t)c->workspace, 0xff, c->workspace_bytes);
     ddp_conv_reference(c, (void *)(uintptr_t)c->x, (void *)(uintptr_t)c->filters, (void *)(uintptr_t)c->y);
 }
 

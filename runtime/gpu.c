@@ -12,7 +12,7 @@
  * the batch's upload; arena and workspace have no mirror. The next batch goes up from
  * pinned memory on its own stream into a staging area while the current step runs,
  * and the compute stream copies it into place when the step before is done with the
- * batch it used.
+ * batch it used; the batch after waits for that copy before it enters the staging area.
  *
  * A phase run whole on a full batch is a CUDA graph from its second run on: captured
  * then (the first run warms up: cuBLAS picks its kernels, cuDNN its plans, the device
@@ -49,8 +49,9 @@
 
 /* The executor's events (below DDP_BUCKET_EVENT(0, 0)): the batch uploaded, the figures
  * downloaded, a download's end, backward's gradients before a bucket's collective, the
- * collectives' end before the optimizer. */
-enum { EVENT_UPLOADED = 0, EVENT_FIGURES = 1, EVENT_HOST = 2, EVENT_TO_COMM = 3, EVENT_COMM_DONE = 4 };
+ * collectives' end before the optimizer, the staging area copied into place. */
+enum { EVENT_UPLOADED = 0, EVENT_FIGURES = 1, EVENT_HOST = 2, EVENT_TO_COMM = 3, EVENT_COMM_DONE = 4,
+       EVENT_STAGING_FREE = 5 };
 
 struct ddp_gpu {
     ddp_device *dev;
@@ -300,10 +301,15 @@ bool ddp_batch_uploaded(ddp_runtime *rt) {
     ddp_device *d = g->dev;
     size_t bytes = (size_t)rt->program->region_bytes[DDP_REGION_INPUT];
     g->upload_queued = true;
-    return (d->ops->upload(d, DDP_STREAM_UPLOAD, g->staging, rt->region[DDP_REGION_INPUT], bytes) &&
+    /* The staging area is written only once the compute stream has copied the batch
+     * before out of it: the upload stream does not wait for the compute stream
+     * otherwise, and a batch still queued there would be overwritten before its step. */
+    return (d->ops->wait(d, DDP_STREAM_UPLOAD, EVENT_STAGING_FREE) &&
+            d->ops->upload(d, DDP_STREAM_UPLOAD, g->staging, rt->region[DDP_REGION_INPUT], bytes) &&
             d->ops->record(d, DDP_STREAM_UPLOAD, EVENT_UPLOADED) &&
             d->ops->wait(d, DDP_STREAM_COMPUTE, EVENT_UPLOADED) &&
-            d->ops->copy(d, DDP_STREAM_COMPUTE, g->region[DDP_REGION_INPUT], g->staging, bytes)) ||
+            d->ops->copy(d, DDP_STREAM_COMPUTE, g->region[DDP_REGION_INPUT], g->staging, bytes) &&
+            d->ops->record(d, DDP_STREAM_COMPUTE, EVENT_STAGING_FREE)) ||
            failed(rt, "uploading a batch");
 }
 
