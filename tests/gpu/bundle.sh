@@ -1,9 +1,10 @@
 #!/bin/sh
 # bundle.sh BUILD_DIR OUT: what tests/gpu/check.sh needs on a GPU machine, which has
 # no compiler and no Fashion-MNIST: OUT/bin.tar.xz (the kernel checks of BUILD_DIR,
-# fashion.ddp built with its data read below --data-root, with NCCL as fashion_nccl and
-# fashion_nccl_bN (batch_per_replica N), with the ring as fashion_ring_b32, with
-# precision = bf16 as fashion_bf16, ddprun, and the programs of bench/gpu_throughput.sh
+# fashion.ddp built with its data read below --data-root, with NCCL as fashion_nccl,
+# with precision = bf16 as fashion_bf16; for the comparisons of a few steps, with SGD
+# as fashion_sgd, and so with NCCL as fashion_sgd_nccl and fashion_sgd_nccl_bN
+# (batch_per_replica N), with the ring as fashion_sgd_ring_b32; ddprun, and the programs of bench/gpu_throughput.sh
 # (tf32 and bf16), stripped: they need only libc, libm and the driver they load
 # themselves), OUT/data/fashion-mnist and OUT/bench (gpu_throughput.sh and .py). About
 # 50 MB, to carry with the device tool.
@@ -21,11 +22,15 @@ done
 sed "s|\"$data/|\"fashion-mnist/|" "$source/samples/fashion.ddp" > "$stage/fashion.ddp"
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion"
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_nccl" -Dcommunication=nccl
+sgd="-Doptimizer=sgd(learning_rate = 0.05)"
+"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd" "$sgd"
+"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_nccl" "$sgd" -Dcommunication=nccl
 for batch in 8 16 32; do
-    "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_nccl_b$batch" -Dcommunication=nccl \
+    "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_nccl_b$batch" "$sgd" -Dcommunication=nccl \
         -Dbatch_per_replica=$batch
 done
-"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_ring_b32" -Dcommunication=ring -Dbatch_per_replica=32
+"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_ring_b32" "$sgd" -Dcommunication=ring \
+    -Dbatch_per_replica=32
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_bf16" -Dprecision=bf16
 cp "$build/ddprun" "$stage/bin/"
 sh "$source/bench/gpu_throughput.sh" --build "$build" "$stage/bin"

@@ -11,18 +11,19 @@
 #                  the CPU (cuDNN's convolutions against the reference convolution
 #                  on the CPU); ResNet-50 (batch 2) over 8 training steps; each
 #                  phase captured as a CUDA graph and replayed, bit for bit
-#   steps.txt      fashion.ddp, 5 steps on the GPU and on the CPU from the same seed:
-#                  the parameters within 1e-4 of their norm (Adam, f32; why 5 below)
+#   steps.txt      fashion.ddp with SGD (fashion_sgd), 5 steps on the GPU and on the
+#                  CPU from the same seed: the parameters within 2e-4 of their norm
+#                  (f32; why SGD and 2e-4 below)
 #   epoch.txt      fashion.ddp, one epoch on each: val_accuracy within 0.5 point
 #   bf16.txt       fashion.ddp with precision = bf16 (fashion_bf16), one epoch on the
 #                  GPU, its banner saying "bf16 activations and products": val_accuracy
 #                  within 0.5 point of the f32 epoch's on the GPU (a CPU has no bf16)
-#   nccl.txt       the gradients' sums on the GPU: NCCL with one rank (fashion_nccl, its
-#                  5 steps the same as the steps stage's GPU run within 1e-6; then
+#   nccl.txt       the gradients' sums on the GPU: NCCL with one rank (fashion_sgd_nccl,
+#                  its 5 steps the same as the steps stage's GPU run within 1e-6; then
 #                  DDP_TEST_NCCL_ABORT=3: the watchdog's ncclCommAbort, status 3);
-#                  two processes sharing the GPU through the ring (fashion_ring_b32 x 2
-#                  against fashion x 1, 1e-4); where the machine has N >= 2 GPUs (2, 4
-#                  or 8 of them), N processes with NCCL against one (1e-4), and the
+#                  two processes sharing the GPU through the ring (fashion_sgd_ring_b32
+#                  x 2 against fashion_sgd x 1, 2e-4); where the machine has N >= 2 GPUs
+#                  (2, 4 or 8 of them), N processes with NCCL against one (2e-4), and the
 #                  scaling efficiency of N x batch 64 against one GPU's samples/s
 #   bench.txt      bench/gpu_throughput.sh with PRECISION bf16: ddp's samples/s beside
 #                  PyTorch AMP bf16's, eager and torch.compile (ResNet-50 at batch 128
@@ -103,20 +104,26 @@ done
 stage kernels "$([ $failed -eq 0 ] && echo ok || echo FAIL)" \
     "$(grep -c '^kernel_check .* ok;' "$results/kernels.txt") models agree, $failed fail"
 
-# A few steps from the same seed. Few, because fashion.ddp's training amplifies any
-# change of summation order about twice a step from its eighth (ReLUs that flip, and
-# Adam's updates of lr whatever a gradient's size): on the CPU alone, its generated
-# convolutions against --convolutions library, or one worker against the ring x 2, are
-# 3e-7 of the norm apart after 5 steps, 8e-6 after 10 and 1.4e-3 after 20. After 5,
-# a kernel within its 1e-4 keeps the parameters within 1e-4, while a wrong gradient,
-# optimizer step or batch moves them by 1e-2 or more.
+# A few steps from the same seed, with SGD. Not with fashion.ddp's Adam: its first
+# updates are lr whatever a gradient's size, so a pre-activation that rounding moves
+# across zero (a ReLU that flips: a gradient of 0 or of 1e-9) moves a whole row of
+# fc1's weights by lr, 1e-3 of the norm at once. On an H200 one GPU against the CPU,
+# and the ring x 2 against one GPU, were 1.2e-3 apart after 5 Adam steps, with every
+# kernel within its 1e-4. With SGD (learning rate 0.05) on the CPU: its generated
+# convolutions against --convolutions library 5.7e-9 apart, one worker against the
+# ring x 2 4.2e-9, while one step missing moves the parameters by 8.5e-4 and another
+# batch order (-Dshuffle=false) by 2.6e-3. On the H200 with SGD: the GPU against the
+# CPU 5.0e-5 (ReLUs and max pools that rounding flips still route some gradients
+# elsewhere, and cuDNN rounds more than the CPU's sums), the ring x 2 against one
+# GPU 2.4e-5. The tolerance, 2e-4, lies midway (geometrically) between the largest
+# of these and the smallest fault.
 few_steps="--data-root $dir/data --seed 7 --epochs 1 --steps-per-epoch 5"
 status=ok
 for on in cpu $device; do
-    timeout 60 "$bin/fashion" --device $on $few_steps --save "$work/steps_$on.safetensors" \
+    timeout 60 "$bin/fashion_sgd" --device $on $few_steps --save "$work/steps_$on.safetensors" \
         > "$results/steps_$on.log" 2>&1 || status=FAIL
 done
-[ $status = ok ] && { python3 "$here/compare.py" "$work/steps_cpu.safetensors" "$work/steps_$device.safetensors" 1e-4 \
+[ $status = ok ] && { python3 "$here/compare.py" "$work/steps_cpu.safetensors" "$work/steps_$device.safetensors" 2e-4 \
     > "$results/steps.txt" 2>&1 || status=FAIL; }
 stage steps $status "$(cat "$results/steps.txt" 2>/dev/null || tail -n 1 "$results/steps_$device.log")"
 
@@ -169,21 +176,21 @@ if [ "$device" = emulated ] && [ -z "${DDP_NCCL_LIBRARY:-}" ]; then
     echo "one rank: skipped (the emulated device needs the tests' stand-in NCCL: DDP_NCCL_LIBRARY)" \
         >> "$results/nccl.txt"
 else
-    nccl_run "one rank" 60 "$bin/fashion_nccl" --device $device $few_steps --save "$work/nccl1.safetensors"
+    nccl_run "one rank" 60 "$bin/fashion_sgd_nccl" --device $device $few_steps --save "$work/nccl1.safetensors"
     [ $run_status -eq 0 ] && nccl_compare "one rank against the steps stage" "$work/nccl1.safetensors" 1e-6 ||
         nccl_status=FAIL
-    nccl_run "DDP_TEST_NCCL_ABORT=3" 60 env DDP_TEST_NCCL_ABORT=3 "$bin/fashion_nccl" --device $device $few_steps
+    nccl_run "DDP_TEST_NCCL_ABORT=3" 60 env DDP_TEST_NCCL_ABORT=3 "$bin/fashion_sgd_nccl" --device $device $few_steps
     [ $run_status -eq 3 ] && grep -q "DDP_TEST_NCCL_ABORT=3 asked for this abort; the communicator was aborted" \
         "$work/run.log" || nccl_status=FAIL
 fi
-nccl_run "ring, 2 processes on one GPU" 90 "$bin/ddprun" -n 2 "$bin/fashion_ring_b32" --device $device $few_steps \
+nccl_run "ring, 2 processes on one GPU" 90 "$bin/ddprun" -n 2 "$bin/fashion_sgd_ring_b32" --device $device $few_steps \
     --save "$work/ring2.safetensors"
-[ $run_status -eq 0 ] && nccl_compare "ring x 2 against the steps stage" "$work/ring2.safetensors" 1e-4 || nccl_status=FAIL
+[ $run_status -eq 0 ] && nccl_compare "ring x 2 against the steps stage" "$work/ring2.safetensors" 2e-4 || nccl_status=FAIL
 n=$((gpus >= 8 ? 8 : gpus >= 4 ? 4 : gpus >= 2 ? 2 : 0))
 if [ $n -ge 2 ]; then
-    nccl_run "NCCL, $n GPUs" 90 "$bin/ddprun" -n $n "$bin/fashion_nccl_b$((64 / n))" --device $device $few_steps \
+    nccl_run "NCCL, $n GPUs" 90 "$bin/ddprun" -n $n "$bin/fashion_sgd_nccl_b$((64 / n))" --device $device $few_steps \
         --save "$work/nccl$n.safetensors"
-    [ $run_status -eq 0 ] && nccl_compare "NCCL x $n against the steps stage" "$work/nccl$n.safetensors" 1e-4 ||
+    [ $run_status -eq 0 ] && nccl_compare "NCCL x $n against the steps stage" "$work/nccl$n.safetensors" 2e-4 ||
         nccl_status=FAIL
     rate() { sed -n 's/^done: .*(\([0-9.]*\) samples\/s).*/\1/p' "$work/run.log" | tail -n 1; }
     speed="--device $device --synthetic --epochs 1 --steps-per-epoch 300"
