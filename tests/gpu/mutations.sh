@@ -1,8 +1,8 @@
 #!/bin/sh
-# mutations.sh DDPC SOURCE CHECK CHECK_WITHOUT_BARRIERS: faults the CPU path cannot see,
-# each caught by the emulated device as a GPU would show it. CHECK is kernel_check
-# linked with SOURCE's model, CHECK_WITHOUT_BARRIERS the same model built with
-# --no-barriers:
+# mutations.sh DDPC SOURCE CHECK CHECK_WITHOUT_BARRIERS CONV_CHECK: faults the CPU path
+# cannot see, each caught by the emulated device as a GPU would show it. CHECK is
+# kernel_check linked with SOURCE's model, CHECK_WITHOUT_BARRIERS the same model built
+# with --no-barriers, CONV_CHECK kernel_check linked with a model with convolutions:
 #   - a dropped barrier: the block sums go wrong (shared memory starts as NaN), while
 #     the CPU's kernels of that build are the very same as the plain build's;
 #   - a wrong leading dimension: the product is refused, as cuBLAS refuses it;
@@ -11,9 +11,11 @@
 #   - a launch beyond the GPU's limits (2048 threads, 64 KB of shared memory a block)
 #     is refused, as the driver refuses it;
 #   - a synchronisation, or a copy from ordinary host memory, while a CUDA graph is
-#     being captured is refused, as the driver refuses it.
+#     being captured is refused, as the driver refuses it;
+#   - a library convolution with its padding a row off fails, within all the rounding
+#     its sums are allowed.
 set -u
-ddpc=$1 source=$2 check=$3 unbarred=$4
+ddpc=$1 source=$2 check=$3 unbarred=$4 conv_check=$5
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -54,5 +56,8 @@ expect_failure "a pageable copy inside a graph's capture" "pageable host memory 
     "$check" emulated --mutate=capture-pageable
 expect_failure "64 KB of shared memory" "bytes of shared memory a block: at most 49152" "$check" emulated \
     --mutate=shared
+"$conv_check" emulated > /dev/null && echo "ok: the convolutions' model agrees on the emulated device without a fault" ||
+    fail "the convolutions' model disagrees on the emulated device without a fault"
+expect_failure "a convolution's padding a row off" "FAIL conv .*differs by" "$conv_check" emulated --mutate=padding
 [ $failures -eq 0 ] || exit 1
 echo "mutations: every fault caught"
