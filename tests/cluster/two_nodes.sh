@@ -4,7 +4,7 @@
 # on n1 and rank 3 on n2, each resolving its place; a built program trains there
 # with the rendezvous and the ring crossing the two addresses, and N workers x B
 # train exactly as one worker x N B (tests/cluster/equivalence.py), with 4 workers
-# on 3 + 1 and 3 workers on 2 + 1.
+# on 3 + 1 and 3 workers on 2 + 1; and 3 workers placed in turn (srun -m cyclic).
 set -u
 resolver=$1 programs=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,6 +37,19 @@ if [ $status -eq 0 ] && grep -q "cluster     slurm: 4 workers on 2 nodes, this o
     echo "ok: a built program trains on 2 nodes: $(grep 'cluster ' "$dir/out")"
 else
     fail "srun -N 2 -n 4 $programs/tiny: status $status"
+    cat "$dir/out"
+fi
+
+# Ranks placed in turn (-m cyclic: 0 and 2 on n1, 1 on n2): rank 1 on n2 dials rank 2
+# on n1, which reached the coordinator through loopback; the table must give n1's
+# address for it, not 127.0.0.1
+timeout 120 srun -N 2 -n 3 -m cyclic "$programs/tiny" --data-root "$dir" --threads 1 > "$dir/out" 2>&1
+status=$?
+if [ $status -eq 0 ] && grep -q "cluster     slurm: 3 workers on 2 nodes, this one rank 0 on n1" "$dir/out" &&
+    [ "$(grep -c '^done:' "$dir/out")" -eq 1 ]; then
+    echo "ok: ranks placed in turn on 2 nodes train: $(grep 'cluster ' "$dir/out")"
+else
+    fail "srun -N 2 -n 3 -m cyclic $programs/tiny: status $status"
     cat "$dir/out"
 fi
 
