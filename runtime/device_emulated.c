@@ -22,10 +22,11 @@
  *   waits for, and otherwise as late, or as early, as a GPU may run it: work on two
  *   streams that nothing orders runs in whichever order breaks code that assumed
  *   one. A copy to the host fills its destination with 0xff (NaN) when queued, so a
- *   result read before its synchronisation reads NaN. A copy from pinned memory reads it when it
- *   runs, one from ordinary memory when it is queued, as CUDA's do. A library given a
- *   stream (the stand-in NCCL, through nccl_api.h's ddp_emulated_stream) queues its
- *   work the same way: it runs in the queue's order, device memory open to it then.
+ *   result read before its synchronisation reads NaN. A copy from pinned memory
+ *   reads it when it runs, one from ordinary memory when it is queued, as CUDA's do.
+ *   A library given a stream (the stand-in NCCL, through nccl_api.h's
+ *   ddp_emulated_stream) queues its work the same way: it runs as that stream's
+ *   other work does, device memory open to it then.
  * - Matrix products are a column-major reference taking cuBLAS's arguments, checked
  *   as cuBLAS checks them (a leading dimension too small is refused); convolutions are
  *   the reference of conv_reference.c, checked when queued as cuDNN checks them, and
@@ -730,7 +731,8 @@ static bool synchronize(ddp_device *d) {
     if (refused_in_capture(d, -1, "a device synchronisation"))
         return false;
     static const int order[] = {DDP_STREAM_UPLOAD, DDP_STREAM_COMM, DDP_STREAM_COMPUTE};
-    for (size_t k = 0; k < sizeof order / sizeof *order; k++) {
+    _Static_assert(sizeof order / sizeof *order == DDP_STREAMS, "every stream, in the order they run");
+    for (size_t k = 0; k < DDP_STREAMS; k++) {
         size_t last = 0;
         for (size_t i = e->done; i < e->nwork; i++)
             if (e->work[i].stream == order[k])
@@ -738,7 +740,7 @@ static bool synchronize(ddp_device *d) {
         if (!run_until(d, last))
             return false;
     }
-    return e->nwork == 0 || run_until(d, e->nwork);
+    return true;
 }
 
 static int event_done(ddp_device *d, int event) {

@@ -4,10 +4,10 @@
 # fashion.ddp built with its data read below --data-root, with NCCL as fashion_nccl,
 # with precision = bf16 as fashion_bf16; for the comparisons of a few steps, with SGD
 # as fashion_sgd, and so with NCCL as fashion_sgd_nccl and fashion_sgd_nccl_bN
-# (batch_per_replica N), with the ring as fashion_sgd_ring_b32; ddprun, and the programs of bench/gpu_throughput.sh
-# (tf32 and bf16), stripped: they need only libc, libm and the driver they load
-# themselves), OUT/data/fashion-mnist and OUT/bench (gpu_throughput.sh and .py). About
-# 50 MB, to carry with the device tool.
+# (batch_per_replica N), with the ring as fashion_sgd_ring_b32; ddprun, and the
+# programs of bench/gpu_throughput.sh (tf32 and bf16), stripped: they need only libc,
+# libm and the driver they load themselves), OUT/data/fashion-mnist and OUT/bench
+# (gpu_throughput.sh and .py). About 50 MB, to carry with the device tool.
 set -eu
 build=$(cd "$1" && pwd) out=$2
 source=$(cd "$(dirname "$0")/../.." && pwd)
