@@ -48,6 +48,12 @@
 # and PyTorch on the CPU (f32 for tf32, autocast bf16 for bf16), where PyTorch is
 # installed: a dry run of this script; its figures mean nothing. DDP_BENCH_PYTHON names
 # the Python to use.
+#
+# `gpu_throughput.sh --profile DIR [STEPS [PRECISION [MODEL]]]` measures no ratio: it
+# trains MODEL (resnet50, the default, or fashion) for STEPS steps (30) with --profile (each call timed on the device, the
+# phases call by call) and prints its profile, then the calls' time summed by kind
+# (each kind of generated kernel, the convolutions by mode, the products), from its
+# profile.json: where a step's time goes, and what to make faster.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 me=bench/gpu_throughput.sh
@@ -69,13 +75,22 @@ if [ "${1:-}" = --build ]; then
     build_programs "$2" "$3"
     exit
 fi
-[ $# -ge 1 ] && [ $# -le 3 ] || { echo "usage: $me DIR [SECONDS [tf32|bf16]]" >&2; exit 2; }
-dir=$1 budget=${2:-100} precision=${3:-tf32}
+profile=0
+[ "${1:-}" = --profile ] && { profile=1; shift; }
+[ $# -ge 1 ] && [ $# -le $((3 + profile)) ] ||
+    { echo "usage: $me DIR [SECONDS [tf32|bf16]] | --profile DIR [STEPS [tf32|bf16 [resnet50|fashion]]]" >&2; exit 2; }
+dir=$1 budget=${2:-100} precision=${3:-tf32} model=${4:-resnet50}
+case $model in resnet50 | fashion) ;; *) echo "$me: MODEL must be resnet50 or fashion, not $model" >&2; exit 2 ;; esac
 case $precision in tf32 | bf16) ;; *) echo "$me: PRECISION must be tf32 or bf16, not $precision" >&2; exit 2 ;; esac
 device=${DDP_CHECK_DEVICE:-gpu}
 case $device in gpu | emulated) ;; *) echo "$me: DDP_CHECK_DEVICE must be gpu or emulated, not $device" >&2; exit 2 ;; esac
 case $budget in '' | *[!0-9]*) budget=0 ;; esac
-[ "$budget" -ge 20 ] || { echo "$me: SECONDS must be a whole number of at least 20, not ${2:-}" >&2; exit 2; }
+if [ $profile = 1 ]; then
+    steps=${2:-30}
+    [ "$budget" -ge 2 ] || { echo "$me: STEPS must be a whole number of at least 2, not ${2:-}" >&2; exit 2; }
+else
+    [ "$budget" -ge 20 ] || { echo "$me: SECONDS must be a whole number of at least 20, not ${2:-}" >&2; exit 2; }
+fi
 start=$(date +%s)
 elapsed() { echo $(($(date +%s) - start)); }
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-gpu-bench.XXXXXX")
@@ -126,6 +141,36 @@ else
     torch_device=cpu torch_precision=$precision fashion_every=1 resnet_every=1
     [ "$precision" = tf32 ] && torch_precision=f32
     resnet_seconds=$((budget / 10)) fashion_seconds=$((budget / 4))
+fi
+
+# --------------------------------------------------------------- --profile
+if [ $profile = 1 ]; then
+    echo "$me: $model $precision profiled for $steps steps on ${gpu:-a GPU}"
+    timeout -s KILL 300 "$bin/bench_${model}_$precision" --device "$device" --synthetic --epochs 1 \
+        --steps-per-epoch "$steps" --profile --run-dir "$work/profile" > "$work/profile.log" 2>&1 &&
+        [ -f "$work/profile/profile.json" ] || {
+        echo "$me: FAIL: the profiled run failed or wrote no profile:"
+        tail -n 5 "$work/profile.log"
+        exit 1
+    }
+    cat "$work/profile/profile.txt"
+    # each call of profile.json's list is a line: {"name": ..., "kind": ..., "ms": ...}
+    awk -F'"' '
+        $2 == "step_ms" { step = $3; gsub(/[^0-9.]/, "", step) }
+        $2 == "name" {
+            name = $4; kind = $8; ms = $0; sub(/.*"ms": /, "", ms); sub(/,.*/, "", ms)
+            if (kind == "kernel") sub(/^ddp_k[0-9]+_/, "", name)
+            else if (kind == "conv") { split(name, w, " "); name = "conv " w[2] }
+            else name = kind
+            if (!(name in total)) order[n++] = name
+            total[name] += ms; calls[name]++
+        }
+        END {
+            for (i = 1; i < n; i++) for (j = i; j > 0 && total[order[j - 1]] < total[order[j]]; j--) { x = order[j]; order[j] = order[j - 1]; order[j - 1] = x }
+            printf "\n  %-22s %6s %12s %7s\n", "by kind of call", "calls", "ms a step", "% step"
+            for (i = 0; i < n; i++) printf "  %-22s %6d %12.3f %6.1f%%\n", order[i], calls[order[i]], total[order[i]], 100 * total[order[i]] / step
+        }' "$work/profile/profile.json"
+    exit 0
 fi
 
 python=""

@@ -695,6 +695,8 @@ typedef enum {
     OP_BN_BWD_SUMS,   /* dy, x, stats -> out [2c]: sum dy, sum dy * xhat per channel */
     OP_SOFTMAX, OP_SOFTMAX_BWD,
     OP_REDUCE_ROWS,   /* in0 [rows, c] -> out [c]: column sums (bias gradients) */
+    OP_ROW_PARTIALS,  /* the first stage of a REDUCE_ROWS or BN_STATS (code): out [sums, chunks, c], each
+                         chunk of chunk_rows rows summed apart; the op it feeds adds up the chunks */
     OP_CONCAT, OP_SPLIT,
     OP_LOSS,          /* output, labels -> each sample's loss, and the output's gradient */
     OP_METRIC,        /* output, labels -> each sample's value of the metric */
@@ -733,6 +735,7 @@ struct IrOp {
     /* windows, axes, kinds */
     int64_t kernel[2], stride[2], dilation[2], pad[4];
     int64_t rows_per_sample, channels, axis_outer, axis_len, axis_inner;
+    int64_t chunk_rows;       /* a sum over rows in two stages (OP_ROW_PARTIALS): rows per chunk; 0: one */
     int64_t concat_offset, concat_width; /* OP_CONCAT/OP_SPLIT: this input's columns */
     double momentum, epsilon;
     int64_t code;             /* OP_LOSS, OP_METRIC, OP_OPTIMIZER: which, as the contract's code */
@@ -794,7 +797,8 @@ Ir *ir_lower(Ddpc *c, Graph *g, const ddp_settings *config, DType dtype, int64_t
 void ir_lower_update(Ddpc *c, Ir *ir);
 Tensor *ir_tensor(Ddpc *c, Ir *ir, const char *name, TensorKind kind, DType dt, bool batched,
                   const Shape *shape);
-IrOp *ir_op(Ddpc *c, Ir *ir, Phase phase, OpKind kind);
+IrOp *ir_op(Ddpc *c, Ir *ir, Phase phase, OpKind kind);   /* appended to its phase */
+IrOp *ir_op_new(Ddpc *c, Phase phase, OpKind kind);        /* in no phase yet */
 /* A library convolution's pieces (its path DDP_PATH_LIBRARY): the filters w (HWIO)
  * turned KRSC into a work tensor, and the scratch a convolution of `layer` may use. */
 Tensor *ir_filters_krsc(Ddpc *c, Ir *ir, Phase phase, Tensor *w, GNode *layer);

@@ -1,17 +1,33 @@
 /* fuse.c: chains of pointwise ops become one kernel; sums over the same rows become
- * one pass.
+ * one pass, and a long one two stages.
  *
  * A pointwise op P merges into a later pointwise op Q over the same index range when
  * the ops between them neither read what P writes nor write what P reads: Q's loads of
  * P's outputs become P's expressions, and an output of P is still stored only if some
  * other op reads it. Reductions over rows (bias and batchnorm gradients) that follow
  * one another over the same rows become one op with several outputs. A kernel computes
- * every expression of an index before storing any, so an op may read what it writes. */
+ * every expression of an index before storing any, so an op may read what it writes.
+ *
+ * A sum over many rows (a bias or batch-norm gradient, batch-norm statistics) then
+ * runs in two stages: an OP_ROW_PARTIALS sums fixed chunks of rows apart, one index per
+ * (chunk, channel), and the op itself adds up its chunks' sums in order. The rows are
+ * [rows, channels] with the channels adjacent, so on a GPU a warp's 32 indices read
+ * one row's 32 neighbouring channels together, where one block per channel striding
+ * over the rows would read one element of each 32-byte segment it fetches; and the
+ * chunks give every channel, even of a layer with few, thousands of threads. The
+ * chunks are fixed by the shapes, never by the device: the same sums in the same order
+ * wherever it runs. */
 #include <string.h>
 
 #include "ddpc.h"
 
 enum { FUSE_WINDOW = 8, MAX_OUTPUTS = 4 };
+
+/* Two stages from SPLIT_ROWS rows at a full batch; chunks of at least CHUNK_ROWS rows,
+ * more where that keeps the first stage near PARTIAL_INDICES indices: about what a
+ * large GPU holds at once (an H100's or H200's 132 multiprocessors take 2048 threads
+ * each), so that its reads are many enough in flight to keep its memory busy. */
+enum { SPLIT_ROWS = 1024, CHUNK_ROWS = 32, PARTIAL_INDICES = 1 << 18 };
 
 /* ------------------------------------------------------------- reads */
 
@@ -233,9 +249,67 @@ static void fuse_phase(Ddpc *c, OpList *ops, int *readers) {
     }
 }
 
+/* ------------------------------------------------------------- two stages */
+
+/* The rows of a sum over rows at a full batch. */
+static int64_t summed_rows(const IrOp *op) {
+    return op->in[0]->elems / op->channels;
+}
+
+/* op's first stage: the same sums over chunks of rows into a new work tensor, which op
+ * then reads instead of the rows (a batch-norm's x it still reads, for its shift). */
+static IrOp *first_stage(Ddpc *c, Ir *ir, IrOp *op) {
+    int64_t rows = summed_rows(op), ch = op->channels;
+    int64_t chunk = (rows * ch + PARTIAL_INDICES - 1) / PARTIAL_INDICES;
+    if (chunk < CHUNK_ROWS)
+        chunk = CHUNK_ROWS;
+    int64_t chunks = (rows + chunk - 1) / chunk;
+    int sums = op->kind == OP_BN_STATS ? 2 : op->nout;
+    IrOp *p = ir_op_new(c, op->phase, OP_ROW_PARTIALS);
+    int64_t dims[3] = {sums, chunks, ch};
+    Shape shape = {3, {0}};
+    memcpy(shape.dim, dims, sizeof dims);
+    Tensor *partials = ir_tensor(c, ir, arena_printf(c->arena, "%s:partials", op->out[0]->name), T_WORK, DT_F64,
+                                 false, &shape);
+    p->code = op->kind;
+    p->nin = op->nin;
+    memcpy(p->in, op->in, sizeof p->in);
+    memcpy(p->expr, op->expr, sizeof p->expr);
+    p->out[p->nout++] = partials;
+    p->channels = ch;
+    p->rows_per_sample = op->in[0]->per_sample / ch;
+    p->chunk_rows = chunk;
+    p->range = (IrDim){chunks * ch, 0};
+    p->layer = op->layer;
+    p->path = op->path;
+    if (op->kind == OP_REDUCE_ROWS) {
+        memset(op->expr, 0, sizeof op->expr);
+        op->nin = 0;
+    } else {
+        op->nin = 1;
+    }
+    op->in[op->nin++] = partials;
+    op->rows_per_sample = p->rows_per_sample;
+    op->chunk_rows = chunk;
+    return p;
+}
+
+static void split_long_sums(Ddpc *c, Ir *ir, OpList *ops) {
+    OpList split = {0};
+    for (int i = 0; i < ops->len; i++) {
+        IrOp *op = ops->items[i];
+        if ((op->kind == OP_REDUCE_ROWS || op->kind == OP_BN_STATS) && summed_rows(op) >= SPLIT_ROWS)
+            vec_push(c->arena, &split, first_stage(c, ir, op));
+        vec_push(c->arena, &split, op);
+    }
+    *ops = split;
+}
+
 void fuse(Ddpc *c, Ir *ir) {
     int *readers = arena_alloc(c->arena, sizeof(int) * (size_t)(ir->tensors.len + 1));
     count_readers(ir, readers);
-    for (int ph = 0; ph < PH_COUNT; ph++)
+    for (int ph = 0; ph < PH_COUNT; ph++) {
         fuse_phase(c, &ir->ops[ph], readers);
+        split_long_sums(c, ir, &ir->ops[ph]);
+    }
 }

@@ -30,7 +30,7 @@ const char *op_kind_name(OpKind k) {
         [OP_AVGPOOL] = "avgpool", [OP_AVGPOOL_BWD] = "avgpool_bwd", [OP_GAP] = "gap",
         [OP_GAP_BWD] = "gap_bwd", [OP_BN_STATS] = "bn_stats", [OP_BN_RUNNING] = "bn_running",
         [OP_BN_BWD_SUMS] = "bn_bwd_sums", [OP_SOFTMAX] = "softmax",
-        [OP_SOFTMAX_BWD] = "softmax_bwd", [OP_REDUCE_ROWS] = "reduce_rows",
+        [OP_SOFTMAX_BWD] = "softmax_bwd", [OP_REDUCE_ROWS] = "reduce_rows", [OP_ROW_PARTIALS] = "row_partials",
         [OP_CONCAT] = "concat", [OP_SPLIT] = "split", [OP_LOSS] = "loss",
         [OP_METRIC] = "metric", [OP_ACCUMULATE] = "accumulate", [OP_FILL] = "fill",
         [OP_FIND_NONFINITE] = "find_nonfinite", [OP_NONFINITE_FLAG] = "nonfinite_flag", [OP_OPTIMIZER] = "optimizer",
@@ -67,11 +67,16 @@ Tensor *ir_tensor(Ddpc *c, Ir *ir, const char *name, TensorKind kind, DType dt, 
     return t;
 }
 
-IrOp *ir_op(Ddpc *c, Ir *ir, Phase phase, OpKind kind) {
+IrOp *ir_op_new(Ddpc *c, Phase phase, OpKind kind) {
     IrOp *op = arena_alloc(c->arena, sizeof *op);
     op->kind = kind;
     op->phase = phase;
     op->kernel_index = -1;
+    return op;
+}
+
+IrOp *ir_op(Ddpc *c, Ir *ir, Phase phase, OpKind kind) {
+    IrOp *op = ir_op_new(c, phase, kind);
     vec_push(c->arena, &ir->ops[phase], op);
     return op;
 }
@@ -431,6 +436,7 @@ static void lower_batchnorm(Lower *L, GNode *n) {
         add_out(op, mean);
         add_out(op, var);
         op->channels = ch;
+        op->rows_per_sample = x->per_sample / ch;
         op->range = dim_fixed(ch);
         op->layer = n;
         IrOp *run = ir_op(c, L->ir, L->phase, OP_BN_RUNNING);

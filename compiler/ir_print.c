@@ -128,8 +128,23 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
     StrBuf sb = {0};
     sb_printf(&sb, "  #%-4d %-14s ", op->id, op_kind_name(op->kind));
     switch (op->kind) {
-    case OP_POINTWISE:
+    case OP_ROW_PARTIALS:
+        sb_printf(&sb, "%%%d = ", op->out[0]->id);
+        if (op->code == OP_BN_STATS)
+            sb_printf(&sb, "moments of %%%d", op->in[0]->id);
+        for (int k = 0; k < (int)(sizeof op->expr / sizeof op->expr[0]) && op->expr[k]; k++)
+            sb_printf(&sb, "%s%s", k ? "; " : "", expr_string(c, op->expr[k]));
+        sb_printf(&sb, "   (chunks of %lld rows of %lldn, %lld channels)", (long long)op->chunk_rows,
+                  (long long)op->rows_per_sample, (long long)op->channels);
+        break;
     case OP_REDUCE_ROWS:
+        if (op->chunk_rows) {
+            tensor_list(&sb, op->out, op->nout);
+            sb_printf(&sb, " %s= the chunks' sums of %%%d", op->accumulate ? "+" : "", op->in[0]->id);
+            break;
+        }
+        /* fall through */
+    case OP_POINTWISE:
         for (int k = 0; k < op->nout; k++) {
             if (k)
                 sb_printf(&sb, "\n  %-19s", "");

@@ -13,7 +13,11 @@
  * per output (DDP_LAUNCH_BLOCK): the block's threads each sum a strided share of the
  * rows in f64, then a tree over shared memory adds the shares, a barrier between its
  * rounds, and thread 0 stores. The grid is the number of outputs, so it follows the
- * problem and not the GPU, and there are no atomics: the same sums come out every run. */
+ * problem and not the GPU, and there are no atomics: the same sums come out every run.
+ * A long sum over rows comes in two stages (fuse.c): a first stage, one index per
+ * chunk of rows and channel, whose warps read whole rows, and the block reduction
+ * over the chunks' sums. Batch-norm statistics are one pass: sums of each value's
+ * difference with a shift (its channel's first value) and of its square. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -135,20 +139,120 @@ static void gen_pointwise(Cg *cg, IrOp *op, LLVMValueRef i) {
         cg_store(cg, op->out[k], i, v[k]);
 }
 
+/* ------------------------------------------------------- sums over rows */
+
+/* The live batch's rows of a sum over rows. */
+static LLVMValueRef live_rows(Cg *cg, const IrOp *op) {
+    return mul(cg, cg_local_batch(cg), I(cg, op->rows_per_sample));
+}
+
+/* The partials of a two-stage sum (fuse.c): [sums, chunks, channels] in f64, the
+ * first stage's output and the second's last input. */
+static Tensor *partials_of(const IrOp *op) {
+    return op->kind == OP_ROW_PARTIALS ? op->out[0] : op->in[op->nin - 1];
+}
+
+static int64_t chunks_of(const IrOp *op) {
+    return partials_of(op)->shape.dim[1];
+}
+
+/* Where sum s of chunk k for channel c is among the partials. */
+static LLVMValueRef partial_at(Cg *cg, const IrOp *op, int s, LLVMValueRef k, LLVMValueRef c) {
+    return add(cg, mul(cg, add(cg, I(cg, s * chunks_of(op)), k), I(cg, op->channels)), c);
+}
+
+/* A batch-norm's shift: channel c's value in the first row. Its statistics sum the
+ * rows' differences with it, and their squares, in one pass: the differences are of
+ * the size of the spread, not of the mean, so the variance taken from the two sums
+ * keeps its digits (a value within a few deviations of the mean serves as well as
+ * the mean itself, which a single pass cannot know). */
+static LLVMValueRef bn_shift(Cg *cg, IrOp *op, LLVMValueRef c) {
+    return sel(cg, lt(cg, I(cg, 0), live_rows(cg, op)), load_f64(cg, op->in[0], c), F(cg, 0));
+}
+
+/* The values a sum over rows adds for the element at index i: its expressions', or a
+ * batch-norm's difference with the shift and its square. */
+static void row_terms(Cg *cg, IrOp *op, LLVMValueRef i, LLVMValueRef shift, Memo *memo, LLVMValueRef *terms) {
+    if (shift) {
+        LLVMValueRef d = fsub(cg, load_f64(cg, op->in[0], i), shift);
+        terms[0] = d;
+        terms[1] = fmul(cg, d, d);
+        return;
+    }
+    memo->n = 0; /* values of another row: computed afresh */
+    for (int k = 0; k < op->nout; k++)
+        terms[k] = cg_to_f64(cg, gen_expr(cg, op->expr[k], i, memo));
+}
+
+/* The first stage, index i = chunk * C + c: each sum over the chunk's live rows, in
+ * order. A chunk past the live rows sums nothing and stores zeros. */
+static void gen_row_partials(Cg *cg, IrOp *op, LLVMValueRef i) {
+    bool bn = op->code == OP_BN_STATS;
+    int sums = (int)partials_of(op)->shape.dim[0];
+    LLVMValueRef ch = I(cg, op->channels), c = rems(cg, i, ch), chunk = divs(cg, i, ch);
+    LLVMValueRef rows = live_rows(cg, op), lo = mul(cg, chunk, I(cg, op->chunk_rows));
+    LLVMValueRef hi = add(cg, lo, I(cg, op->chunk_rows));
+    hi = sel(cg, lt(cg, hi, rows), hi, rows);
+    LLVMValueRef shift = bn ? bn_shift(cg, op, c) : NULL, acc[4], terms[4];
+    for (int s = 0; s < sums; s++)
+        acc[s] = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    Memo memo = {.per_sample = op->rows_per_sample * op->channels};
+    IrOp row_op = *op; /* the expressions' count, for row_terms */
+    row_op.nout = sums;
+    Loop l = cg_loop_begin(cg, lo, hi, "row");
+    row_terms(cg, &row_op, add(cg, mul(cg, cg_loop_index(cg, &l), ch), c), shift, &memo, terms);
+    for (int s = 0; s < sums; s++)
+        set_var(cg, acc[s], fadd(cg, load_var(cg, acc[s], cg->f64), terms[s]));
+    cg_loop_end(cg, &l);
+    for (int s = 0; s < sums; s++)
+        store_f64(cg, op->out[0], partial_at(cg, op, s, chunk, c), load_var(cg, acc[s], cg->f64), false);
+}
+
+/* Adds sum s of chunk k for channel c to acc[s], for each of `sums`. */
+static void add_chunk(Cg *cg, IrOp *op, LLVMValueRef k, LLVMValueRef c, int sums, LLVMValueRef *acc) {
+    for (int s = 0; s < sums; s++)
+        set_var(cg, acc[s], fadd(cg, load_var(cg, acc[s], cg->f64),
+                                 load_f64(cg, partials_of(op), partial_at(cg, op, s, k, c))));
+}
+
+/* Channel c's sums over rows into acc: the rows', or the chunks' of a first stage. */
+static void sum_rows(Cg *cg, IrOp *op, LLVMValueRef c, LLVMValueRef shift, int sums, LLVMValueRef *acc) {
+    if (op->chunk_rows) {
+        Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, chunks_of(op)), "chunk");
+        add_chunk(cg, op, cg_loop_index(cg, &l), c, sums, acc);
+        cg_loop_end(cg, &l);
+        return;
+    }
+    Memo memo = {.per_sample = op->rows_per_sample * op->channels};
+    LLVMValueRef terms[4];
+    Loop l = cg_loop_begin(cg, I(cg, 0), live_rows(cg, op), "row");
+    row_terms(cg, op, add(cg, mul(cg, cg_loop_index(cg, &l), I(cg, op->channels)), c), shift, &memo, terms);
+    for (int s = 0; s < sums; s++)
+        set_var(cg, acc[s], fadd(cg, load_var(cg, acc[s], cg->f64), terms[s]));
+    cg_loop_end(cg, &l);
+}
+
 /* One channel: out[k][c] (+)= sum over rows of expr[k](row * C + c), in f64. */
 static void gen_reduce_rows(Cg *cg, IrOp *op, LLVMValueRef c) {
     LLVMValueRef acc[4];
     for (int k = 0; k < op->nout; k++)
         acc[k] = cg_var(cg, cg->f64, F(cg, 0), "acc");
-    LLVMValueRef rows = mul(cg, cg_local_batch(cg), I(cg, op->rows_per_sample));
-    Loop l = cg_loop_begin(cg, I(cg, 0), rows, "row");
-    LLVMValueRef i = add(cg, mul(cg, cg_loop_index(cg, &l), I(cg, op->channels)), c);
-    Memo m = {.per_sample = op->rows_per_sample * op->channels};
-    for (int k = 0; k < op->nout; k++)
-        set_var(cg, acc[k], fadd(cg, load_var(cg, acc[k], cg->f64), cg_to_f64(cg, gen_expr(cg, op->expr[k], i, &m))));
-    cg_loop_end(cg, &l);
+    sum_rows(cg, op, c, NULL, op->nout, acc);
     for (int k = 0; k < op->nout; k++)
         store_f64(cg, op->out[k], c, load_var(cg, acc[k], cg->f64), op->accumulate);
+}
+
+/* A batch-norm's mean and (biased) variance for channel c from the sums of its rows'
+ * differences with the shift and of their squares; both 0 for an empty batch. A
+ * variance that rounding took below 0 is 0; a NaN stays, for the non-finite check. */
+static void store_moments(Cg *cg, IrOp *op, LLVMValueRef c, LLVMValueRef shift, LLVMValueRef *sums) {
+    LLVMValueRef count = LLVMBuildSIToFP(cg->b, live_rows(cg, op), cg->f64, "");
+    LLVMValueRef nonzero = fgt(cg, count, F(cg, 0));
+    LLVMValueRef offset = fdiv(cg, sums[0], count);
+    LLVMValueRef var = fsub(cg, fdiv(cg, sums[1], count), fmul(cg, offset, offset));
+    var = sel(cg, LLVMBuildFCmp(cg->b, LLVMRealOLT, var, F(cg, 0), ""), F(cg, 0), var);
+    store_f64(cg, op->out[0], c, sel(cg, nonzero, fadd(cg, shift, offset), F(cg, 0)), false);
+    store_f64(cg, op->out[1], c, sel(cg, nonzero, var, F(cg, 0)), false);
 }
 
 /* --------------------------------------------------------- block reductions */
@@ -220,65 +324,57 @@ static If first_thread(Cg *cg, Block *k) {
 }
 
 typedef struct RowSums {
-    LLVMValueRef acc[4], c;
+    LLVMValueRef acc[4], c, shift;
+    int sums;
     Memo memo;
 } RowSums;
 
-static void reduce_rows_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
+static void row_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
     RowSums *s = arg;
-    LLVMValueRef i = add(cg, mul(cg, row, I(cg, op->channels)), s->c);
-    s->memo.n = 0; /* values of another row: computed afresh */
-    for (int k = 0; k < op->nout; k++)
-        set_var(cg, s->acc[k], fadd(cg, load_var(cg, s->acc[k], cg->f64),
-                                   cg_to_f64(cg, gen_expr(cg, op->expr[k], i, &s->memo))));
+    LLVMValueRef terms[4];
+    row_terms(cg, op, add(cg, mul(cg, row, I(cg, op->channels)), s->c), s->shift, &s->memo, terms);
+    for (int k = 0; k < s->sums; k++)
+        set_var(cg, s->acc[k], fadd(cg, load_var(cg, s->acc[k], cg->f64), terms[k]));
+}
+
+static void chunk_visit(Cg *cg, IrOp *op, LLVMValueRef chunk, void *arg) {
+    RowSums *s = arg;
+    add_chunk(cg, op, chunk, s->c, s->sums, s->acc);
+}
+
+/* Channel c's sums over rows, the block's threads sharing the rows (or the chunks of a
+ * first stage): the totals, in every thread. */
+static void block_sum_rows(Cg *cg, IrOp *op, Block *k, LLVMValueRef c, LLVMValueRef shift, int sums,
+                           LLVMValueRef *total) {
+    RowSums s = {.c = c, .shift = shift, .sums = sums, .memo = {.per_sample = op->rows_per_sample * op->channels}};
+    for (int o = 0; o < sums; o++)
+        s.acc[o] = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    if (op->chunk_rows)
+        strided_rows(cg, op, k, I(cg, chunks_of(op)), chunk_visit, &s);
+    else
+        strided_rows(cg, op, k, live_rows(cg, op), row_visit, &s);
+    for (int o = 0; o < sums; o++)
+        total[o] = block_sum(cg, k, load_var(cg, s.acc[o], cg->f64), o);
 }
 
 /* One channel c per block: out[k][c] (+)= the sum over rows of expr[k](row * C + c). */
 static void block_reduce_rows(Cg *cg, IrOp *op, LLVMValueRef c) {
     Block k = block_of(cg, op);
-    RowSums s = {.c = c, .memo = {.per_sample = op->rows_per_sample * op->channels}};
-    for (int o = 0; o < op->nout; o++)
-        s.acc[o] = cg_var(cg, cg->f64, F(cg, 0), "acc");
-    strided_rows(cg, op, &k, mul(cg, cg_local_batch(cg), I(cg, op->rows_per_sample)), reduce_rows_visit, &s);
     LLVMValueRef total[4];
-    for (int o = 0; o < op->nout; o++)
-        total[o] = block_sum(cg, &k, load_var(cg, s.acc[o], cg->f64), o);
+    block_sum_rows(cg, op, &k, c, NULL, op->nout, total);
     If f = first_thread(cg, &k);
     for (int o = 0; o < op->nout; o++)
         store_f64(cg, op->out[o], c, total[o], op->accumulate);
     cg_if_end(cg, &f);
 }
 
-typedef struct ChannelSum {
-    LLVMValueRef acc, c, mean; /* mean: NULL for the first pass, then the squares' */
-} ChannelSum;
-
-static void channel_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
-    ChannelSum *s = arg;
-    LLVMValueRef v = load_f64(cg, op->in[0], add(cg, mul(cg, row, I(cg, op->channels)), s->c));
-    if (s->mean) {
-        LLVMValueRef d = fsub(cg, v, s->mean);
-        v = fmul(cg, d, d);
-    }
-    set_var(cg, s->acc, fadd(cg, load_var(cg, s->acc, cg->f64), v));
-}
-
-/* One channel c per block: mean, then (biased) variance, over every row of the live batch. */
+/* One channel c per block: mean and (biased) variance over every row of the live batch. */
 static void block_bn_stats(Cg *cg, IrOp *op, LLVMValueRef c) {
     Block k = block_of(cg, op);
-    LLVMValueRef rows = mul(cg, cg_local_batch(cg), I(cg, op->in[0]->per_sample / op->channels));
-    LLVMValueRef count = LLVMBuildSIToFP(cg->b, rows, cg->f64, "");
-    LLVMValueRef nonzero = fgt(cg, count, F(cg, 0));
-    ChannelSum s = {cg_var(cg, cg->f64, F(cg, 0), "sum"), c, NULL};
-    strided_rows(cg, op, &k, rows, channel_visit, &s);
-    LLVMValueRef sum = block_sum(cg, &k, load_var(cg, s.acc, cg->f64), 0);
-    s.mean = sel(cg, nonzero, fdiv(cg, sum, count), F(cg, 0));
-    set_var(cg, s.acc, F(cg, 0));
-    strided_rows(cg, op, &k, rows, channel_visit, &s);
-    LLVMValueRef sq = block_sum(cg, &k, load_var(cg, s.acc, cg->f64), 0);
+    LLVMValueRef shift = bn_shift(cg, op, c), total[2];
+    block_sum_rows(cg, op, &k, c, shift, 2, total);
     If f = first_thread(cg, &k);
-    store_f64(cg, op->out[0], c, s.mean, false);
-    store_f64(cg, op->out[1], c, sel(cg, nonzero, fdiv(cg, sq, count), F(cg, 0)), false);
+    store_moments(cg, op, c, shift, total);
     cg_if_end(cg, &f);
 }
 
@@ -690,24 +786,11 @@ static void gen_gap_bwd(Cg *cg, IrOp *op, LLVMValueRef i) {
 
 /* One channel c: mean and (biased) variance over every row of the live batch. */
 static void gen_bn_stats(Cg *cg, IrOp *op, LLVMValueRef c) {
-    Tensor *x = op->in[0];
-    int64_t ch = op->channels;
-    LLVMValueRef rows = mul(cg, cg_local_batch(cg), I(cg, x->per_sample / ch));
-    LLVMValueRef count = LLVMBuildSIToFP(cg->b, rows, cg->f64, "");
-    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
-    Loop l = cg_loop_begin(cg, I(cg, 0), rows, "r");
-    set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64),
-                          load_f64(cg, x, add(cg, mul(cg, cg_loop_index(cg, &l), I(cg, ch)), c))));
-    cg_loop_end(cg, &l);
-    LLVMValueRef nonzero = fgt(cg, count, F(cg, 0));
-    LLVMValueRef mean = sel(cg, nonzero, fdiv(cg, load_var(cg, sum, cg->f64), count), F(cg, 0));
-    LLVMValueRef sq = cg_var(cg, cg->f64, F(cg, 0), "sq");
-    Loop l2 = cg_loop_begin(cg, I(cg, 0), rows, "r");
-    LLVMValueRef d = fsub(cg, load_f64(cg, x, add(cg, mul(cg, cg_loop_index(cg, &l2), I(cg, ch)), c)), mean);
-    set_var(cg, sq, fadd(cg, load_var(cg, sq, cg->f64), fmul(cg, d, d)));
-    cg_loop_end(cg, &l2);
-    store_f64(cg, op->out[0], c, mean, false);
-    store_f64(cg, op->out[1], c, sel(cg, nonzero, fdiv(cg, load_var(cg, sq, cg->f64), count), F(cg, 0)), false);
+    LLVMValueRef shift = bn_shift(cg, op, c);
+    LLVMValueRef acc[2] = {cg_var(cg, cg->f64, F(cg, 0), "sum"), cg_var(cg, cg->f64, F(cg, 0), "squares")};
+    sum_rows(cg, op, c, shift, 2, acc);
+    LLVMValueRef total[2] = {load_var(cg, acc[0], cg->f64), load_var(cg, acc[1], cg->f64)};
+    store_moments(cg, op, c, shift, total);
 }
 
 /* running = momentum running + (1 - momentum) batch, the variance unbiased; a replica
@@ -1191,7 +1274,8 @@ bool op_has_kernel(const IrOp *op) {
 /* The longest run a block of a reduction adds up: what its thread count is sized for. */
 static int64_t reduced_length(const IrOp *op) {
     switch (op->kind) {
-    case OP_REDUCE_ROWS: case OP_BN_STATS: return op->in[0]->elems / op->channels; /* rows, at a full batch */
+    case OP_REDUCE_ROWS: case OP_BN_STATS: /* rows at a full batch, or a first stage's chunks */
+        return op->chunk_rows ? chunks_of(op) : op->in[0]->elems / op->channels;
     case OP_GAP: return op->in[0]->shape.dim[0] * op->in[0]->shape.dim[1];
     case OP_ACCUMULATE: return op->in[0]->elems;
     case OP_FIND_NONFINITE: return NONFINITE_CHUNK;
@@ -1202,7 +1286,7 @@ static int64_t reduced_length(const IrOp *op) {
 
 /* Shared memory a block uses: a slot of one f64 per thread for each sum it forms at once. */
 static int64_t reduced_slots(const IrOp *op) {
-    return op->kind == OP_REDUCE_ROWS ? op->nout : 1;
+    return op->kind == OP_REDUCE_ROWS ? op->nout : op->kind == OP_BN_STATS ? 2 : 1;
 }
 
 /* A launch of one thread per index gives each thread INDEX_PER_THREAD consecutive runs
@@ -1230,6 +1314,7 @@ static IndexBody body_of(OpKind kind) {
     switch (kind) {
     case OP_POINTWISE: return gen_pointwise;
     case OP_REDUCE_ROWS: return gen_reduce_rows;
+    case OP_ROW_PARTIALS: return gen_row_partials;
     case OP_IM2COL: return gen_im2col;
     case OP_COL2IM: return gen_col2im;
     case OP_FILTERS_TO_KRSC: return gen_filters_to_krsc;

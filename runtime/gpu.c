@@ -498,11 +498,15 @@ static bool timed(const ddp_runtime *rt, int phase) {
     return rt->profile && phase != DDP_PHASE_EVAL && rt->gpu->dev->ops->mark;
 }
 
-/* Each timed step's time, from its marks, told to the profile. */
+/* Each timed step's time, from its marks, told to the profile; a step of the path not
+ * taken ran nothing between its marks and is not told. */
 static bool read_marks(ddp_runtime *rt, int phase, int64_t first, int64_t count) {
     ddp_device *d = rt->gpu->dev;
+    const ddp_step *steps = rt->program->phases[phase].steps;
     for (int64_t i = 0; i < count && i + 1 < DDP_MARKS; i++) {
         double seconds;
+        if (!ddp_path_runs(steps[first + i].path, rt->gpu->path))
+            continue;
         if (!d->ops->elapsed(d, (int)i, (int)i + 1, &seconds))
             return failed(rt, "reading the profile's timing events");
         ddp_profile_step(rt->profile, phase, first + i, seconds);

@@ -20,6 +20,7 @@ enum { TRAINING_PHASES = DDP_PHASE_OPTIMIZER + 1, TOP_CALLS = 15 };
 struct ddp_profile {
     const ddp_program *program;
     double *seconds[TRAINING_PHASES];   /* by schedule step, summed over the profiled steps */
+    bool *ran[TRAINING_PHASES];         /* by schedule step: timed at least once (not the other path's) */
     double parts[DDP_PROFILE_PARTS];
     double wall;                        /* the profiled steps' wall time */
     int64_t ended;                      /* training steps ended, warm-up included */
@@ -37,22 +38,28 @@ static int64_t training_steps(const ddp_program *p) {
 ddp_profile *ddp_profile_new(const ddp_program *p) {
     ddp_profile *pf = calloc(1, sizeof *pf);
     double *seconds = calloc((size_t)training_steps(p) + 1, sizeof *seconds); /* every phase's, one after another */
-    if (!pf || !seconds) {
+    bool *ran = calloc((size_t)training_steps(p) + 1, sizeof *ran);
+    if (!pf || !seconds || !ran) {
         free(pf);
         free(seconds);
+        free(ran);
         return NULL;
     }
     pf->program = p;
     for (int ph = 0; ph < TRAINING_PHASES; ph++) {
         pf->seconds[ph] = seconds;
+        pf->ran[ph] = ran;
         seconds += p->phases[ph].count;
+        ran += p->phases[ph].count;
     }
     return pf;
 }
 
 void ddp_profile_free(ddp_profile *pf) {
-    if (pf)
+    if (pf) {
         free(pf->seconds[0]);
+        free(pf->ran[0]);
+    }
     free(pf);
 }
 
@@ -70,8 +77,10 @@ void ddp_profile_step(ddp_profile *pf, int phase, int64_t step, double seconds) 
         step >= pf->program->phases[phase].count)
         return;
     const ddp_step *s = &pf->program->phases[phase].steps[step];
-    if (is_call(s))
+    if (is_call(s)) {
         pf->seconds[phase][step] += seconds;
+        pf->ran[phase][step] = true;
+    }
     else if (s->kind == DDP_STEP_WAIT_BUCKETS) /* the wait for the all-reduces backward started */
         pf->parts[DDP_PROFILE_COMMUNICATION] += seconds;
 }
@@ -156,7 +165,7 @@ static void gather_calls(const ddp_profile *pf, Summary *s, double scale) {
     for (int ph = 0; ph < TRAINING_PHASES; ph++) {
         for (int64_t i = 0; i < p->phases[ph].count; i++) {
             const ddp_step *st = &p->phases[ph].steps[i];
-            if (!is_call(st))
+            if (!is_call(st) || !pf->ran[ph][i]) /* a call of the path not taken is none */
                 continue;
             double ms = pf->seconds[ph][i] * scale;
             s->calls[s->ncalls++] = (Call){ph, i, ms};

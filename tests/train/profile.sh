@@ -9,7 +9,8 @@
 # writes profile.rank1.json. Without --profile, or with one step, nothing is written.
 # On the emulated device the calls are timed by the device's timing marks (the time
 # the queued work took when it ran), every layer has its time, and the phases run step
-# by step rather than as CUDA graphs (which a run without --profile uses).
+# by step rather than as CUDA graphs (which a run without --profile uses). Of a
+# convolution's two paths in the schedule, only the calls of the one taken are listed.
 # The checks are Python, given to python3 on its standard input: kept as profile.py
 # they would stand in for the standard library's `profile` module in every script of
 # this folder.
@@ -193,6 +194,23 @@ def emulated(root):
               "emulated without --profile: the training step runs as a CUDA graph")
 
 
+def one_path(root):
+    """A convolution's schedule holds both paths; only the one taken has calls."""
+    program = os.path.join(programs, "convolution")
+    for device, taken, other in (("cpu", "im2col", "conv"), ("emulated", "conv", "im2col")):
+        run_dir = os.path.join(root, "paths_" + device)
+        command = [program, "--synthetic", "--epochs", "1", "--steps-per-epoch", "4", "--run-dir", run_dir,
+                   "--threads", "1", "--profile", "--device", device]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        if not check(done.returncode == 0, f"{device}: the convolution model trains with --profile"):
+            print(done.stdout, done.stderr)
+            continue
+        with open(os.path.join(run_dir, "profile.json")) as f:
+            names = [c["name"] for c in json.load(f)["calls"]]
+        check(any(taken in n for n in names) and not any(other in n for n in names),
+              f"{device}: the calls of the path taken ({taken}), none of the other ({other}): {names}")
+
+
 def nothing_written(root):
     run_dir = os.path.join(root, "plain")
     done = train(run_dir)
@@ -208,6 +226,7 @@ with tempfile.TemporaryDirectory() as root:
     alone(root)
     two_workers(root)
     emulated(root)
+    one_path(root)
     nothing_written(root)
 if failures:
     print(f"{len(failures)} failed")
