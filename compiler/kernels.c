@@ -492,22 +492,25 @@ static void gen_im2col(Cg *cg, IrOp *op, LLVMValueRef row) {
 }
 
 /* Filters between the program's layout, HWIO ([R, S, C, K]), and a convolution
- * library's, KRSC: one index per element written. Both are (r, s, c) runs with k
+ * library's, KRSC: one index per element read, in the order it is stored, which the
+ * index writes to its place in the other layout. Both are (r, s, c) runs with k
  * outermost in KRSC and innermost in HWIO, so an element's (r, s, c) position is the
- * same number in both. */
+ * same number in both. A GPU's warp so reads 32 neighbouring elements at once and
+ * scatters its writes, which the cache gathers up; reading in the written order would
+ * take a 32-byte segment for each element. */
 static void gen_filters_to_krsc(Cg *cg, IrOp *op, LLVMValueRef i) {
     int64_t k = op->in[0]->shape.dim[3], rsc = op->in[0]->elems / k;
-    LLVMValueRef filter = divs(cg, i, I(cg, rsc)), at = rems(cg, i, I(cg, rsc));
-    cg_store(cg, op->out[0], i, cg_load(cg, op->in[0], add(cg, mul(cg, at, I(cg, k)), filter)));
+    LLVMValueRef filter = rems(cg, i, I(cg, k)), at = divs(cg, i, I(cg, k));
+    cg_store(cg, op->out[0], add(cg, mul(cg, filter, I(cg, rsc)), at), cg_load(cg, op->in[0], i));
 }
 
 static void gen_filters_to_hwio(Cg *cg, IrOp *op, LLVMValueRef i) {
     int64_t k = op->out[0]->shape.dim[3], rsc = op->out[0]->elems / k;
-    LLVMValueRef filter = rems(cg, i, I(cg, k)), at = divs(cg, i, I(cg, k));
-    LLVMValueRef v = cg_load(cg, op->in[0], add(cg, mul(cg, filter, I(cg, rsc)), at));
+    LLVMValueRef filter = divs(cg, i, I(cg, rsc)), at = rems(cg, i, I(cg, rsc));
+    LLVMValueRef to = add(cg, mul(cg, at, I(cg, k)), filter), v = cg_load(cg, op->in[0], i);
     if (op->accumulate)
-        v = fadd(cg, cg_load(cg, op->out[0], i), v);
-    cg_store(cg, op->out[0], i, v);
+        v = fadd(cg, cg_load(cg, op->out[0], to), v);
+    cg_store(cg, op->out[0], to, v);
 }
 
 /* Calls visit for every output window position (oh, ow) whose window covers input
