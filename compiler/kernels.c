@@ -184,8 +184,30 @@ static void row_terms(Cg *cg, IrOp *op, LLVMValueRef i, LLVMValueRef shift, Memo
         terms[k] = cg_to_f64(cg, gen_expr(cg, op->expr[k], i, memo));
 }
 
+/* Rows a first stage's thread reads before it adds any: their loads are in flight
+ * together, where a loop that adds each row as it comes waits for every load in turn.
+ * The additions keep the rows' order, so the sums are the same. */
+enum { ROWS_AT_ONCE = 4 };
+
+/* Adds the terms of rows [first, first + n) to acc, all the rows' terms computed before
+ * the first addition. */
+static void add_rows(Cg *cg, IrOp *op, LLVMValueRef first, int n, LLVMValueRef c, LLVMValueRef shift, int sums,
+                     LLVMValueRef *acc) {
+    Memo memo = {.per_sample = op->rows_per_sample * op->channels};
+    IrOp row_op = *op; /* the expressions' count, for row_terms */
+    row_op.nout = sums;
+    LLVMValueRef terms[ROWS_AT_ONCE][4];
+    for (int r = 0; r < n; r++)
+        row_terms(cg, &row_op, add(cg, mul(cg, add(cg, first, I(cg, r)), I(cg, op->channels)), c), shift, &memo,
+                  terms[r]);
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < sums; k++)
+            set_var(cg, acc[k], fadd(cg, load_var(cg, acc[k], cg->f64), terms[r][k]));
+}
+
 /* The first stage, index i = chunk * C + c: each sum over the chunk's live rows, in
- * order. A chunk past the live rows sums nothing and stores zeros. */
+ * order, ROWS_AT_ONCE rows at a time and then the rest one by one. A chunk past the
+ * live rows sums nothing and stores zeros. */
 static void gen_row_partials(Cg *cg, IrOp *op, LLVMValueRef i) {
     bool bn = op->code == OP_BN_STATS;
     int sums = (int)partials_of(op)->shape.dim[0];
@@ -193,16 +215,17 @@ static void gen_row_partials(Cg *cg, IrOp *op, LLVMValueRef i) {
     LLVMValueRef rows = live_rows(cg, op), lo = mul(cg, chunk, I(cg, op->chunk_rows));
     LLVMValueRef hi = add(cg, lo, I(cg, op->chunk_rows));
     hi = sel(cg, lt(cg, hi, rows), hi, rows);
-    LLVMValueRef shift = bn ? bn_shift(cg, op, c) : NULL, acc[4], terms[4];
+    hi = sel(cg, lt(cg, hi, lo), lo, hi);
+    LLVMValueRef shift = bn ? bn_shift(cg, op, c) : NULL, acc[4];
     for (int s = 0; s < sums; s++)
         acc[s] = cg_var(cg, cg->f64, F(cg, 0), "acc");
-    Memo memo = {.per_sample = op->rows_per_sample * op->channels};
-    IrOp row_op = *op; /* the expressions' count, for row_terms */
-    row_op.nout = sums;
-    Loop l = cg_loop_begin(cg, lo, hi, "row");
-    row_terms(cg, &row_op, add(cg, mul(cg, cg_loop_index(cg, &l), ch), c), shift, &memo, terms);
-    for (int s = 0; s < sums; s++)
-        set_var(cg, acc[s], fadd(cg, load_var(cg, acc[s], cg->f64), terms[s]));
+    LLVMValueRef groups = divs(cg, sub(cg, hi, lo), I(cg, ROWS_AT_ONCE));
+    Loop g = cg_loop_begin(cg, I(cg, 0), groups, "rows");
+    add_rows(cg, op, add(cg, lo, mul(cg, cg_loop_index(cg, &g), I(cg, ROWS_AT_ONCE))), ROWS_AT_ONCE, c, shift, sums,
+             acc);
+    cg_loop_end(cg, &g);
+    Loop l = cg_loop_begin(cg, add(cg, lo, mul(cg, groups, I(cg, ROWS_AT_ONCE))), hi, "row");
+    add_rows(cg, op, cg_loop_index(cg, &l), 1, c, shift, sums, acc);
     cg_loop_end(cg, &l);
     for (int s = 0; s < sums; s++)
         store_f64(cg, op->out[0], partial_at(cg, op, s, chunk, c), load_var(cg, acc[s], cg->f64), false);
