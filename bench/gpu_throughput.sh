@@ -50,10 +50,11 @@
 # the Python to use.
 #
 # `gpu_throughput.sh --profile DIR [STEPS [PRECISION [MODEL]]]` measures no ratio: it
-# trains MODEL (resnet50, the default, or fashion) for STEPS steps (30) with --profile (each call timed on the device, the
-# phases call by call) and prints its profile, then the calls' time summed by kind
-# (each kind of generated kernel, the convolutions by mode, the products), from its
-# profile.json: where a step's time goes, and what to make faster.
+# trains MODEL (resnet50, the default, or fashion) for STEPS steps (30) with --profile
+# (each call timed on the device, the phases call by call) and prints its profile,
+# then the calls' time summed by kind (each kind of generated kernel, the convolutions
+# by mode, the products), from its profile.json: where a step's time goes, and what to
+# make faster.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 me=bench/gpu_throughput.sh
@@ -84,11 +85,12 @@ case $model in resnet50 | fashion) ;; *) echo "$me: MODEL must be resnet50 or fa
 case $precision in tf32 | bf16) ;; *) echo "$me: PRECISION must be tf32 or bf16, not $precision" >&2; exit 2 ;; esac
 device=${DDP_CHECK_DEVICE:-gpu}
 case $device in gpu | emulated) ;; *) echo "$me: DDP_CHECK_DEVICE must be gpu or emulated, not $device" >&2; exit 2 ;; esac
-case $budget in '' | *[!0-9]*) budget=0 ;; esac
 if [ $profile = 1 ]; then
     steps=${2:-30}
-    [ "$budget" -ge 2 ] || { echo "$me: STEPS must be a whole number of at least 2, not ${2:-}" >&2; exit 2; }
+    case $steps in '' | *[!0-9]*) steps=0 ;; esac
+    [ "$steps" -ge 2 ] || { echo "$me: STEPS must be a whole number of at least 2, not ${2:-}" >&2; exit 2; }
 else
+    case $budget in '' | *[!0-9]*) budget=0 ;; esac
     [ "$budget" -ge 20 ] || { echo "$me: SECONDS must be a whole number of at least 20, not ${2:-}" >&2; exit 2; }
 fi
 start=$(date +%s)
@@ -165,10 +167,16 @@ if [ $profile = 1 ]; then
             if (!(name in total)) order[n++] = name
             total[name] += ms; calls[name]++
         }
-        END {
-            for (i = 1; i < n; i++) for (j = i; j > 0 && total[order[j - 1]] < total[order[j]]; j--) { x = order[j]; order[j] = order[j - 1]; order[j - 1] = x }
+        END { # the kinds, the most expensive first
+            for (i = 1; i < n; i++)
+                for (j = i; j > 0 && total[order[j - 1]] < total[order[j]]; j--) {
+                    x = order[j]; order[j] = order[j - 1]; order[j - 1] = x
+                }
             printf "\n  %-22s %6s %12s %7s\n", "by kind of call", "calls", "ms a step", "% step"
-            for (i = 0; i < n; i++) printf "  %-22s %6d %12.3f %6.1f%%\n", order[i], calls[order[i]], total[order[i]], 100 * total[order[i]] / step
+            for (i = 0; i < n; i++) {
+                k = order[i]
+                printf "  %-22s %6d %12.3f %6.1f%%\n", k, calls[k], total[k], 100 * total[k] / step
+            }
         }' "$work/profile/profile.json"
     exit 0
 fi

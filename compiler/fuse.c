@@ -266,9 +266,7 @@ static IrOp *first_stage(Ddpc *c, Ir *ir, IrOp *op) {
     int64_t chunks = (rows + chunk - 1) / chunk;
     int sums = op->kind == OP_BN_STATS ? 2 : op->nout;
     IrOp *p = ir_op_new(c, op->phase, OP_ROW_PARTIALS);
-    int64_t dims[3] = {sums, chunks, ch};
-    Shape shape = {3, {0}};
-    memcpy(shape.dim, dims, sizeof dims);
+    Shape shape = {3, {sums, chunks, ch}};
     Tensor *partials = ir_tensor(c, ir, arena_printf(c->arena, "%s:partials", op->out[0]->name), T_WORK, DT_F64,
                                  false, &shape);
     p->code = op->kind;

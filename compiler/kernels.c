@@ -170,18 +170,18 @@ static LLVMValueRef bn_shift(Cg *cg, IrOp *op, LLVMValueRef c) {
     return sel(cg, lt(cg, I(cg, 0), live_rows(cg, op)), load_f64(cg, op->in[0], c), F(cg, 0));
 }
 
-/* The values a sum over rows adds for the element at index i: its expressions', or a
- * batch-norm's difference with the shift and its square. */
-static void row_terms(Cg *cg, IrOp *op, LLVMValueRef i, LLVMValueRef shift, Memo *memo, LLVMValueRef *terms) {
+/* The `sums` values a sum over rows adds for the element at index i: its expressions',
+ * or a batch-norm's difference with the shift and its square. */
+static void row_terms(Cg *cg, IrOp *op, LLVMValueRef i, LLVMValueRef shift, int sums, LLVMValueRef *terms) {
     if (shift) {
         LLVMValueRef d = fsub(cg, load_f64(cg, op->in[0], i), shift);
         terms[0] = d;
         terms[1] = fmul(cg, d, d);
         return;
     }
-    memo->n = 0; /* values of another row: computed afresh */
-    for (int k = 0; k < op->nout; k++)
-        terms[k] = cg_to_f64(cg, gen_expr(cg, op->expr[k], i, memo));
+    Memo memo = {.per_sample = op->rows_per_sample * op->channels}; /* this row's values */
+    for (int k = 0; k < sums; k++)
+        terms[k] = cg_to_f64(cg, gen_expr(cg, op->expr[k], i, &memo));
 }
 
 /* Rows a first stage's thread reads before it adds any: their loads are in flight
@@ -189,17 +189,13 @@ static void row_terms(Cg *cg, IrOp *op, LLVMValueRef i, LLVMValueRef shift, Memo
  * The additions keep the rows' order, so the sums are the same. */
 enum { ROWS_AT_ONCE = 4 };
 
-/* Adds the terms of rows [first, first + n) to acc, all the rows' terms computed before
- * the first addition. */
+/* Adds channel c's terms of rows [first, first + n) to acc, all the rows' terms
+ * computed before the first addition. */
 static void add_rows(Cg *cg, IrOp *op, LLVMValueRef first, int n, LLVMValueRef c, LLVMValueRef shift, int sums,
                      LLVMValueRef *acc) {
-    Memo memo = {.per_sample = op->rows_per_sample * op->channels};
-    IrOp row_op = *op; /* the expressions' count, for row_terms */
-    row_op.nout = sums;
     LLVMValueRef terms[ROWS_AT_ONCE][4];
     for (int r = 0; r < n; r++)
-        row_terms(cg, &row_op, add(cg, mul(cg, add(cg, first, I(cg, r)), I(cg, op->channels)), c), shift, &memo,
-                  terms[r]);
+        row_terms(cg, op, add(cg, mul(cg, add(cg, first, I(cg, r)), I(cg, op->channels)), c), shift, sums, terms[r]);
     for (int r = 0; r < n; r++)
         for (int k = 0; k < sums; k++)
             set_var(cg, acc[k], fadd(cg, load_var(cg, acc[k], cg->f64), terms[r][k]));
@@ -246,12 +242,8 @@ static void sum_rows(Cg *cg, IrOp *op, LLVMValueRef c, LLVMValueRef shift, int s
         cg_loop_end(cg, &l);
         return;
     }
-    Memo memo = {.per_sample = op->rows_per_sample * op->channels};
-    LLVMValueRef terms[4];
     Loop l = cg_loop_begin(cg, I(cg, 0), live_rows(cg, op), "row");
-    row_terms(cg, op, add(cg, mul(cg, cg_loop_index(cg, &l), I(cg, op->channels)), c), shift, &memo, terms);
-    for (int s = 0; s < sums; s++)
-        set_var(cg, acc[s], fadd(cg, load_var(cg, acc[s], cg->f64), terms[s]));
+    add_rows(cg, op, cg_loop_index(cg, &l), 1, c, shift, sums, acc);
     cg_loop_end(cg, &l);
 }
 
@@ -349,15 +341,11 @@ static If first_thread(Cg *cg, Block *k) {
 typedef struct RowSums {
     LLVMValueRef acc[4], c, shift;
     int sums;
-    Memo memo;
 } RowSums;
 
 static void row_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
     RowSums *s = arg;
-    LLVMValueRef terms[4];
-    row_terms(cg, op, add(cg, mul(cg, row, I(cg, op->channels)), s->c), s->shift, &s->memo, terms);
-    for (int k = 0; k < s->sums; k++)
-        set_var(cg, s->acc[k], fadd(cg, load_var(cg, s->acc[k], cg->f64), terms[k]));
+    add_rows(cg, op, row, 1, s->c, s->shift, s->sums, s->acc);
 }
 
 static void chunk_visit(Cg *cg, IrOp *op, LLVMValueRef chunk, void *arg) {
@@ -369,7 +357,7 @@ static void chunk_visit(Cg *cg, IrOp *op, LLVMValueRef chunk, void *arg) {
  * first stage): the totals, in every thread. */
 static void block_sum_rows(Cg *cg, IrOp *op, Block *k, LLVMValueRef c, LLVMValueRef shift, int sums,
                            LLVMValueRef *total) {
-    RowSums s = {.c = c, .shift = shift, .sums = sums, .memo = {.per_sample = op->rows_per_sample * op->channels}};
+    RowSums s = {.c = c, .shift = shift, .sums = sums};
     for (int o = 0; o < sums; o++)
         s.acc[o] = cg_var(cg, cg->f64, F(cg, 0), "acc");
     if (op->chunk_rows)
