@@ -32,6 +32,7 @@ typedef struct Cg {
     int nargs;
     LLVMValueRef *arg_ptr;         /* each argument's pointer, loaded in the entry block */
     LLVMBasicBlockRef entry;
+    void *hoisted;                 /* what an index prologue computed for the body (kernels.c) */
     /* helper functions, made on first use */
     LLVMValueRef math[16];
 } Cg;
@@ -52,15 +53,20 @@ bool cg_emit_gpu(Cg *cg, char **ptx, size_t *ptx_len, char **obj, size_t *obj_le
 /* A GPU thread's place in its launch, and its block's barrier and shared memory (the
  * GPU module only): i32 values, and an i8 pointer. */
 LLVMValueRef cg_gpu_block(Cg *cg);
+LLVMValueRef cg_gpu_blocks(Cg *cg);
 LLVMValueRef cg_gpu_threads(Cg *cg);
 LLVMValueRef cg_gpu_thread(Cg *cg);
 void cg_gpu_barrier(Cg *cg);
 LLVMValueRef cg_gpu_shared(Cg *cg);
 
 LLVMValueRef cg_kernel_begin(Cg *cg, const char *name);
-/* Emits body(i) for every index of [begin, end) of the kernel being generated. */
+/* Emits body(i) for every index of [begin, end) of the kernel being generated. On a
+ * GPU a thread takes every T-th index from its place in the grid (T the grid's
+ * threads, a multiple of the launch's period), so its indices share their remainder by
+ * the period: prologue(first), when given, runs once before them, first being the
+ * thread's first index (which may be past the end). */
 typedef void (*IndexBody)(Cg *cg, IrOp *op, LLVMValueRef i);
-void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody body);
+void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body);
 /* The GPU's launch of a block per index: body(i) for the block's index i, every thread
  * of the block running it together (ddp_abi.h's DDP_LAUNCH_BLOCK). */
 void cg_kernel_blocks(Cg *cg, IrOp *op, IndexBody body);
@@ -87,9 +93,11 @@ LLVMValueRef cg_from_f64(Cg *cg, LLVMValueRef v, LLVMTypeRef to);
 /* A counted loop with an alloca'd induction variable (mem2reg makes it a phi). */
 typedef struct Loop {
     LLVMBasicBlockRef cond, body, next, exit;
-    LLVMValueRef var, hi;
+    LLVMValueRef var, hi, step;
 } Loop;
 Loop cg_loop_begin(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, const char *name);
+/* The same, counting lo, lo + step, ... below hi. */
+Loop cg_loop_begin_step(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef step, const char *name);
 LLVMValueRef cg_loop_index(Cg *cg, Loop *l);
 void cg_loop_end(Cg *cg, Loop *l);
 /* A variable in the entry block (accumulators, flags). */
@@ -149,7 +157,7 @@ bool op_has_kernel(const IrOp *op);
 const char *kernel_name(Ddpc *c, const IrOp *op, int index);
 /* How an op's kernel is launched on a GPU (ddp_abi.h's ddp_launch). */
 typedef struct GpuLaunch {
-    int64_t kind, threads, shared_bytes, per_thread;
+    int64_t kind, threads, shared_bytes, per_thread, period;
 } GpuLaunch;
 GpuLaunch kernel_launch(const IrOp *op);
 

@@ -130,8 +130,96 @@ static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
     return v;
 }
 
+/* ------------------------------------------- parts that follow the channel alone */
+
+/* The parts of an expression that depend on nothing but the index's channel (loads
+ * broadcast per channel, single values, constants, scalars) are the same for all the
+ * indices that share a channel: a batch-norm's scale, 1 / sqrt(var + eps) times gamma,
+ * is one per channel. Where a thread's indices share one (a sum over rows, a GPU's
+ * thread taking every T-th index with T a multiple of the channels), they are computed
+ * once, before its loop, into a Memo the body starts from: the same operations on the
+ * same values, so the same bits, without a square root and a division per element. */
+
+/* Whether e depends on no more than the index's remainder by `period`. */
+static bool channel_only(const XExpr *e, int64_t period) {
+    if (!e)
+        return true;
+    if (e->kind == X_LOAD)
+        return e->bc == BC_SCALAR || (e->bc == BC_CHANNEL && period % e->channels == 0);
+    return e->kind != X_KEEP && channel_only(e->a, period) && channel_only(e->b, period);
+}
+
+static bool memo_has(const Memo *m, const XExpr *e) {
+    for (int k = 0; k < m->n; k++)
+        if (m->e[k] == e)
+            return true;
+    return false;
+}
+
+/* Computes into m, at c (an index whose remainder by period is the channel's), the
+ * largest parts of e that follow the channel alone; `seen` holds the nodes already
+ * looked at, e being a DAG. */
+static void hoist_channel_parts(Cg *cg, const XExpr *e, int64_t period, LLVMValueRef c, Memo *m, Memo *seen) {
+    if (!e || e->kind == X_CONST || memo_has(seen, e) || seen->n == MEMO)
+        return;
+    seen->e[seen->n++] = e;
+    if (channel_only(e, period)) {
+        gen_expr(cg, e, c, m);
+        return;
+    }
+    hoist_channel_parts(cg, e->a, period, c, m, seen);
+    hoist_channel_parts(cg, e->b, period, c, m, seen);
+}
+
+/* A Memo (in the arena) holding the channel's parts of n expressions, computed at c. */
+static Memo *channel_parts(Cg *cg, XExpr *const *exprs, int n, int64_t period, LLVMValueRef c) {
+    Memo *m = arena_alloc(cg->c->arena, sizeof *m), seen = {0};
+    *m = (Memo){0};
+    for (int k = 0; k < n; k++)
+        hoist_channel_parts(cg, exprs[k], period, c, m, &seen);
+    return m;
+}
+
+static int64_t gcd(int64_t a, int64_t b) {
+    while (b) {
+        int64_t r = a % b;
+        a = b, b = r;
+    }
+    return a;
+}
+
+static void channel_period(const XExpr *e, int64_t *period) {
+    if (!e)
+        return;
+    if (e->kind == X_LOAD && e->bc == BC_CHANNEL && *period % e->channels != 0)
+        *period = *period / gcd(*period, e->channels) * e->channels;
+    channel_period(e->a, period);
+    channel_period(e->b, period);
+}
+
+/* Longest period a pointwise kernel asks of its grid: the grid is rounded up to a
+ * multiple of period / gcd(period, threads) blocks, which stays small below it. */
+enum { MAX_PERIOD = 1 << 16 };
+
+/* The period of a pointwise op's channels: the least common multiple of their counts
+ * (1 without any, or where it would pass MAX_PERIOD: then nothing is hoisted). */
+static int64_t pointwise_period(const IrOp *op) {
+    int64_t period = 1;
+    for (int k = 0; k < op->nout; k++)
+        channel_period(op->expr[k], &period);
+    return period > MAX_PERIOD ? 1 : period;
+}
+
+/* A GPU thread's prologue: the channel's parts, at its first index. */
+static void pointwise_prologue(Cg *cg, IrOp *op, LLVMValueRef first) {
+    int64_t period = pointwise_period(op);
+    if (period > 1)
+        cg->hoisted = channel_parts(cg, op->expr, op->nout, period, rems(cg, first, I(cg, period)));
+}
+
 static void gen_pointwise(Cg *cg, IrOp *op, LLVMValueRef i) {
-    Memo m = {.per_sample = op->range.per_sample ? op->range.per_sample : op->range.fixed};
+    Memo m = cg->hoisted ? *(const Memo *)cg->hoisted : (Memo){0};
+    m.per_sample = op->range.per_sample ? op->range.per_sample : op->range.fixed;
     LLVMValueRef v[4];
     for (int k = 0; k < op->nout; k++)
         v[k] = gen_expr(cg, op->expr[k], i, &m);
@@ -170,17 +258,33 @@ static LLVMValueRef bn_shift(Cg *cg, IrOp *op, LLVMValueRef c) {
     return sel(cg, lt(cg, I(cg, 0), live_rows(cg, op)), load_f64(cg, op->in[0], c), F(cg, 0));
 }
 
-/* The `sums` values a sum over rows adds for the element at index i: its expressions',
+/* What a sum over rows adds for each of channel c's rows: the values of its
+ * expressions (their parts that follow the channel alone computed once, in `fixed`),
  * or a batch-norm's difference with the shift and its square. */
-static void row_terms(Cg *cg, IrOp *op, LLVMValueRef i, LLVMValueRef shift, int sums, LLVMValueRef *terms) {
-    if (shift) {
-        LLVMValueRef d = fsub(cg, load_f64(cg, op->in[0], i), shift);
+typedef struct RowTerms {
+    LLVMValueRef c, shift;
+    int sums;
+    const Memo *fixed;
+} RowTerms;
+
+static RowTerms row_terms_of(Cg *cg, IrOp *op, LLVMValueRef c, LLVMValueRef shift, int sums) {
+    RowTerms t = {.c = c, .shift = shift, .sums = sums};
+    if (!shift)
+        t.fixed = channel_parts(cg, op->expr, sums, op->channels, c);
+    return t;
+}
+
+/* The `sums` values a sum over rows adds for the element at index i. */
+static void row_terms(Cg *cg, IrOp *op, LLVMValueRef i, const RowTerms *t, LLVMValueRef *terms) {
+    if (t->shift) {
+        LLVMValueRef d = fsub(cg, load_f64(cg, op->in[0], i), t->shift);
         terms[0] = d;
         terms[1] = fmul(cg, d, d);
         return;
     }
-    Memo memo = {.per_sample = op->rows_per_sample * op->channels}; /* this row's values */
-    for (int k = 0; k < sums; k++)
+    Memo memo = *t->fixed; /* this row's values */
+    memo.per_sample = op->rows_per_sample * op->channels;
+    for (int k = 0; k < t->sums; k++)
         terms[k] = cg_to_f64(cg, gen_expr(cg, op->expr[k], i, &memo));
 }
 
@@ -189,15 +293,14 @@ static void row_terms(Cg *cg, IrOp *op, LLVMValueRef i, LLVMValueRef shift, int 
  * The additions keep the rows' order, so the sums are the same. */
 enum { ROWS_AT_ONCE = 4 };
 
-/* Adds channel c's terms of rows [first, first + n) to acc, all the rows' terms
+/* Adds channel t->c's terms of rows [first, first + n) to acc, all the rows' terms
  * computed before the first addition. */
-static void add_rows(Cg *cg, IrOp *op, LLVMValueRef first, int n, LLVMValueRef c, LLVMValueRef shift, int sums,
-                     LLVMValueRef *acc) {
+static void add_rows(Cg *cg, IrOp *op, LLVMValueRef first, int n, const RowTerms *t, LLVMValueRef *acc) {
     LLVMValueRef terms[ROWS_AT_ONCE][4];
     for (int r = 0; r < n; r++)
-        row_terms(cg, op, add(cg, mul(cg, add(cg, first, I(cg, r)), I(cg, op->channels)), c), shift, sums, terms[r]);
+        row_terms(cg, op, add(cg, mul(cg, add(cg, first, I(cg, r)), I(cg, op->channels)), t->c), t, terms[r]);
     for (int r = 0; r < n; r++)
-        for (int k = 0; k < sums; k++)
+        for (int k = 0; k < t->sums; k++)
             set_var(cg, acc[k], fadd(cg, load_var(cg, acc[k], cg->f64), terms[r][k]));
 }
 
@@ -212,16 +315,16 @@ static void gen_row_partials(Cg *cg, IrOp *op, LLVMValueRef i) {
     LLVMValueRef hi = add(cg, lo, I(cg, op->chunk_rows));
     hi = sel(cg, lt(cg, hi, rows), hi, rows);
     hi = sel(cg, lt(cg, hi, lo), lo, hi);
-    LLVMValueRef shift = bn ? bn_shift(cg, op, c) : NULL, acc[4];
+    RowTerms t = row_terms_of(cg, op, c, bn ? bn_shift(cg, op, c) : NULL, sums);
+    LLVMValueRef acc[4];
     for (int s = 0; s < sums; s++)
         acc[s] = cg_var(cg, cg->f64, F(cg, 0), "acc");
     LLVMValueRef groups = divs(cg, sub(cg, hi, lo), I(cg, ROWS_AT_ONCE));
     Loop g = cg_loop_begin(cg, I(cg, 0), groups, "rows");
-    add_rows(cg, op, add(cg, lo, mul(cg, cg_loop_index(cg, &g), I(cg, ROWS_AT_ONCE))), ROWS_AT_ONCE, c, shift, sums,
-             acc);
+    add_rows(cg, op, add(cg, lo, mul(cg, cg_loop_index(cg, &g), I(cg, ROWS_AT_ONCE))), ROWS_AT_ONCE, &t, acc);
     cg_loop_end(cg, &g);
     Loop l = cg_loop_begin(cg, add(cg, lo, mul(cg, groups, I(cg, ROWS_AT_ONCE))), hi, "row");
-    add_rows(cg, op, cg_loop_index(cg, &l), 1, c, shift, sums, acc);
+    add_rows(cg, op, cg_loop_index(cg, &l), 1, &t, acc);
     cg_loop_end(cg, &l);
     for (int s = 0; s < sums; s++)
         store_f64(cg, op->out[0], partial_at(cg, op, s, chunk, c), load_var(cg, acc[s], cg->f64), false);
@@ -242,8 +345,9 @@ static void sum_rows(Cg *cg, IrOp *op, LLVMValueRef c, LLVMValueRef shift, int s
         cg_loop_end(cg, &l);
         return;
     }
+    RowTerms t = row_terms_of(cg, op, c, shift, sums);
     Loop l = cg_loop_begin(cg, I(cg, 0), live_rows(cg, op), "row");
-    add_rows(cg, op, cg_loop_index(cg, &l), 1, c, shift, sums, acc);
+    add_rows(cg, op, cg_loop_index(cg, &l), 1, &t, acc);
     cg_loop_end(cg, &l);
 }
 
@@ -339,27 +443,29 @@ static If first_thread(Cg *cg, Block *k) {
 }
 
 typedef struct RowSums {
-    LLVMValueRef acc[4], c, shift;
-    int sums;
+    LLVMValueRef acc[4];
+    RowTerms terms;
 } RowSums;
 
 static void row_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
     RowSums *s = arg;
-    add_rows(cg, op, row, 1, s->c, s->shift, s->sums, s->acc);
+    add_rows(cg, op, row, 1, &s->terms, s->acc);
 }
 
 static void chunk_visit(Cg *cg, IrOp *op, LLVMValueRef chunk, void *arg) {
     RowSums *s = arg;
-    add_chunk(cg, op, chunk, s->c, s->sums, s->acc);
+    add_chunk(cg, op, chunk, s->terms.c, s->terms.sums, s->acc);
 }
 
 /* Channel c's sums over rows, the block's threads sharing the rows (or the chunks of a
  * first stage): the totals, in every thread. */
 static void block_sum_rows(Cg *cg, IrOp *op, Block *k, LLVMValueRef c, LLVMValueRef shift, int sums,
                            LLVMValueRef *total) {
-    RowSums s = {.c = c, .shift = shift, .sums = sums};
+    RowSums s = {.terms = {.c = c, .shift = shift, .sums = sums}};
     for (int o = 0; o < sums; o++)
         s.acc[o] = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    if (!op->chunk_rows)
+        s.terms = row_terms_of(cg, op, c, shift, sums);
     if (op->chunk_rows)
         strided_rows(cg, op, k, I(cg, chunks_of(op)), chunk_visit, &s);
     else
@@ -1303,21 +1409,21 @@ static int64_t reduced_slots(const IrOp *op) {
     return op->kind == OP_REDUCE_ROWS ? op->nout : op->kind == OP_BN_STATS ? 2 : 1;
 }
 
-/* A launch of one thread per index gives each thread INDEX_PER_THREAD consecutive runs
- * of a block's width: one, until the GPU's speed is tuned. */
-enum { INDEX_THREADS = 256, INDEX_PER_THREAD = 1, MAX_REDUCE_THREADS = 256 };
+/* An index launch's blocks: 256 threads, the grid's threads a multiple of the
+ * kernel's period (runtime/gpu.c sizes the grid). */
+enum { INDEX_THREADS = 256, MAX_REDUCE_THREADS = 256 };
 
 GpuLaunch kernel_launch(const IrOp *op) {
     int64_t length = reduced_length(op);
     if (length == 0)
-        return (GpuLaunch){.kind = DDP_LAUNCH_INDEX, .threads = INDEX_THREADS, .shared_bytes = 0,
-                           .per_thread = INDEX_PER_THREAD};
+        return (GpuLaunch){.kind = DDP_LAUNCH_INDEX, .threads = INDEX_THREADS, .shared_bytes = 0, .per_thread = 0,
+                           .period = op->kind == OP_POINTWISE ? pointwise_period(op) : 1};
     int64_t threads = 32; /* a warp at least; no more than the rows to share */
     while (threads < MAX_REDUCE_THREADS && threads < length)
         threads *= 2;
     return (GpuLaunch){.kind = DDP_LAUNCH_BLOCK, .threads = threads,
                        .shared_bytes = reduced_slots(op) * threads * (int64_t)sizeof(double),
-                       .per_thread = (length + threads - 1) / threads};
+                       .per_thread = (length + threads - 1) / threads, .period = 1};
 }
 
 const char *kernel_name(Ddpc *c, const IrOp *op, int index) {
@@ -1428,10 +1534,11 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
     if (cg->target == TARGET_GPU && kernel_launch(op).kind == DDP_LAUNCH_BLOCK)
         cg_kernel_blocks(cg, op, block_body_of(op->kind));
     else
-        cg_kernel_indices(cg, op, body_of(op->kind));
+        cg_kernel_indices(cg, op, op->kind == OP_POINTWISE ? pointwise_prologue : NULL, body_of(op->kind));
     if (op->kind == OP_OPTIMIZER)
         cg_if_end(cg, &update);
     cg_kernel_end(cg);
+    cg->hoisted = NULL;
     cg->args = NULL;
     cg->nargs = 0;
     return fn;

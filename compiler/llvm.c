@@ -312,7 +312,12 @@ LLVMValueRef cg_var(Cg *cg, LLVMTypeRef type, LLVMValueRef init, const char *nam
 }
 
 Loop cg_loop_begin(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, const char *name) {
+    return cg_loop_begin_step(cg, lo, hi, cg_i64(cg, 1), name);
+}
+
+Loop cg_loop_begin_step(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef step, const char *name) {
     Loop l;
+    l.step = step;
     l.var = cg_var(cg, cg->i64, NULL, name);
     LLVMBuildStore(cg->b, lo, l.var);
     l.hi = hi;
@@ -336,7 +341,7 @@ void cg_loop_end(Cg *cg, Loop *l) {
     LLVMBuildBr(cg->b, l->next);
     LLVMPositionBuilderAtEnd(cg->b, l->next);
     LLVMValueRef i = LLVMBuildLoad2(cg->b, cg->i64, l->var, "");
-    LLVMBuildStore(cg->b, LLVMBuildAdd(cg->b, i, cg_i64(cg, 1), ""), l->var);
+    LLVMBuildStore(cg->b, LLVMBuildAdd(cg->b, i, l->step, ""), l->var);
     LLVMBuildBr(cg->b, l->cond);
     LLVMPositionBuilderAtEnd(cg->b, l->exit);
 }
@@ -358,9 +363,9 @@ void cg_if_end(Cg *cg, If *f) {
 /* ------------------------------------------------------------- the GPU */
 
 /* The GPU's builtins, as the neutral module declares them. */
-static const char *const gpu_builtins[] = {"ddp_gpu_block", "ddp_gpu_threads", "ddp_gpu_thread",
-                                           "ddp_gpu_barrier", "ddp_gpu_shared"};
-enum { GPU_BLOCK, GPU_THREADS, GPU_THREAD, GPU_BARRIER, GPU_SHARED, GPU_BUILTINS };
+static const char *const gpu_builtins[] = {"ddp_gpu_block", "ddp_gpu_blocks", "ddp_gpu_threads",
+                                           "ddp_gpu_thread", "ddp_gpu_barrier", "ddp_gpu_shared"};
+enum { GPU_BLOCK, GPU_BLOCKS, GPU_THREADS, GPU_THREAD, GPU_BARRIER, GPU_SHARED, GPU_BUILTINS };
 
 static LLVMTypeRef builtin_type(LLVMContextRef ctx, int which) {
     LLVMTypeRef ret = which == GPU_BARRIER  ? LLVMVoidTypeInContext(ctx)
@@ -379,6 +384,10 @@ static LLVMValueRef call_builtin(Cg *cg, int which) {
 
 LLVMValueRef cg_gpu_block(Cg *cg) {
     return LLVMBuildZExt(cg->b, call_builtin(cg, GPU_BLOCK), cg->i64, "block");
+}
+
+LLVMValueRef cg_gpu_blocks(Cg *cg) {
+    return LLVMBuildZExt(cg->b, call_builtin(cg, GPU_BLOCKS), cg->i64, "blocks");
 }
 
 LLVMValueRef cg_gpu_threads(Cg *cg) {
@@ -401,6 +410,7 @@ LLVMValueRef cg_gpu_shared(Cg *cg) {
 /* In the PTX copy: each builtin defined, inline, with what the GPU has. */
 static void define_builtins_for_ptx(LLVMModuleRef m, LLVMContextRef ctx) {
     static const char *const registers[] = {[GPU_BLOCK] = "llvm.nvvm.read.ptx.sreg.ctaid.x",
+                                            [GPU_BLOCKS] = "llvm.nvvm.read.ptx.sreg.nctaid.x",
                                             [GPU_THREADS] = "llvm.nvvm.read.ptx.sreg.ntid.x",
                                             [GPU_THREAD] = "llvm.nvvm.read.ptx.sreg.tid.x"};
     LLVMBuilderRef b = LLVMCreateBuilderInContext(ctx);
@@ -548,21 +558,19 @@ void cg_kernel_blocks(Cg *cg, IrOp *op, IndexBody body) {
     cg_if_end(cg, &f);
 }
 
-void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody body) {
+void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body) {
     if (cg->target != TARGET_GPU) {
         Loop l = cg_loop_begin(cg, cg->begin, cg->end, "i");
         body(cg, op, cg_loop_index(cg, &l));
         cg_loop_end(cg, &l);
         return;
     }
-    /* the thread's runs: index begin + (block * per_thread + k) * width + thread */
-    LLVMValueRef runs = I(cg, kernel_launch(op).per_thread);
-    LLVMValueRef width = cg_gpu_threads(cg), thread = cg_gpu_thread(cg);
-    LLVMValueRef first = mul(cg, cg_gpu_block(cg), runs);
-    Loop l = cg_loop_begin(cg, first, add(cg, first, runs), "run");
-    LLVMValueRef i = add(cg, cg->begin, add(cg, mul(cg, cg_loop_index(cg, &l), width), thread));
-    If f = cg_if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntSLT, i, cg->end, ""));
-    body(cg, op, i);
-    cg_if_end(cg, &f);
+    /* the thread's indices: begin + block * width + thread, and on by the grid's threads */
+    LLVMValueRef width = cg_gpu_threads(cg);
+    LLVMValueRef first = add(cg, cg->begin, add(cg, mul(cg, cg_gpu_block(cg), width), cg_gpu_thread(cg)));
+    if (prologue)
+        prologue(cg, op, first);
+    Loop l = cg_loop_begin_step(cg, first, cg->end, mul(cg, cg_gpu_blocks(cg), width), "i");
+    body(cg, op, cg_loop_index(cg, &l));
     cg_loop_end(cg, &l);
 }

@@ -186,7 +186,7 @@ static const ddp_kernel *kernels_table(Ddpc *c, Ir *ir) {
         GpuLaunch g = kernel_launch(op);
         out[k] = (ddp_kernel){.name = kernel_name(c, op, k), .flags = serial(op) ? DDP_KERNEL_SERIAL : 0,
                               .launch = g.kind, .threads = g.threads, .shared_bytes = g.shared_bytes,
-                              .per_thread = g.per_thread};
+                              .per_thread = g.per_thread, .period = g.period};
     }
     return out;
 }

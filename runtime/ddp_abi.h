@@ -119,13 +119,18 @@ enum ddp_scalar_slot {
     X##_I64(T, per_sample)
 DDP_CONTRACT(ddp_dim)
 
-/* A kernel and its launch on a GPU. DDP_LAUNCH_INDEX: one thread per index of the
- * step's range, `threads` to a block, as many blocks as it takes. DDP_LAUNCH_BLOCK: one
- * block of `threads` per index, which its threads share (a tree reduction over shared
- * memory with barriers), `shared_bytes` of shared memory each; the grid is the range's
- * length, so it follows the problem and never the GPU. On the CPU each index is one
- * iteration of a loop either way. */
+/* A kernel and its launch on a GPU. DDP_LAUNCH_INDEX: blocks of `threads`, each thread
+ * taking the indices of the step's range from its place in the grid on, every T-th (T
+ * the grid's threads); the grid has a block per `threads` indices, up to
+ * DDP_INDEX_GRID_THREADS threads, and then more blocks until T is a multiple of
+ * `period`: a thread's indices then share their remainder by it (their channel), and
+ * what follows the channel alone it computes once. DDP_LAUNCH_BLOCK: one block of
+ * `threads` per index, which its threads share (a tree reduction over shared memory
+ * with barriers), `shared_bytes` of shared memory each; the grid is the range's
+ * length. Either way the grid follows the problem and never the GPU. On the CPU each
+ * index is one iteration of a loop. */
 enum ddp_launch { DDP_LAUNCH_INDEX, DDP_LAUNCH_BLOCK };
+enum { DDP_INDEX_GRID_THREADS = 1 << 19 };
 
 #define DDP_FIELDS_ddp_kernel(X, T)                                                                          \
     X##_STR(T, name)        /* "ddp_k12_pointwise": its symbol, for the GPU, traces, errors */              \
@@ -133,7 +138,8 @@ enum ddp_launch { DDP_LAUNCH_INDEX, DDP_LAUNCH_BLOCK };
     X##_I64(T, launch)      /* ddp_launch */                                                                 \
     X##_I64(T, threads)     /* a block's threads: a power of two up to 1024 */                               \
     X##_I64(T, shared_bytes) /* a block's shared memory, 48 KB at most */                                  \
-    X##_I64(T, per_thread)  /* work of a thread: indices (DDP_LAUNCH_INDEX), rows at the full batch (BLOCK) */
+    X##_I64(T, per_thread)  /* DDP_LAUNCH_BLOCK: the rows a thread adds at the full batch */                 \
+    X##_I64(T, period)      /* DDP_LAUNCH_INDEX: what the grid's threads are a multiple of */
 DDP_CONTRACT(ddp_kernel)
 
 enum { DDP_KERNEL_SERIAL = 1 }; /* must run as one call (a reduction in a fixed order) */

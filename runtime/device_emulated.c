@@ -199,7 +199,7 @@ static __thread struct {
     void *const *args;
     const ddp_scalar *scalars;
     int64_t begin, end;
-    uint32_t block, threads, thread;
+    uint32_t block, grid, threads, thread;
     unsigned char *shared;
     bool cooperative;           /* each thread a coroutine: barriers allowed */
     Thread *team;
@@ -215,6 +215,10 @@ static __thread struct {
 
 uint32_t ddp_gpu_block(void) {
     return cur.block;
+}
+
+uint32_t ddp_gpu_blocks(void) {
+    return cur.grid;
 }
 
 uint32_t ddp_gpu_threads(void) {
@@ -506,7 +510,7 @@ static bool run_launch(ddp_device *d, const Work *w) {
     cur.args = (void *const *)(uintptr_t)w->args;
     cur.scalars = (const ddp_scalar *)(uintptr_t)w->scalars;
     cur.begin = w->begin, cur.end = w->end;
-    cur.threads = w->threads;
+    cur.grid = w->grid, cur.threads = w->threads;
     cur.shared = e->shared;
     cur.kernel_name = p->kernels[w->kernel].name;
     cur.cooperative = p->kernels[w->kernel].launch == DDP_LAUNCH_BLOCK;

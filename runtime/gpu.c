@@ -377,6 +377,23 @@ static bool queue_conv(ddp_runtime *rt, const ddp_conv *cv) {
     return g->dev->ops->conv(g->dev, DDP_STREAM_COMPUTE, &c);
 }
 
+static int64_t gcd(int64_t a, int64_t b) {
+    while (b) {
+        int64_t r = a % b;
+        a = b, b = r;
+    }
+    return a;
+}
+
+int64_t ddp_index_grid(const ddp_kernel *k, int64_t indices) {
+    int64_t threads = k->threads, period = k->period > 1 ? k->period : 1;
+    int64_t blocks = (indices + threads - 1) / threads, most = DDP_INDEX_GRID_THREADS / threads;
+    int64_t whole = period / gcd(period, threads); /* the fewest blocks whose threads make whole periods */
+    if (blocks > most)
+        blocks = most;
+    return (blocks + whole - 1) / whole * whole;
+}
+
 static bool queue_kernel(ddp_runtime *rt, int phase, int64_t i) {
     ddp_gpu *g = rt->gpu;
     const ddp_program *p = rt->program;
@@ -386,8 +403,7 @@ static bool queue_kernel(ddp_runtime *rt, int phase, int64_t i) {
     if (end == 0) /* nothing to do (a worker's empty shard); the GPU refuses empty grids */
         return true;
     uint32_t threads = (uint32_t)k->threads;
-    int64_t span = (int64_t)threads * k->per_thread; /* the indices a block of an index launch runs */
-    int64_t blocks = k->launch == DDP_LAUNCH_BLOCK ? end : (end + span - 1) / span;
+    int64_t blocks = k->launch == DDP_LAUNCH_BLOCK ? end : ddp_index_grid(k, end);
     if (blocks > 0x7fffffff)
         return ddp_device_fail(g->dev, "kernel %s: %lld blocks are more than a grid holds", k->name,
                                (long long)blocks);

@@ -844,6 +844,8 @@ bool ddp_gpu_attach(ddp_runtime *rt, struct ddp_device *dev, char *err, size_t l
 void ddp_gpu_detach(ddp_runtime *rt);
 bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count, int64_t sequence,
                        int64_t position);
+/* The blocks of k's index launch over `indices` indices (ddp_abi.h's DDP_LAUNCH_INDEX). */
+int64_t ddp_index_grid(const ddp_kernel *k, int64_t indices);
 /* The convolutions' ddp_path this runtime takes (the library's on a device that has one). */
 int ddp_gpu_path(const ddp_runtime *rt);
 /* How this runtime runs the convolutions, for the banner. */

@@ -2,7 +2,7 @@
  * geometry, matrix products through cuBLAS) run by the runtime's GPU executor, against
  * the same step on the CPU.
  *
- *   kernel_check [gpu|emulated] [--training-steps N] [--mutate=KIND]
+ *   kernel_check [gpu|emulated] [--training-steps N] [--small-grids] [--mutate=KIND]
  *
  * (default: the CUDA device 0, one training step).
  * Two runtimes hold the same program: one on the CPU, one on the device. Before each
@@ -18,11 +18,18 @@
  * over N training steps, each on its own batch, the state advancing by the CPU's. The program is linked with the runtime alone:
  * it can be copied to a GPU machine as it is.
  *
+ * With --small-grids every index launch gets the fewest blocks its period allows (one
+ * block, for most), so that each thread runs many indices: what a large batch does on
+ * a GPU, where the grid stops growing (ddp_abi.h's DDP_INDEX_GRID_THREADS), and what
+ * the small batches of these checks never reach otherwise.
+ *
  * --mutate puts a fault between the executor and the device, as a bug in gpu.c would:
  * `leading-dimension` (every product's A one element short of its rows),
  * `synchronisation` (no waiting: copies to the host read before they land), `copy`
  * (the host reads device memory itself instead of copying it), `threads` (blocks of
- * 2048 threads), `shared` (64 KB of shared memory a block), `capture-sync` (a
+ * 2048 threads), `period` (small grids, whose index launches lose a thread a block: a
+ * thread's indices then fall in different channels, and what it computed once for
+ * its first channel is wrong for the others), `shared` (64 KB of shared memory a block), `capture-sync` (a
  * synchronisation while a CUDA graph is being captured), `capture-pageable` (a copy
  * from ordinary host memory into a capture), `padding` (each convolution through the
  * library with its padding moved a row down: a wrong convolution of the right shape,
@@ -277,6 +284,28 @@ static bool too_many_threads(ddp_device *d, int stream, int64_t k, uint32_t grid
     return real->launch(d, stream, k, grid, 2048, shared, args, scalars, begin, end);
 }
 
+/* An index launch with the fewest blocks its period allows, its threads `less` short
+ * of a block's. */
+static bool small_grid(ddp_device *d, int stream, int64_t k, uint32_t threads, uint32_t shared, ddp_dptr args,
+                       ddp_dptr scalars, int64_t begin, int64_t end, uint32_t less) {
+    return real->launch(d, stream, k, (uint32_t)ddp_index_grid(&program->kernels[k], 1), threads - less, shared, args,
+                        scalars, begin, end);
+}
+
+static bool small_grids(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t threads, uint32_t shared,
+                        ddp_dptr args, ddp_dptr scalars, int64_t begin, int64_t end) {
+    if (program->kernels[k].launch != DDP_LAUNCH_INDEX)
+        return real->launch(d, stream, k, grid, threads, shared, args, scalars, begin, end);
+    return small_grid(d, stream, k, threads, shared, args, scalars, begin, end, 0);
+}
+
+static bool broken_period(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t threads, uint32_t shared,
+                          ddp_dptr args, ddp_dptr scalars, int64_t begin, int64_t end) {
+    if (program->kernels[k].launch != DDP_LAUNCH_INDEX)
+        return real->launch(d, stream, k, grid, threads, shared, args, scalars, begin, end);
+    return small_grid(d, stream, k, threads, shared, args, scalars, begin, end, 1);
+}
+
 static bool too_much_shared(ddp_device *d, int stream, int64_t k, uint32_t grid, uint32_t threads, uint32_t shared,
                             ddp_dptr args, ddp_dptr scalars, int64_t begin, int64_t end) {
     (void)shared;
@@ -304,7 +333,11 @@ static bool shifted_padding(ddp_device *d, int stream, const ddp_device_conv *c)
 static bool mutate(ddp_device *dev, const char *kind) {
     real = dev->ops;
     mutated = *real;
-    if (strcmp(kind, "leading-dimension") == 0)
+    if (strcmp(kind, "small-grids") == 0)
+        mutated.launch = small_grids;
+    else if (strcmp(kind, "period") == 0)
+        mutated.launch = broken_period;
+    else if (strcmp(kind, "leading-dimension") == 0)
         mutated.gemm = short_leading_dimension;
     else if (strcmp(kind, "synchronisation") == 0)
         mutated.synchronize = no_wait, mutated.synchronize_event = no_wait_for_event;
@@ -458,6 +491,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--mutate=", 9) == 0)
             mutation = argv[i] + 9;
+        else if (strcmp(argv[i], "--small-grids") == 0)
+            mutation = "small-grids";
         else if (strcmp(argv[i], "--training-steps") == 0 && i + 1 < argc)
             usage |= (steps = strtol(argv[++i], NULL, 10)) < 1;
         else if (strcmp(argv[i], "gpu") == 0 || strcmp(argv[i], "emulated") == 0)
@@ -466,8 +501,8 @@ int main(int argc, char **argv) {
             usage = true;
     }
     if (usage) {
-        fprintf(stderr, "usage: kernel_check [gpu|emulated] [--training-steps N] "
-                        "[--mutate=leading-dimension|synchronisation|copy|threads|shared|capture-sync|"
+        fprintf(stderr, "usage: kernel_check [gpu|emulated] [--training-steps N] [--small-grids] "
+                        "[--mutate=leading-dimension|synchronisation|copy|threads|period|shared|capture-sync|"
                         "capture-pageable|padding]\n");
         return 2;
     }

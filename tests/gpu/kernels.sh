@@ -1,12 +1,15 @@
 #!/bin/sh
-# kernels.sh DEVICE PROGRAM...: each gpu_check_* program (kernel_check.c) on DEVICE
-# (gpu or emulated); fails when one fails, skips (77) when every one skipped.
+# kernels.sh DEVICE [--small-grids] PROGRAM...: each gpu_check_* program
+# (kernel_check.c) on DEVICE (gpu or emulated), with the fewest blocks each index launch
+# allows if asked; fails when one fails, skips (77) when every one skipped.
 set -u
 device=$1
 shift
+grids=
+[ "${1:-}" = --small-grids ] && { grids=$1; shift; }
 failures=0 skipped=0
 for program in "$@"; do
-    "$program" "$device"
+    "$program" "$device" $grids
     case $? in
     0) ;;
     77) skipped=$((skipped + 1)) ;;

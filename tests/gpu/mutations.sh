@@ -10,6 +10,9 @@
 #   - a missing copy: the host touching device memory is stopped, with a message;
 #   - a launch beyond the GPU's limits (2048 threads, 64 KB of shared memory a block)
 #     is refused, as the driver refuses it;
+#   - index launches whose grid's threads are not a multiple of their kernel's
+#     channels: a thread's indices fall in several channels, and the values it
+#     computed once for its first channel are wrong for the others;
 #   - a synchronisation, or a copy from ordinary host memory, while a CUDA graph is
 #     being captured is refused, as the driver refuses it;
 #   - a library convolution with its padding a row off fails, within all the rounding
@@ -50,6 +53,10 @@ expect_failure "a wrong leading dimension" "CUBLAS_STATUS_INVALID_VALUE" "$check
 expect_failure "a missing synchronisation" "differs by inf" "$check" emulated --mutate=synchronisation
 expect_failure "a missing copy" "host code read or wrote device memory" "$check" emulated --mutate=copy
 expect_failure "blocks of 2048 threads" "threads a block: at most 1024" "$check" emulated --mutate=threads
+"$check" emulated --small-grids > /dev/null && echo "ok: the model's kernels agree with the fewest blocks a launch allows" ||
+    fail "the model's kernels disagree with the fewest blocks a launch allows"
+expect_failure "a grid's threads not a multiple of a kernel's channels" "FAIL ddp_k[0-9]*_pointwise.*differs by" \
+    "$check" emulated --mutate=period
 expect_failure "a synchronisation inside a graph's capture" "operation not permitted when stream is capturing" \
     "$check" emulated --mutate=capture-sync
 expect_failure "a pageable copy inside a graph's capture" "pageable host memory while stream" \
