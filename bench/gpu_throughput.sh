@@ -19,7 +19,8 @@
 # precisions, into OUT.
 #
 # What it measures: samples per second of training steps (forward, backward, update)
-# after warm-up. ddp runs for its share of the time and is stopped; its figure is the
+# after warm-up. Both sides choose cuDNN's convolution engines by timing them: ddp with
+# --conv-search timed, PyTorch with cudnn.benchmark. ddp runs for its share of the time and is stopped; its figure is the
 # median over the intervals between its progress lines (a line every few steps gives
 # the epoch's rate so far, from which each interval's rate follows), steps of the
 # warm-up left out, its start-up (loading CUDA, the PTX, cuBLAS) too. PyTorch's is the
@@ -148,8 +149,8 @@ fi
 # --------------------------------------------------------------- --profile
 if [ $profile = 1 ]; then
     echo "$me: $model $precision profiled for $steps steps on ${gpu:-a GPU}"
-    timeout -s KILL 300 "$bin/bench_${model}_$precision" --device "$device" --synthetic --epochs 1 \
-        --steps-per-epoch "$steps" --profile --run-dir "$work/profile" > "$work/profile.log" 2>&1 &&
+    timeout -s KILL 300 "$bin/bench_${model}_$precision" --device "$device" --conv-search timed --synthetic \
+        --epochs 1 --steps-per-epoch "$steps" --profile --run-dir "$work/profile" > "$work/profile.log" 2>&1 &&
         [ -f "$work/profile/profile.json" ] || {
         echo "$me: FAIL: the profiled run failed or wrote no profile:"
         tail -n 5 "$work/profile.log"
@@ -197,8 +198,8 @@ echo "$me: ddp on ${gpu:-a GPU}; PyTorch: ${python:-none found (tried ${DDP_BENC
 failed=0
 ddp_rate() {
     log=$work/ddp_$1.log
-    timeout -s KILL "$3" "$bin/bench_$1_$precision" --device "$device" --synthetic --epochs 1 --steps-per-epoch 100000 \
-        --log-every "$2" --run-dir "$work/run_$1" > "$log" 2>&1
+    timeout -s KILL "$3" "$bin/bench_$1_$precision" --device "$device" --conv-search timed --synthetic --epochs 1 \
+        --steps-per-epoch 100000 --log-every "$2" --run-dir "$work/run_$1" > "$log" 2>&1
     status=$?
     rate=$(awk -v warm=2 '
         $1 == "epoch" && $3 == "step" && $NF == "samples/s" {

@@ -35,15 +35,27 @@ void ddp_cudnn_close(ddp_cudnn *h);
 /* "/usr/lib/x86_64-linux-gnu/libcudnn.so.9 (cuDNN 9.19.0)": what ddp_cudnn_open loaded. */
 const char *ddp_cudnn_library(void);
 
+/* How a GPU times a plan: time() runs p on c's pointers and says how long a run takes,
+ * in seconds; false with why in err. */
+typedef struct ddp_cudnn_timing {
+    bool (*time)(void *ctx, ddp_cudnn *h, const ddp_cudnn_plan *p, const ddp_device_conv *c, double *seconds,
+                 char *err, size_t len);
+    void *ctx;
+} ddp_cudnn_timing;
+
 /* An execution plan for the convolution c: the first engine cuDNN's heuristics offer
  * (or, when they offer none usable, the first of all engines) that is deterministic,
  * keeps f32 products in f32 unless c->tf32, finalizes, and needs at most
- * c->workspace_bytes of workspace. The tensors' alignment is read from c's pointers
- * (at most 16 bytes); a run with pointers less aligned is refused. false with every
- * engine rejected and why. */
-bool ddp_cudnn_plan_conv(ddp_cudnn *h, const ddp_device_conv *c, ddp_cudnn_plan **out, char *err, size_t len);
+ * c->workspace_bytes of workspace. With timing, the fastest of the first 8 the
+ * heuristics offer that qualify, each timed on c's pointers: the runs write c's
+ * output, which the caller keeps if it matters. The tensors' alignment is read from
+ * c's pointers (at most 16 bytes); a run with pointers less aligned is refused. false
+ * with every engine rejected and why, or why the timing failed. */
+bool ddp_cudnn_plan_conv(ddp_cudnn *h, const ddp_device_conv *c, const ddp_cudnn_timing *timing,
+                         ddp_cudnn_plan **out, char *err, size_t len);
 void ddp_cudnn_plan_free(ddp_cudnn_plan *p);
-/* "engine 12, knobs 2=3 14=1": which engine runs it, for the banner and profiles. */
+/* "engine 12, knobs 2=3 14=1" (and ", the fastest of 8 timed (0.123 ms)"): which
+ * engine runs it, for the log. */
 const char *ddp_cudnn_plan_name(const ddp_cudnn_plan *p);
 size_t ddp_cudnn_plan_workspace(const ddp_cudnn_plan *p);
 /* The convolution queued on the handle's stream, on c's pointers (the shapes must be

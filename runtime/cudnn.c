@@ -591,24 +591,25 @@ static void **heuristic_configs(void *graph, int64_t *count, ddp_text *rejected)
     return configs;
 }
 
-/* The first of the heuristics' configurations that serves; its configuration and plan
- * into t. */
-static bool choose_by_heuristics(ddp_cudnn *h, const ddp_device_conv *c, void *graph, Trial *t, ddp_text *rejected) {
+/* The heuristics' configurations that serve c, best first, at most `most` of them,
+ * into trials (each with its plan); how many. */
+static int serving_configs(ddp_cudnn *h, const ddp_device_conv *c, void *graph, Trial *trials, int most,
+                           ddp_text *rejected) {
     int64_t count;
     void **configs = heuristic_configs(graph, &count, rejected);
-    bool found = false;
+    int n = 0;
     for (int64_t i = 0; i < count; i++) {
         Trial trial = {.config = configs[i]};
-        if (!found && try_config(&trial, h, c, rejected)) {
-            *t = trial, found = true;
-            continue; /* the chosen configuration lives on in the plan */
+        if (n < most && try_config(&trial, h, c, rejected)) {
+            trials[n++] = trial; /* the configuration lives on in the plan */
+            continue;
         }
         dnn.cudnnBackendDestroyDescriptor(configs[i]);
     }
     free(configs);
-    if (!found && count == 0)
+    if (n == 0 && count == 0)
         ddp_text_printf(rejected, "; the heuristics offered no configuration");
-    return found;
+    return n;
 }
 
 /* Engine number `index` with its default knobs, as a configuration; NULL with why
@@ -693,6 +694,51 @@ static void name_plan(ddp_cudnn_plan *p, const Trial *t) {
             dnn.cudnnBackendDestroyDescriptor(knobs[i]);
 }
 
+/* ------------------------------------------------------------ choosing by time */
+
+/* How many of the heuristics' serving configurations a timed choice runs. */
+enum { TIMED_CONFIGS = 8 };
+
+static void drop_trial(Trial *t) {
+    dnn.cudnnBackendDestroyDescriptor(t->plan);
+    dnn.cudnnBackendDestroyDescriptor(t->config);
+}
+
+/* Which of n trials runs c fastest by `time` (the first of equals), p giving the shape
+ * and alignment they were made for; -1 when the timer failed (why in err). */
+static int fastest(ddp_cudnn *h, const ddp_device_conv *c, const ddp_cudnn_plan *p, Trial *trials, int n,
+                   const ddp_cudnn_timing *timing, double *best_seconds, char *err, size_t len) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        ddp_cudnn_plan view = *p;
+        view.plan = trials[i].plan, view.workspace = (size_t)trials[i].workspace;
+        name_plan(&view, &trials[i]);
+        double seconds;
+        if (!timing->time(timing->ctx, h, &view, c, &seconds, err, len))
+            return -1;
+        if (best < 0 || seconds < *best_seconds)
+            best = i, *best_seconds = seconds;
+    }
+    return best;
+}
+
+/* The fastest of the first TIMED_CONFIGS configurations that serve, into t (a lone one
+ * untimed); false with none, or with the timer's failure in err (*failed). */
+static bool choose_by_timing(ddp_cudnn *h, const ddp_device_conv *c, const ddp_cudnn_plan *p, void *graph,
+                             const ddp_cudnn_timing *timing, Trial *t, int *timed, double *seconds,
+                             ddp_text *rejected, bool *failed, char *err, size_t len) {
+    Trial trials[TIMED_CONFIGS];
+    int n = serving_configs(h, c, graph, trials, TIMED_CONFIGS, rejected);
+    int best = n > 1 ? fastest(h, c, p, trials, n, timing, seconds, err, len) : 0;
+    *failed = n > 1 && best < 0;
+    for (int i = 0; i < n; i++)
+        if (i != best)
+            drop_trial(&trials[i]);
+    if (n > 0 && best >= 0)
+        *t = trials[best], *timed = n > 1 ? n : 0;
+    return n > 0 && best >= 0;
+}
+
 /* ---------------------------------------------------------------- plans and runs */
 
 /* Whether the fields the plan was made for match (the pointers and the workspace's
@@ -750,7 +796,8 @@ static void keep(ddp_cudnn_plan *p, Maker *m, const Trial *t, void *engine) {
     m->nmade = 0;
 }
 
-bool ddp_cudnn_plan_conv(ddp_cudnn *h, const ddp_device_conv *c, ddp_cudnn_plan **out, char *err, size_t len) {
+bool ddp_cudnn_plan_conv(ddp_cudnn *h, const ddp_device_conv *c, const ddp_cudnn_timing *timing,
+                         ddp_cudnn_plan **out, char *err, size_t len) {
     *out = NULL;
     if (!ddp_conv_check(c, err, len))
         return false;
@@ -764,13 +811,25 @@ bool ddp_cudnn_plan_conv(ddp_cudnn *h, const ddp_device_conv *c, ddp_cudnn_plan 
     void *graph = operation_graph(&m, h, c, p->alignment), *engine = NULL;
     Trial t = {0};
     ddp_text rejected = {0};
-    bool found = !m.failed && (choose_by_heuristics(h, c, graph, &t, &rejected) ||
-                               choose_by_enumeration(h, c, graph, &t, &engine, &rejected));
+    int timed = 0;
+    double seconds = 0;
+    bool failed = false, found = false;
+    if (!m.failed)
+        found = timing ? choose_by_timing(h, c, p, graph, timing, &t, &timed, &seconds, &rejected, &failed, err,
+                                                  len)
+                       : serving_configs(h, c, graph, &t, 1, &rejected) == 1;
+    if (!m.failed && !found && !failed)
+        found = choose_by_enumeration(h, c, graph, &t, &engine, &rejected);
     if (found) {
         keep(p, &m, &t, engine);
         name_plan(p, &t);
+        if (timed) {
+            size_t used = strlen(p->name);
+            snprintf(p->name + used, sizeof p->name - used, ", the fastest of %d timed (%.3f ms)", timed,
+                     seconds * 1e3);
+        }
         *out = p;
-    } else if (!m.failed)
+    } else if (!m.failed && !failed)
         ddp_fail(err, len, "cuDNN has no engine for this %s convolution (%s, image %dx%dx%dx%d, filters %dx%dx%dx%d, "
                            "workspace %zu bytes): %s", operation_kinds[c->mode].name, type_name(c), c->n,
                  c->h, c->w, c->c, c->k, c->r, c->s, c->c, c->workspace_bytes,

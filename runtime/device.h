@@ -140,6 +140,9 @@ struct ddp_device {
     /* How this device runs convolutions, for the banner: "cuDNN: PATH (cuDNN 9.x.y)", "the emulated
      * device's reference convolution", or "generated kernels: " and why not cuDNN. */
     char convolutions[256];
+    /* cuDNN's engine for a convolution chosen by timing the first it ranks (--conv-search
+     * timed) rather than taking its first; set before the first convolution */
+    bool timed_conv_search;
     void *state;                /* the backend's */
 };
 

@@ -461,6 +461,73 @@ static void describe_conv(const ddp_device_conv *cv, char *text, size_t len) {
              cv->pad_before[0], cv->pad_after[0], cv->pad_before[1], cv->pad_after[1]);
 }
 
+/* --conv-search timed: each candidate engine run once to warm up, then TIMED_RUNS
+ * times between two events. */
+enum { TIMED_RUNS = 5 };
+
+static bool time_plan(void *ctx, ddp_cudnn *h, const ddp_cudnn_plan *p, const ddp_device_conv *cv, double *seconds,
+                      char *err, size_t len) {
+    ddp_device *d = ctx;
+    CUstream s = cuda(d)->streams[DDP_STREAM_COMPUTE];
+    CUevent ev[2] = {NULL, NULL};
+    float ms = 0;
+    bool ok = check(d, cu.cuEventCreate(&ev[0], 0), "creating a timing event") &&
+              check(d, cu.cuEventCreate(&ev[1], 0), "creating a timing event") && ddp_cudnn_run(h, p, cv, err, len) &&
+              check(d, cu.cuEventRecord(ev[0], s), "recording a timing event");
+    for (int i = 0; ok && i < TIMED_RUNS; i++)
+        ok = ddp_cudnn_run(h, p, cv, err, len);
+    ok = ok && check(d, cu.cuEventRecord(ev[1], s), "recording a timing event") &&
+         check(d, cu.cuEventSynchronize(ev[1]), "timing a convolution's engine") &&
+         check(d, cu.cuEventElapsedTime(&ms, ev[0], ev[1]), "reading a timing event");
+    for (int i = 0; i < 2; i++)
+        if (ev[i])
+            cu.cuEventDestroy(ev[i]);
+    if (!ok && err != d->error && d->error[0])
+        snprintf(err, len, "%s", d->error);
+    *seconds = ms / 1e3 / TIMED_RUNS;
+    return ok;
+}
+
+/* The tensor a convolution writes (y, x or the filters, by its mode), and its bytes. */
+static ddp_dptr conv_output(const ddp_device_conv *cv, size_t *bytes) {
+    size_t elements = cv->mode == DDP_CONV_FORWARD         ? (size_t)cv->n * cv->oh * cv->ow * cv->k
+                      : cv->mode == DDP_CONV_BACKWARD_DATA ? (size_t)cv->n * cv->h * cv->w * cv->c
+                                                           : (size_t)cv->k * cv->r * cv->s * cv->c;
+    *bytes = elements * (cv->f64 ? 8 : cv->bf16 ? 2 : 4);
+    return cv->mode == DDP_CONV_FORWARD ? cv->y : cv->mode == DDP_CONV_BACKWARD_DATA ? cv->x : cv->filters;
+}
+
+/* A plan chosen by timing its candidates on cv's own tensors. Their runs overwrite the
+ * output, which the run the plan is made for overwrites in turn, unless it adds to it
+ * (beta 1): then the output is kept aside and put back. Without the memory for that,
+ * the heuristics' first choice. */
+static bool plan_timed(ddp_device *d, const ddp_device_conv *cv, ddp_cudnn_plan **plan) {
+    Cuda *c = cuda(d);
+    CUstream s = c->streams[DDP_STREAM_COMPUTE];
+    ddp_cudnn_timing timing = {time_plan, d};
+    size_t bytes = 0;
+    ddp_dptr out = conv_output(cv, &bytes);
+    CUdeviceptr kept = 0;
+    *plan = NULL;
+    if (cv->beta != 0 && cu.cuMemAlloc(&kept, bytes) != 0) {
+        ddp_log_only("GPU: no memory to keep a convolution's output while its engines are timed: the heuristics' "
+                     "first engine\n");
+        return ddp_cudnn_plan_conv(c->dnn, cv, NULL, plan, d->error, sizeof d->error);
+    }
+    bool ok = (!kept || check(d, cu.cuMemcpyDtoDAsync(kept, out, bytes, s), "keeping a convolution's output")) &&
+              ddp_cudnn_plan_conv(c->dnn, cv, &timing, plan, d->error, sizeof d->error);
+    if (kept) {
+        ok = check(d, cu.cuMemcpyDtoDAsync(out, kept, bytes, s), "putting a convolution's output back") &&
+             check(d, cu.cuCtxSynchronize(), "putting a convolution's output back") && ok;
+        cu.cuMemFree(kept);
+    }
+    if (!ok && *plan) {
+        ddp_cudnn_plan_free(*plan);
+        *plan = NULL;
+    }
+    return ok;
+}
+
 /* The convolution's plan, made and kept; each new plan's engine goes to the log. A
  * capture cannot hold the planning (it runs work on the GPU and synchronises). */
 static const ddp_cudnn_plan *new_plan(ddp_device *d, int stream, const ddp_device_conv *cv,
@@ -483,7 +550,8 @@ static const ddp_cudnn_plan *new_plan(ddp_device *d, int stream, const ddp_devic
         c->plans = grown, c->plans_cap = cap;
     }
     ConvPlan *kept = &c->plans[c->nplans];
-    if (!ddp_cudnn_plan_conv(c->dnn, cv, &kept->plan, d->error, sizeof d->error))
+    if (!(d->timed_conv_search ? plan_timed(d, cv, &kept->plan)
+                               : ddp_cudnn_plan_conv(c->dnn, cv, NULL, &kept->plan, d->error, sizeof d->error)))
         return NULL;
     memcpy(kept->key, key, sizeof kept->key);
     c->nplans++;

@@ -221,6 +221,7 @@ bool ddp_gpu_attach(ddp_runtime *rt, ddp_device *dev, char *err, size_t len) {
     if (!g)
         return ddp_fail(err, len, "out of memory");
     g->dev = dev;
+    dev->timed_conv_search = rt->options.timed_conv_search;
     g->path = rt->options.convolutions ? rt->options.convolutions : dev->ops->conv ? DDP_PATH_LIBRARY
                                                                                     : DDP_PATH_GENERATED;
     rt->gpu = g;
@@ -681,6 +682,11 @@ const char *ddp_gpu_convolutions(const ddp_runtime *rt) {
     if (ddp_gpu_path(rt) == DDP_PATH_GENERATED)
         return rt->gpu && !rt->gpu->dev->ops->conv ? rt->gpu->dev->convolutions : "generated: im2col and products";
     return rt->gpu ? rt->gpu->dev->convolutions : "the library path, by the reference convolution (slow: for checks)";
+}
+
+bool ddp_gpu_times_engines(const ddp_runtime *rt) {
+    return rt->gpu && !rt->gpu->no_library[0] && rt->gpu->path == DDP_PATH_LIBRARY && rt->gpu->dev->timed_conv_search &&
+           strcmp(rt->gpu->dev->ops->name, "cuda") == 0 && rt->gpu->dev->ops->conv;
 }
 
 int ddp_gpu_path(const ddp_runtime *rt) {

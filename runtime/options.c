@@ -29,6 +29,11 @@ static const char usage[] =
     "  --threads N           compute threads (default: this process's CPUs)\n"
     "  --convolutions K      generated (im2col and products) or library (cuDNN on a GPU,\n"
     "                        a slow reference on the CPU); default: cuDNN where usable\n"
+    "  --conv-search S       how cuDNN's engine for each convolution is chosen: heuristic\n"
+    "                        (default: the first its heuristics rank, so a run repeats\n"
+    "                        exactly) or timed (the fastest of their first 8, timed at the\n"
+    "                        start, as PyTorch's cudnn.benchmark: runs may differ in the\n"
+    "                        last bits)\n"
     "  --no-cuda-graphs      on a GPU, queue every kernel each step instead of replaying\n"
     "                        each phase captured as a CUDA graph\n"
     "  --data-root DIR       where relative dataset paths start (default: the working folder)\n"
@@ -133,7 +138,8 @@ static int default_threads(char *from, size_t len) {
 typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_METRICS, F_SAVE, F_LOAD,
                F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD, F_LOCAL_RANK, F_LOCAL_WORLD,
                F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_INTERFACE, F_TRACE, F_PROFILE,
-               F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS, F_CONVOLUTIONS, F_HELP } Flag;
+               F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS, F_CONVOLUTIONS, F_CONV_SEARCH,
+               F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -153,6 +159,7 @@ static const struct {
     {"--run-dir", F_RUN_DIR, true},     {"--resume-changed", F_RESUME_CHANGED, false},
     {"--resume", F_RESUME, true},       {"--requeue-on-signal", F_REQUEUE, false},
     {"--no-cuda-graphs", F_NO_GRAPHS, false}, {"--convolutions", F_CONVOLUTIONS, true},
+    {"--conv-search", F_CONV_SEARCH, true},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
 
@@ -257,6 +264,11 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
         if (strcmp(v, "generated") != 0 && strcmp(v, "library") != 0)
             return bad_usage(cfg, "--convolutions %s: generated or library", v);
         cfg->exec.convolutions = strcmp(v, "library") == 0 ? DDP_PATH_LIBRARY : DDP_PATH_GENERATED;
+        return -1;
+    case F_CONV_SEARCH:
+        if (strcmp(v, "heuristic") != 0 && strcmp(v, "timed") != 0)
+            return bad_usage(cfg, "--conv-search %s: heuristic or timed", v);
+        cfg->exec.timed_conv_search = strcmp(v, "timed") == 0;
         return -1;
     case F_HELP: return 0;
     }

@@ -189,7 +189,8 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
                rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64",
                tf32 ? ", f32 products (tf32 is for a GPU's tensor cores)" : "");
     if (p->nconvs)
-        ddp_say("  convolution %s\n", ddp_gpu_convolutions(rt));
+        ddp_say("  convolution %s%s\n", ddp_gpu_convolutions(rt),
+                ddp_gpu_times_engines(rt) ? ", each engine the fastest of the first 8 timed (--conv-search timed)" : "");
     if (gpu)
         ddp_say("  graphs      %s\n", rt->options.no_graphs ? "none (--no-cuda-graphs): every call queued each step"
                                     : rt->profile ? "none for training (--profile times every call)"

@@ -186,6 +186,7 @@ typedef struct ddp_options {
     bool step_graph;       /* a lone worker: forward, backward and optimizer follow one another with
                             * nothing between, so a GPU makes the whole step one CUDA graph */
     int convolutions;      /* ddp_path: generated, or the library's (the reference on the CPU); 0: the device's */
+    bool timed_conv_search; /* the library's engines chosen by timing them (cuDNN) */
 } ddp_options;
 
 
@@ -848,6 +849,9 @@ bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count,
 int64_t ddp_index_grid(const ddp_kernel *k, int64_t indices);
 /* The convolutions' ddp_path this runtime takes (the library's on a device that has one). */
 int ddp_gpu_path(const ddp_runtime *rt);
+/* Whether cuDNN's engines are chosen by timing them (--conv-search timed on a GPU that
+ * runs cuDNN). */
+bool ddp_gpu_times_engines(const ddp_runtime *rt);
 /* How this runtime runs the convolutions, for the banner. */
 const char *ddp_gpu_convolutions(const ddp_runtime *rt);
 /* A region's host mirror onto the device (queued, in order with the steps), or the

@@ -10,7 +10,9 @@
 #                  step's schedule (products through cuBLAS included) on the GPU against
 #                  the CPU (cuDNN's convolutions against the reference convolution
 #                  on the CPU); ResNet-50 (batch 2) over 8 training steps; each
-#                  phase captured as a CUDA graph and replayed, bit for bit
+#                  phase captured as a CUDA graph and replayed, bit for bit; a
+#                  residual network again with cuDNN's engines chosen by timing
+#                  (--conv-search timed, as the bench stage runs)
 #   steps.txt      fashion.ddp with SGD (fashion_sgd), 5 steps on the GPU and on the
 #                  CPU from the same seed: the parameters within 2e-4 of their norm
 #                  (f32; why SGD and 2e-4 below)
@@ -101,6 +103,9 @@ for check in "$bin"/gpu_check_*; do
     [ $status -eq 0 ] ||
         { failed=$((failed + 1)); echo "FAIL: $(basename "$check") (status $status)" >> "$results/kernels.txt"; }
 done
+# the convolutions' engines chosen by timing, as the bench stage chooses them
+timeout 60 "$bin/gpu_check_sample_resnet" $device --conv-search timed >> "$results/kernels.txt" 2>&1 ||
+    { failed=$((failed + 1)); echo "FAIL: gpu_check_sample_resnet --conv-search timed" >> "$results/kernels.txt"; }
 stage kernels "$([ $failed -eq 0 ] && echo ok || echo FAIL)" \
     "$(grep -c '^kernel_check .* ok;' "$results/kernels.txt") models agree, $failed fail"
 

@@ -2,7 +2,8 @@
  * geometry, matrix products through cuBLAS) run by the runtime's GPU executor, against
  * the same step on the CPU.
  *
- *   kernel_check [gpu|emulated] [--training-steps N] [--small-grids] [--mutate=KIND]
+ *   kernel_check [gpu|emulated] [--training-steps N] [--small-grids] [--conv-search timed]
+ *                [--mutate=KIND]
  *
  * (default: the CUDA device 0, one training step).
  * Two runtimes hold the same program: one on the CPU, one on the device. Before each
@@ -17,6 +18,10 @@
  * (skipped); `emulated` runs everywhere. With --training-steps N the check repeats
  * over N training steps, each on its own batch, the state advancing by the CPU's. The program is linked with the runtime alone:
  * it can be copied to a GPU machine as it is.
+ *
+ * With --conv-search timed cuDNN's engines are chosen by timing them, as the benchmark
+ * chooses them: their trial runs write the outputs, which must be kept where a
+ * convolution adds to what its output holds.
  *
  * With --small-grids every index launch gets the fewest blocks its period allows (one
  * block, for most), so that each thread runs many indices: what a large batch does on
@@ -487,12 +492,15 @@ static void check_graphs(Check *k) {
 int main(int argc, char **argv) {
     const char *kind = "gpu", *mutation = NULL;
     long steps = 1;
+    bool timed = false;
     bool usage = false;
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--mutate=", 9) == 0)
             mutation = argv[i] + 9;
         else if (strcmp(argv[i], "--small-grids") == 0)
             mutation = "small-grids";
+        else if (strcmp(argv[i], "--conv-search") == 0 && i + 1 < argc)
+            usage |= !(timed = strcmp(argv[++i], "timed") == 0) && strcmp(argv[i], "heuristic") != 0;
         else if (strcmp(argv[i], "--training-steps") == 0 && i + 1 < argc)
             usage |= (steps = strtol(argv[++i], NULL, 10)) < 1;
         else if (strcmp(argv[i], "gpu") == 0 || strcmp(argv[i], "emulated") == 0)
@@ -502,6 +510,7 @@ int main(int argc, char **argv) {
     }
     if (usage) {
         fprintf(stderr, "usage: kernel_check [gpu|emulated] [--training-steps N] [--small-grids] "
+                        "[--conv-search heuristic|timed] "
                         "[--mutate=leading-dimension|synchronisation|copy|threads|period|shared|capture-sync|"
                         "capture-pageable|padding]\n");
         return 2;
@@ -518,6 +527,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     ddp_runtime *cpu = open_runtime(), *gpu = open_runtime();
+    gpu->options.timed_conv_search = timed;
     if (!ddp_gpu_attach(gpu, dev, why, sizeof why))
         fail("attaching the device", why);
     cpu->options.convolutions = ddp_gpu_path(gpu); /* the CPU takes the device's path: the reference */

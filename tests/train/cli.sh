@@ -69,6 +69,12 @@ expect 0 "\-\-profile  *time every kernel" "$dir/tiny" --help
 expect 0 "\-\-no-cuda-graphs  *on a GPU, queue every kernel" "$dir/tiny" --help
 expect 2 "unknown option \`--no-cuda-graphs=1\`" $tiny --no-cuda-graphs=1
 expect 2 "\-\-convolutions fast: generated or library" $tiny --convolutions fast
+expect 2 "\-\-conv-search fastest: heuristic or timed" $tiny --conv-search fastest
+expect 0 "\-\-conv-search S  *how cuDNN's engine for each convolution is chosen" "$dir/tiny" --help
+# timed on a device without cuDNN's engines (the emulated one): nothing to time, the
+# banner claims nothing
+expect 0 "convolution the emulated device's reference convolution$" "$dir/convolution" --device emulated \
+    --conv-search timed
 # A convolution the GPU's library has no engine for (the emulated one told to have
 # none): the library is given up at the start, the generated steps train; asked for
 # by name, the run stops saying why.

@@ -7,7 +7,8 @@
  * linear: forward(e_i) is its derivative along e_i), and the adjoint identity
  * <conv(x, w), dy> = <x, dgrad(dy, w)> = <w, wgrad(x, dy)>. Then which engine the
  * filtering keeps (determinism, tensor cores and TF32, tensor cores for bf16 and sums
- * in reduced precision, workspace, finalize failures, the fallback to every engine), the refusals with their messages (a missing library,
+ * in reduced precision, workspace, finalize failures, the fallback to every engine), the
+ * choice by timing (--conv-search timed), the refusals with their messages (a missing library,
  * an old one, no usable engine, a misaligned pointer, a run of another shape), and the
  * stand-in's own strictness, so that the wrapper passing it means something. */
 #define _GNU_SOURCE
@@ -220,9 +221,10 @@ static bool close_to(double got, double want, const Tensors *t) {
 
 static ddp_cudnn *dnn;
 static char *workspace;
+static const ddp_cudnn_timing *timing; /* how plans are chosen: NULL, the heuristics' first */
 
 static bool plan_and_run(const ddp_device_conv *c, ddp_cudnn_plan **plan, char *err, size_t len) {
-    if (!ddp_cudnn_plan_conv(dnn, c, plan, err, len))
+    if (!ddp_cudnn_plan_conv(dnn, c, timing, plan, err, len))
         return false;
     bool ok = ddp_cudnn_run(dnn, *plan, c, err, len);
     if (!ok) {
@@ -382,6 +384,57 @@ static void check_bf16_engine_choice(void) {
     unsetenv("FAKE_CUDNN_ENGINES");
 }
 
+/* --conv-search timed, with a stand-in for the GPU's timing: each engine takes
+ * engine_ms[its number]; the engines timed, in order, go to timed_engines. */
+static double engine_ms[6];
+static char timed_engines[256];
+static bool timing_fails;
+
+static bool stand_in_time(void *ctx, ddp_cudnn *h, const ddp_cudnn_plan *p, const ddp_device_conv *c,
+                          double *seconds, char *err, size_t len) {
+    (void)ctx;
+    if (timing_fails) {
+        snprintf(err, len, "timing a convolution's engine: CUDA_ERROR_LAUNCH_FAILED");
+        return false;
+    }
+    int engine = atoi(ddp_cudnn_plan_name(p) + strlen("engine "));
+    size_t used = strlen(timed_engines);
+    snprintf(timed_engines + used, sizeof timed_engines - used, "%s%d", used ? " " : "", engine);
+    *seconds = engine_ms[engine] / 1e3;
+    return ddp_cudnn_run(h, p, c, err, len); /* as a GPU's timing runs it */
+}
+
+static void expect_timed(const char *what, const Shape *sh, bool tf32, const char *want, const char *want_timed) {
+    timed_engines[0] = '\0';
+    expect_engine(what, sh, tf32, MIB, want, NULL);
+    if (strcmp(timed_engines, want_timed) != 0)
+        fprintf(stderr, "%s: timed \"%s\", want \"%s\"\n", what, timed_engines, want_timed);
+    CHECK(strcmp(timed_engines, want_timed) == 0);
+}
+
+/* The fastest of the engines that qualify, each timed once its plan is made (the
+ * heuristics' order among equals); those that do not qualify never run; a lone one is
+ * taken untimed; a failed timing fails the plan, saying why. */
+static void check_timed_choice(void) {
+    const Shape *f32 = &shapes[F32_SHAPE];
+    const ddp_cudnn_timing stand_in = {stand_in_time, NULL};
+    const char *const failed[] = {"timing a convolution's engine: CUDA_ERROR_LAUNCH_FAILED", NULL};
+    timing = &stand_in;
+    memcpy(engine_ms, (double[]){1, 1, 1, 0.9, 0.5, 1}, sizeof engine_ms);
+    expect_timed("timed: the faster of two", f32, false, "engine 4, the fastest of 2 timed (0.500 ms)", "3 4");
+    memcpy(engine_ms, (double[]){1, 0.2, 1, 0.7, 0.7, 1}, sizeof engine_ms);
+    expect_timed("timed, tf32: the fastest of three", f32, true, "engine 1, tensor cores, the fastest of 3", "1 3 4");
+    expect_timed("timed, two equal: the heuristics' order", f32, false, "engine 3, knobs 2=2 14=3, the fastest of 2",
+                 "3 4");
+    setenv("FAKE_CUDNN_ENGINES", "nondeterministic,small_workspace", 1);
+    expect_timed("timed, one engine that qualifies: taken untimed", f32, false, "engine 3, knobs 2=2 14=3", "");
+    unsetenv("FAKE_CUDNN_ENGINES");
+    timing_fails = true;
+    expect_engine("timed, the timing fails", f32, false, MIB, NULL, failed);
+    timing_fails = false;
+    timing = NULL;
+}
+
 /* The tf32 flag reaches the engine: its result is the reference's with TF32 factors,
  * not the f32 one. */
 static void check_tf32_reaches_the_engine(void) {
@@ -404,7 +457,7 @@ static void check_tf32_reaches_the_engine(void) {
 static void expect_run_refused(const char *what, ddp_device_conv *planned, ddp_device_conv *run, const char *text) {
     ddp_cudnn_plan *plan = NULL;
     char err[4096] = "";
-    CHECK(ddp_cudnn_plan_conv(dnn, planned, &plan, err, sizeof err));
+    CHECK(ddp_cudnn_plan_conv(dnn, planned, NULL, &plan, err, sizeof err));
     bool refused = plan && !ddp_cudnn_run(dnn, plan, run, err, sizeof err) && strstr(err, text);
     if (!refused)
         fprintf(stderr, "%s: want a refusal with \"%s\", got \"%s\"\n", what, text, err);
@@ -620,6 +673,7 @@ int main(int argc, char **argv) {
     }
     check_engine_choice();
     check_bf16_engine_choice();
+    check_timed_choice();
     check_tf32_reaches_the_engine();
     check_run_refusals();
     check_stand_in(argv[1]);
