@@ -188,18 +188,20 @@ static int64_t gcd(int64_t a, int64_t b) {
     return a;
 }
 
+/* Longest period a pointwise kernel asks of its grid: the grid is rounded up to a
+ * multiple of period / gcd(period, threads) blocks, which stays small below it. */
+enum { MAX_PERIOD = 1 << 16 };
+
+/* period grown to a multiple of e's channel counts; once past MAX_PERIOD it stays
+ * (and cannot overflow: it grows from at most MAX_PERIOD by one count at a time). */
 static void channel_period(const XExpr *e, int64_t *period) {
     if (!e)
         return;
-    if (e->kind == X_LOAD && e->bc == BC_CHANNEL && *period % e->channels != 0)
+    if (e->kind == X_LOAD && e->bc == BC_CHANNEL && *period <= MAX_PERIOD && *period % e->channels != 0)
         *period = *period / gcd(*period, e->channels) * e->channels;
     channel_period(e->a, period);
     channel_period(e->b, period);
 }
-
-/* Longest period a pointwise kernel asks of its grid: the grid is rounded up to a
- * multiple of period / gcd(period, threads) blocks, which stays small below it. */
-enum { MAX_PERIOD = 1 << 16 };
 
 /* The period of a pointwise op's channels: the least common multiple of their counts
  * (1 without any, or where it would pass MAX_PERIOD: then nothing is hoisted). */
