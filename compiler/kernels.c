@@ -466,12 +466,12 @@ static void block_sum_rows(Cg *cg, IrOp *op, Block *k, LLVMValueRef c, LLVMValue
     RowSums s = {.terms = {.c = c, .shift = shift, .sums = sums}};
     for (int o = 0; o < sums; o++)
         s.acc[o] = cg_var(cg, cg->f64, F(cg, 0), "acc");
-    if (!op->chunk_rows)
-        s.terms = row_terms_of(cg, op, c, shift, sums);
-    if (op->chunk_rows)
+    if (op->chunk_rows) {
         strided_rows(cg, op, k, I(cg, chunks_of(op)), chunk_visit, &s);
-    else
+    } else {
+        s.terms = row_terms_of(cg, op, c, shift, sums);
         strided_rows(cg, op, k, live_rows(cg, op), row_visit, &s);
+    }
     for (int o = 0; o < sums; o++)
         total[o] = block_sum(cg, k, load_var(cg, s.acc[o], cg->f64), o);
 }
