@@ -180,14 +180,6 @@ static Memo *channel_parts(Cg *cg, XExpr *const *exprs, int n, int64_t period, L
     return m;
 }
 
-static int64_t gcd(int64_t a, int64_t b) {
-    while (b) {
-        int64_t r = a % b;
-        a = b, b = r;
-    }
-    return a;
-}
-
 /* Longest period a pointwise kernel asks of its grid: the grid is rounded up to a
  * multiple of period / gcd(period, threads) blocks, which stays small below it. */
 enum { MAX_PERIOD = 1 << 16 };
@@ -198,7 +190,7 @@ static void channel_period(const XExpr *e, int64_t *period) {
     if (!e)
         return;
     if (e->kind == X_LOAD && e->bc == BC_CHANNEL && *period <= MAX_PERIOD && *period % e->channels != 0)
-        *period = *period / gcd(*period, e->channels) * e->channels;
+        *period = *period / ddp_gcd(*period, e->channels) * e->channels;
     channel_period(e->a, period);
     channel_period(e->b, period);
 }

@@ -132,6 +132,16 @@ DDP_CONTRACT(ddp_dim)
 enum ddp_launch { DDP_LAUNCH_INDEX, DDP_LAUNCH_BLOCK };
 enum { DDP_INDEX_GRID_THREADS = 1 << 19 };
 
+/* The greatest common divisor, for periods: the compiler's least common multiple of a
+ * kernel's channel counts, the runtime's blocks that make whole periods. */
+static inline int64_t ddp_gcd(int64_t a, int64_t b) {
+    while (b) {
+        int64_t r = a % b;
+        a = b, b = r;
+    }
+    return a;
+}
+
 #define DDP_FIELDS_ddp_kernel(X, T)                                                                          \
     X##_STR(T, name)        /* "ddp_k12_pointwise": its symbol, for the GPU, traces, errors */              \
     X##_I64(T, flags)       /* DDP_KERNEL_* */                                                               \

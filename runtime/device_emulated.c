@@ -244,7 +244,7 @@ static void switch_to_scheduler(void) {
 }
 
 void ddp_gpu_barrier(void) {
-    if (!cur.cooperative) { /* a launch of one thread per index has no block to meet */
+    if (!cur.cooperative) { /* an index launch has no block to meet */
         cur.barrier_misuse = true;
         return;
     }
@@ -464,7 +464,7 @@ static bool run_block(ddp_device *d, const Work *w, Emulator *e) {
             cur.fn(cur.args, cur.scalars, cur.begin, cur.end);
         }
         if (cur.barrier_misuse)
-            return ddp_device_fail(d, "kernel %s met a barrier, but it was launched one thread per index, without "
+            return ddp_device_fail(d, "kernel %s met a barrier, but it was launched as an index launch, without "
                                       "a block's cooperation", cur.kernel_name);
         return true;
     }

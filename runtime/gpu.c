@@ -378,18 +378,10 @@ static bool queue_conv(ddp_runtime *rt, const ddp_conv *cv) {
     return g->dev->ops->conv(g->dev, DDP_STREAM_COMPUTE, &c);
 }
 
-static int64_t gcd(int64_t a, int64_t b) {
-    while (b) {
-        int64_t r = a % b;
-        a = b, b = r;
-    }
-    return a;
-}
-
 int64_t ddp_index_grid(const ddp_kernel *k, int64_t indices) {
     int64_t threads = k->threads, period = k->period > 1 ? k->period : 1;
     int64_t blocks = (indices + threads - 1) / threads, most = DDP_INDEX_GRID_THREADS / threads;
-    int64_t whole = period / gcd(period, threads); /* the fewest blocks whose threads make whole periods */
+    int64_t whole = period / ddp_gcd(period, threads); /* the fewest blocks whose threads make whole periods */
     if (blocks > most)
         blocks = most;
     return (blocks + whole - 1) / whole * whole;
@@ -685,8 +677,9 @@ const char *ddp_gpu_convolutions(const ddp_runtime *rt) {
 }
 
 bool ddp_gpu_times_engines(const ddp_runtime *rt) {
-    return rt->gpu && !rt->gpu->no_library[0] && rt->gpu->path == DDP_PATH_LIBRARY && rt->gpu->dev->timed_conv_search &&
-           strcmp(rt->gpu->dev->ops->name, "cuda") == 0 && rt->gpu->dev->ops->conv;
+    /* the emulated device's reference convolution has no engines to time */
+    return rt->gpu && rt->gpu->path == DDP_PATH_LIBRARY && rt->gpu->dev->timed_conv_search &&
+           strcmp(rt->gpu->dev->ops->name, "cuda") == 0;
 }
 
 int ddp_gpu_path(const ddp_runtime *rt) {
