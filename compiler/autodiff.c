@@ -147,12 +147,15 @@ typedef struct Remat {
 } Remat;
 
 /* A load of a forward pointwise value, recomputed from its own expression while the
- * budget lasts (so backward need not keep it). */
+ * budget lasts (so backward need not keep it). A value kept anyway, which a
+ * convolution or a product reads, is loaded instead: one load, where recomputing it
+ * reads all of its inputs (a residual block's output would unfold into the blocks
+ * before it), and in bf16 the very value forward's next ops read. */
 static XExpr *remat_load(XExpr *load, void *arg) {
     Remat *r = arg;
     IrOp *p = load->t->producer;
     if (load->bc != BC_FULL || !p || p->kind != OP_POINTWISE || p->phase != PH_FORWARD || p->nout != 1 ||
-        load->t->base)
+        load->t->base || load->t->stored)
         return NULL;
     int size = expr_size(p->expr[0]);
     if (size > r->budget)
@@ -453,7 +456,8 @@ static void mark_needs_grad(Ir *ir) {
     }
 }
 
-/* Readers of each tensor in the forward pass, and each tensor's producer. */
+/* Readers of each tensor in the forward pass, which of them are stored whatever
+ * backward reads, and each tensor's producer. */
 static void count_forward_uses(Ir *ir) {
     OpList *ops = &ir->ops[PH_FORWARD];
     for (int i = 0; i < ops->len; i++) {
@@ -462,8 +466,11 @@ static void count_forward_uses(Ir *ir) {
         int n = 0;
         if (op->kind == OP_POINTWISE)
             collect_loads(op->expr[0], refs, &n, 16);
-        for (int k = 0; k < op->nin; k++)
+        for (int k = 0; k < op->nin; k++) {
             refs[n++] = (LoadRef){op->in[k], BC_FULL};
+            if (op->kind != OP_POINTWISE)
+                tensor_storage(op->in[k])->stored = true;
+        }
         for (int k = 0; k < n; k++)
             refs[k].t->consumers++;
         for (int k = 0; k < op->nout; k++)

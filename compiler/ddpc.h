@@ -647,6 +647,8 @@ struct Tensor {
     int consumers;           /* ops that read it (for fusion and gradient aliasing) */
     bool needs_grad;         /* autodiff: a parameter depends on it */
     bool written;            /* autodiff: a gradient already holds a contribution */
+    bool stored;             /* autodiff: a forward op other than a pointwise one reads it,
+                                so it is kept in memory whatever backward reads */
     IrOp *producer;          /* the forward op that writes it */
 };
 

@@ -20,8 +20,10 @@
 #include "ddpc.h"
 #include "../runtime/ddp_abi.h"
 
-static bool bf16_kind(TensorKind k) {
-    return k == T_INPUT || k == T_ACT || k == T_DACT;
+/* A batch's values: a per-channel gradient (of a batch-norm's mean or variance) is a
+ * sum over the batch's rows, and stays f32 with the other sums. */
+static bool bf16_kind(const Tensor *t) {
+    return t->batched && (t->kind == T_INPUT || t->kind == T_ACT || t->kind == T_DACT);
 }
 
 static void keep_f32(bool *keep, Tensor *t) {
@@ -119,7 +121,7 @@ void mixed_precision(Ddpc *c, Ir *ir) {
     bool *keep = f32_tensors(c, ir);
     for (int i = 0; i < ir->tensors.len; i++) {
         Tensor *t = ir->tensors.items[i];
-        if (!t->base && bf16_kind(t->kind) && t->dtype == DT_F32 && !keep[t->id])
+        if (!t->base && bf16_kind(t) && t->dtype == DT_F32 && !keep[t->id])
             t->dtype = DT_BF16;
     }
     product_tensors_bf16(ir);
