@@ -59,6 +59,10 @@ LLVMValueRef cg_gpu_thread(Cg *cg);
 void cg_gpu_barrier(Cg *cg);
 LLVMValueRef cg_gpu_shared(Cg *cg);
 
+/* Whether a GPU thread counts op's indices in 32 bits: all of them, at a full batch,
+ * below 2^30. Kernels that share code must agree on it. */
+bool cg_indices_fit_32(const Cg *cg, const IrOp *op);
+
 LLVMValueRef cg_kernel_begin(Cg *cg, const char *name);
 /* Emits body(i) for every index of [begin, end) of the kernel being generated. On a
  * GPU a thread takes every T-th index from its place in the grid (T the grid's
@@ -94,9 +98,10 @@ LLVMValueRef cg_from_f64(Cg *cg, LLVMValueRef v, LLVMTypeRef to);
 typedef struct Loop {
     LLVMBasicBlockRef cond, body, next, exit;
     LLVMValueRef var, hi, step;
+    LLVMTypeRef type;   /* the counter's: i64, or i32 (its index widened for the body) */
 } Loop;
 Loop cg_loop_begin(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, const char *name);
-/* The same, counting lo, lo + step, ... below hi. */
+/* The same, counting lo, lo + step, ... below hi, in their type (i64 or i32). */
 Loop cg_loop_begin_step(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef step, const char *name);
 LLVMValueRef cg_loop_index(Cg *cg, Loop *l);
 void cg_loop_end(Cg *cg, Loop *l);

@@ -1542,7 +1542,8 @@ bool cg_assign_kernels(Ddpc *c, Ir *ir, const char **error) {
     Cg cg;
     if (!cg_init(&cg, c, ir, TARGET_CPU_BASE, 0, error))
         return false;
-    Map seen = {0}; /* the code of a kernel, its buffers as arguments -> its index + 1 */
+    Map seen = {0}; /* the code of a kernel, its buffers as arguments, and the width of
+                       its GPU indices -> its index + 1 */
     for (int ph = 0; ph < PH_COUNT; ph++)
         for (int i = 0; i < ir->ops[ph].len; i++) {
             IrOp *op = ir->ops[ph].items[i];
@@ -1551,7 +1552,7 @@ bool cg_assign_kernels(Ddpc *c, Ir *ir, const char **error) {
                 continue;
             LLVMValueRef fn = generate_kernel(&cg, op, "ddp_candidate");
             char *text = LLVMPrintValueToString(fn);
-            const char *key = arena_strdup(c->arena, text);
+            const char *key = arena_printf(c->arena, "%s%s", text, cg_indices_fit_32(&cg, op) ? "" : "\n64-bit");
             LLVMDisposeMessage(text);
             LLVMDeleteFunction(fn);
             intptr_t known = (intptr_t)map_get(&seen, key);

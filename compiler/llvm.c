@@ -280,11 +280,15 @@ LLVMValueRef cg_load(Cg *cg, Tensor *t, LLVMValueRef index) {
     return t->dtype == DT_BF16 ? cg_bf16_to_f32(cg, v) : v;
 }
 
+static LLVMValueRef cg_gpu_bf16(Cg *cg, LLVMValueRef v);
+
 void cg_store(Cg *cg, Tensor *t, LLVMValueRef index, LLVMValueRef v) {
     LLVMTypeRef et = cg_elem_type(cg, t->dtype);
-    if (t->dtype == DT_BF16)
-        v = cg_bf16_from_f32(cg, LLVMTypeOf(v) == cg->f64 ? f32_round_to_odd(cg, v) : v);
-    else if (LLVMTypeOf(v) != et)
+    if (t->dtype == DT_BF16) {
+        if (LLVMTypeOf(v) == cg->f64)
+            v = f32_round_to_odd(cg, v);
+        v = cg->target == TARGET_GPU ? cg_gpu_bf16(cg, v) : cg_bf16_from_f32(cg, v);
+    } else if (LLVMTypeOf(v) != et)
         v = et == cg->f32 || et == cg->f64 ? (LLVMTypeOf(v) == cg->f64 && et == cg->f32
                                                   ? LLVMBuildFPTrunc(cg->b, v, et, "")
                                                   : LLVMBuildFPExt(cg->b, v, et, ""))
@@ -318,7 +322,8 @@ Loop cg_loop_begin(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, const char *name) {
 Loop cg_loop_begin_step(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef step, const char *name) {
     Loop l;
     l.step = step;
-    l.var = cg_var(cg, cg->i64, NULL, name);
+    l.type = LLVMTypeOf(lo);
+    l.var = cg_var(cg, l.type, NULL, name);
     LLVMBuildStore(cg->b, lo, l.var);
     l.hi = hi;
     l.cond = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "cond");
@@ -327,20 +332,21 @@ Loop cg_loop_begin_step(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef s
     l.exit = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "exit");
     LLVMBuildBr(cg->b, l.cond);
     LLVMPositionBuilderAtEnd(cg->b, l.cond);
-    LLVMValueRef i = LLVMBuildLoad2(cg->b, cg->i64, l.var, "");
+    LLVMValueRef i = LLVMBuildLoad2(cg->b, l.type, l.var, "");
     LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, i, hi, ""), l.body, l.exit);
     LLVMPositionBuilderAtEnd(cg->b, l.body);
     return l;
 }
 
 LLVMValueRef cg_loop_index(Cg *cg, Loop *l) {
-    return LLVMBuildLoad2(cg->b, cg->i64, l->var, "");
+    LLVMValueRef i = LLVMBuildLoad2(cg->b, l->type, l->var, "");
+    return l->type == cg->i64 ? i : LLVMBuildZExt(cg->b, i, cg->i64, "");
 }
 
 void cg_loop_end(Cg *cg, Loop *l) {
     LLVMBuildBr(cg->b, l->next);
     LLVMPositionBuilderAtEnd(cg->b, l->next);
-    LLVMValueRef i = LLVMBuildLoad2(cg->b, cg->i64, l->var, "");
+    LLVMValueRef i = LLVMBuildLoad2(cg->b, l->type, l->var, "");
     LLVMBuildStore(cg->b, LLVMBuildAdd(cg->b, i, l->step, ""), l->var);
     LLVMBuildBr(cg->b, l->cond);
     LLVMPositionBuilderAtEnd(cg->b, l->exit);
@@ -364,22 +370,35 @@ void cg_if_end(Cg *cg, If *f) {
 
 /* The GPU's builtins, as the neutral module declares them. */
 static const char *const gpu_builtins[] = {"ddp_gpu_block", "ddp_gpu_blocks", "ddp_gpu_threads",
-                                           "ddp_gpu_thread", "ddp_gpu_barrier", "ddp_gpu_shared"};
-enum { GPU_BLOCK, GPU_BLOCKS, GPU_THREADS, GPU_THREAD, GPU_BARRIER, GPU_SHARED, GPU_BUILTINS };
+                                           "ddp_gpu_thread", "ddp_gpu_barrier", "ddp_gpu_shared",
+                                           "ddp_gpu_bf16"};
+enum { GPU_BLOCK, GPU_BLOCKS, GPU_THREADS, GPU_THREAD, GPU_BARRIER, GPU_SHARED, GPU_BF16, GPU_BUILTINS };
 
 static LLVMTypeRef builtin_type(LLVMContextRef ctx, int which) {
+    if (which == GPU_BF16) { /* i16 (float): an f32 rounded to bf16's bits */
+        LLVMTypeRef f32 = LLVMFloatTypeInContext(ctx);
+        return LLVMFunctionType(LLVMInt16TypeInContext(ctx), &f32, 1, 0);
+    }
     LLVMTypeRef ret = which == GPU_BARRIER  ? LLVMVoidTypeInContext(ctx)
                       : which == GPU_SHARED ? LLVMPointerType(LLVMInt8TypeInContext(ctx), 0)
                                             : LLVMInt32TypeInContext(ctx);
     return LLVMFunctionType(ret, NULL, 0, 0);
 }
 
-static LLVMValueRef call_builtin(Cg *cg, int which) {
+static LLVMValueRef call_builtin_with(Cg *cg, int which, LLVMValueRef *args, unsigned nargs) {
     LLVMTypeRef type = builtin_type(cg->ctx, which);
     LLVMValueRef f = LLVMGetNamedFunction(cg->mod, gpu_builtins[which]);
-    if (!f)
+    if (!f) {
         f = LLVMAddFunction(cg->mod, gpu_builtins[which], type);
-    return LLVMBuildCall2(cg->b, type, f, NULL, 0, "");
+        if (which == GPU_BF16) /* a value of its argument alone: LLVM may move it, or share it */
+            LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                                    LLVMCreateEnumAttribute(cg->ctx, LLVMGetEnumAttributeKindForName("readnone", 8), 0));
+    }
+    return LLVMBuildCall2(cg->b, type, f, args, nargs, "");
+}
+
+static LLVMValueRef call_builtin(Cg *cg, int which) {
+    return call_builtin_with(cg, which, NULL, 0);
 }
 
 LLVMValueRef cg_gpu_block(Cg *cg) {
@@ -407,6 +426,13 @@ LLVMValueRef cg_gpu_shared(Cg *cg) {
     return call_builtin(cg, GPU_SHARED);
 }
 
+/* f32 to bf16 on the GPU: one cvt.rn.bf16.f32 (an sm_80 instruction), where the bit
+ * arithmetic of cg_bf16_from_f32 takes seven; the emulated device's is
+ * ddp_bf16_from_float, the same rounding. */
+static LLVMValueRef cg_gpu_bf16(Cg *cg, LLVMValueRef v) {
+    return call_builtin_with(cg, GPU_BF16, &v, 1);
+}
+
 /* In the PTX copy: each builtin defined, inline, with what the GPU has. */
 static void define_builtins_for_ptx(LLVMModuleRef m, LLVMContextRef ctx) {
     static const char *const registers[] = {[GPU_BLOCK] = "llvm.nvvm.read.ptx.sreg.ctaid.x",
@@ -422,7 +448,13 @@ static void define_builtins_for_ptx(LLVMModuleRef m, LLVMContextRef ctx) {
             continue;
         LLVMTypeRef type = builtin_type(ctx, w);
         LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(ctx, f, "entry"));
-        if (w == GPU_SHARED) {
+        if (w == GPU_BF16) {
+            static const char cvt[] = "cvt.rn.bf16.f32 $0, $1;", constraints[] = "=h,f";
+            LLVMValueRef convert = LLVMGetInlineAsm(type, (char *)cvt, sizeof cvt - 1, (char *)constraints,
+                                                    sizeof constraints - 1, 0, 0, LLVMInlineAsmDialectATT, 0);
+            LLVMValueRef x = LLVMGetParam(f, 0);
+            LLVMBuildRet(b, LLVMBuildCall2(b, type, convert, &x, 1, ""));
+        } else if (w == GPU_SHARED) {
             /* the launch's dynamic shared memory, as a generic pointer */
             LLVMTypeRef bytes = LLVMArrayType(i8, 0);
             LLVMValueRef shared = LLVMAddGlobalInAddressSpace(m, bytes, "ddp_gpu_shared_memory", 3);
@@ -558,6 +590,16 @@ void cg_kernel_blocks(Cg *cg, IrOp *op, IndexBody body) {
     cg_if_end(cg, &f);
 }
 
+/* Indices below this are counted in 32 bits by a GPU thread, with room for its
+ * stride (a grid's threads stay far below 2^30): an element's address is then one
+ * wide multiply-add from its tensor's base, where 64-bit indices take a pair of
+ * additions for the index and another for each address. */
+enum { INDEX32_LIMIT = 1 << 30 };
+
+bool cg_indices_fit_32(const Cg *cg, const IrOp *op) {
+    return op->range.fixed + op->range.per_sample * cg->ir->batch <= INDEX32_LIMIT;
+}
+
 void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body) {
     if (cg->target != TARGET_GPU) {
         Loop l = cg_loop_begin(cg, cg->begin, cg->end, "i");
@@ -570,7 +612,13 @@ void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body) {
     LLVMValueRef first = add(cg, cg->begin, add(cg, mul(cg, cg_gpu_block(cg), width), cg_gpu_thread(cg)));
     if (prologue)
         prologue(cg, op, first);
-    Loop l = cg_loop_begin_step(cg, first, cg->end, mul(cg, cg_gpu_blocks(cg), width), "i");
+    LLVMValueRef end = cg->end, stride = mul(cg, cg_gpu_blocks(cg), width);
+    if (cg_indices_fit_32(cg, op)) {
+        first = LLVMBuildTrunc(cg->b, first, cg->i32, "");
+        end = LLVMBuildTrunc(cg->b, end, cg->i32, "");
+        stride = LLVMBuildTrunc(cg->b, stride, cg->i32, "");
+    }
+    Loop l = cg_loop_begin_step(cg, first, end, stride, "i");
     body(cg, op, cg_loop_index(cg, &l));
     cg_loop_end(cg, &l);
 }

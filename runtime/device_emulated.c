@@ -4,13 +4,13 @@
  *
  * - The kernels it runs are the GPU module's own (the module the PTX is made from,
  *   compiled for this machine: program->gpu_emulated), checked by the module's hash.
- *   They ask for their block, thread, barrier and shared memory through ddp_gpu_*,
- *   defined here. A block's threads run one after another; in a launch of whole
- *   blocks (DDP_LAUNCH_BLOCK) each thread is a coroutine that runs until it meets a
- *   barrier or ends, and all meet there before any goes on, so a barrier left out
- *   shows as wrong sums: shared memory starts each block filled with NaN. A barrier
- *   some threads skip, more than 1024 threads or 48 KB of shared memory, a launch of
- *   no blocks: each is refused as the GPU would refuse it.
+ *   They ask for their block, thread, barrier and shared memory, and round to bf16,
+ *   through ddp_gpu_*, defined here. A block's threads run one after another; in a
+ *   launch of whole blocks (DDP_LAUNCH_BLOCK) each thread is a coroutine that runs
+ *   until it meets a barrier or ends, and all meet there before any goes on, so a
+ *   barrier left out shows as wrong sums: shared memory starts each block filled
+ *   with NaN. A barrier some threads skip, more than 1024 threads or 48 KB of shared
+ *   memory, a launch of no blocks: each is refused as the GPU would refuse it.
  * - Device memory is a reserved range of addresses that is unreadable and unwritable
  *   except while queued work runs; host code that touches it (a copy left out) is
  *   stopped with a message saying so.
@@ -231,6 +231,11 @@ uint32_t ddp_gpu_thread(void) {
 
 void *ddp_gpu_shared(void) {
     return cur.shared;
+}
+
+/* A GPU's cvt.rn.bf16.f32: to nearest, ties to even (a NaN stays NaN). */
+uint16_t ddp_gpu_bf16(float x) {
+    return ddp_bf16_from_float(x);
 }
 
 static void switch_to_scheduler(void) {

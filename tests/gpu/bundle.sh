@@ -1,12 +1,13 @@
 #!/bin/sh
 # bundle.sh BUILD_DIR OUT: what tests/gpu/check.sh needs on a GPU machine, which has
-# no compiler and no Fashion-MNIST: OUT/bin.tar.xz (the kernel checks of BUILD_DIR,
-# fashion.ddp built with its data read below --data-root, with NCCL as fashion_nccl,
-# with precision = bf16 as fashion_bf16; for the comparisons of a few steps, with SGD
-# as fashion_sgd, and so with NCCL as fashion_sgd_nccl and fashion_sgd_nccl_bN
-# (batch_per_replica N), with the ring as fashion_sgd_ring_b32; ddprun, and the
-# programs of bench/gpu_throughput.sh (tf32 and bf16), stripped: they need only libc,
-# libm and the driver they load themselves), OUT/data/fashion-mnist and OUT/bench
+# no compiler and no Fashion-MNIST: OUT/bin.tar.xz (the kernel checks of BUILD_DIR
+# and unit_rounding, its check of the kernels' rounding to bf16; fashion.ddp built
+# with its data read below --data-root, with NCCL as fashion_nccl, with precision =
+# bf16 as fashion_bf16; for the comparisons of a few steps, with SGD as fashion_sgd,
+# and so with NCCL as fashion_sgd_nccl and fashion_sgd_nccl_bN (batch_per_replica N),
+# with the ring as fashion_sgd_ring_b32; ddprun, and the programs of
+# bench/gpu_throughput.sh (tf32 and bf16), stripped: they need only libc, libm and the
+# driver they load themselves), OUT/data/fashion-mnist and OUT/bench
 # (gpu_throughput.sh and .py). About 50 MB, to carry with the device tool.
 set -eu
 build=$(cd "$1" && pwd) out=$2
@@ -32,7 +33,7 @@ done
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_ring_b32" "$sgd" -Dcommunication=ring \
     -Dbatch_per_replica=32
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_bf16" -Dprecision=bf16
-cp "$build/ddprun" "$stage/bin/"
+cp "$build/ddprun" "$build/tests/unit_rounding" "$stage/bin/"
 sh "$source/bench/gpu_throughput.sh" --build "$build" "$stage/bin"
 strip "$stage"/bin/*
 tar -C "$stage/bin" -cf - . | xz -9 -T2 > "$out/bin.tar.xz"

@@ -12,7 +12,9 @@
 #                  on the CPU); ResNet-50 (batch 2) over 8 training steps; each
 #                  phase captured as a CUDA graph and replayed, bit for bit; a
 #                  residual network again with cuDNN's engines chosen by timing
-#                  (--conv-search timed, as the bench stage runs)
+#                  (--conv-search timed, as the bench stage runs); the generated
+#                  kernels' rounding to bf16 (the GPU's cvt.rn.bf16.f32) against
+#                  the reference, every tie (unit_rounding)
 #   steps.txt      fashion.ddp with SGD (fashion_sgd), 5 steps on the GPU and on the
 #                  CPU from the same seed: the parameters within 2e-4 of their norm
 #                  (f32; why SGD and 2e-4 below)
@@ -106,6 +108,9 @@ done
 # the convolutions' engines chosen by timing, as the bench stage chooses them
 timeout 60 "$bin/gpu_check_sample_resnet" $device --conv-search timed >> "$results/kernels.txt" 2>&1 ||
     { failed=$((failed + 1)); echo "FAIL: gpu_check_sample_resnet --conv-search timed" >> "$results/kernels.txt"; }
+# the generated kernels' rounding to bf16, the device's own conversion
+timeout 30 "$bin/unit_rounding" $device >> "$results/kernels.txt" 2>&1 ||
+    { failed=$((failed + 1)); echo "FAIL: unit_rounding" >> "$results/kernels.txt"; }
 stage kernels "$([ $failed -eq 0 ] && echo ok || echo FAIL)" \
     "$(grep -c '^kernel_check .* ok;' "$results/kernels.txt") models agree, $failed fail"
 

@@ -52,6 +52,7 @@
 #include "conv.h"
 #include "device.h"
 #include "runtime.h"
+#include "test_device.h"
 
 static const ddp_program *const program = &ddp_program_desc;
 static const ddp_device_backend *real;   /* the device's own operations, under a mutation */
@@ -364,20 +365,6 @@ static bool mutate(ddp_device *dev, const char *kind) {
     return true;
 }
 
-/* The device asked for, or NULL (and the reason) where there is none. */
-static ddp_device *open_device(const char *kind, char *why, size_t len) {
-    ddp_device *d = NULL;
-    if (strcmp(kind, "emulated") == 0)
-        return ddp_device_open_emulated(program, &d, why, len) ? d : NULL;
-    int count = ddp_cuda_device_count(why, len);
-    if (count <= 0) {
-        if (count == 0)
-            snprintf(why, len, "the CUDA driver sees no GPU");
-        return NULL;
-    }
-    return ddp_device_open_cuda(program, 0, &d, why, len) ? d : NULL;
-}
-
 /* One training step (every phase, evaluation included), each step of its schedule
  * judged on the device against the CPU. */
 static void check_training_step(Check *k, int64_t training_step, int64_t steps) {
@@ -516,7 +503,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     char why[1024];
-    ddp_device *dev = open_device(kind, why, sizeof why);
+    ddp_device *dev = open_test_device(program, kind, why, sizeof why);
     if (!dev) {
         bool driver = strcmp(kind, "gpu") == 0;
         printf("kernel_check %s: %s: %s\n", program->name, driver ? "SKIPPED, no usable GPU" : "FAIL", why);

@@ -18,7 +18,11 @@
  *   - the generated kernels (compiler/llvm.c), through the linked bf16 model's cast
  *     of its weights to bf16 (a pointwise kernel from an f32 parameter to a bf16
  *     copy), called directly on every f32 there is, both CPU variants, against
- *     ddp_bf16_from_float.
+ *     ddp_bf16_from_float;
+ *   - with an argument, `gpu` or `emulated`, that cast alone on the device, whose
+ *     kernels round with the GPU's cvt.rn.bf16.f32 (the emulated device with
+ *     ddp_bf16_from_float): every tie and 1 in 997 f32 (tests/gpu/check.sh runs it
+ *     on a GPU; `gpu` without one exits 77).
  * NaN must stay NaN, infinities stay, zeros keep their sign. */
 #include <math.h>
 #include <stdint.h>
@@ -29,6 +33,7 @@
 #include "bf16.h"
 #include "device.h"
 #include "runtime.h"
+#include "test_device.h"
 
 static int failures;
 
@@ -112,6 +117,17 @@ static void tf32_cases(void) {
     tf32("tf32: a subnormal below the tie goes to zero", 0x00000fffu, 0x00000000u);
 }
 
+/* The f32 a sweep takes, the j-th of SAMPLED: every high half (each sign, exponent
+ * and kept mantissa: subnormals, infinities and NaNs too) with its low half at and
+ * around a tie and at the ends, then 1 in SWEEP of the rest. */
+static const uint32_t tie_lows[] = {0x0000, 0x0001, 0x7ffe, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff};
+enum { TIE_CASES = 0x10000 * 8, SWEEP = 997 };
+#define SAMPLED (TIE_CASES + ((1ull << 32) + SWEEP - 1) / SWEEP)
+
+static uint32_t sampled(uint64_t j) {
+    return j < TIE_CASES ? (uint32_t)(j / 8) << 16 | tie_lows[j % 8] : (uint32_t)((j - TIE_CASES) * SWEEP);
+}
+
 static void host_float(void) {
     named("1 stays", 0x3f800000u, 0x3f80);
     named("1 + 2^-8, a tie, goes to even (down)", 0x3f808000u, 0x3f80);
@@ -132,12 +148,8 @@ static void host_float(void) {
     named("the smallest subnormal goes to zero", 0x00000001u, 0x0000);
     named("a subnormal tie goes to even", 0x00018000u, 0x0002);
     /* every high half with the low halves at and around a tie, and at the ends */
-    static const uint32_t lows[] = {0x0000, 0x0001, 0x7ffe, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff};
-    for (uint32_t high = 0; high < 0x10000; high++)
-        for (size_t l = 0; l < sizeof lows / sizeof *lows; l++)
-            expect_float("tie sweep", high << 16 | lows[l]);
-    for (uint64_t b = 0; b < 1ull << 32; b += 997) /* and a sweep over the rest */
-        expect_float("sweep", (uint32_t)b);
+    for (uint64_t j = 0; j < SAMPLED; j++)
+        expect_float(j < TIE_CASES ? "tie sweep" : "sweep", sampled(j));
     printf("%s ddp_bf16_from_float against the reference (every tie, and 1 in 997 floats)\n",
            failures ? "FAIL" : "ok  ");
 }
@@ -226,7 +238,79 @@ static void generated(const ddp_program *p) {
     free(out);
 }
 
-int main(void) {
+static bool device_failed(const char *what, const char *why) {
+    printf("FAIL the device's cast: %s: %s\n", what, why);
+    failures++;
+    return false;
+}
+
+/* The same cast on a device, launched as the runtime launches it but over buffers of
+ * its own, CHUNK values at a time: the GPU's own conversion (cvt.rn.bf16.f32), or the
+ * emulated device's, against ddp_bf16_from_float on the sweep's values. A NaN must
+ * stay NaN (its bits are the device's). */
+static bool device_cast(const ddp_program *p, ddp_device *dev) {
+    int from_arg;
+    const ddp_step *s = cast_step(p, &from_arg);
+    if (!s)
+        return device_failed("finding it", "the bf16 model has no kernel casting a weight to bf16");
+    const ddp_kernel *k = &p->kernels[s->index];
+    enum { CHUNK = 1 << 20 };
+    uint32_t *in = malloc(CHUNK * sizeof *in);
+    uint16_t *out = malloc(CHUNK * sizeof *out);
+    ddp_scalar scalars[DDP_S_COUNT];
+    memset(scalars, 0, sizeof scalars);
+    ddp_dptr in_d, out_d, args_d, scalars_d, args[2];
+    if (!in || !out || !dev->ops->alloc(dev, CHUNK * sizeof *in, &in_d) ||
+        !dev->ops->alloc(dev, CHUNK * sizeof *out, &out_d) || !dev->ops->alloc(dev, sizeof args, &args_d) ||
+        !dev->ops->alloc(dev, sizeof scalars, &scalars_d))
+        return device_failed("allocating", dev->error);
+    args[from_arg] = in_d;
+    args[1 - from_arg] = out_d;
+    if (!dev->ops->upload(dev, DDP_STREAM_COMPUTE, args_d, args, sizeof args) ||
+        !dev->ops->upload(dev, DDP_STREAM_COMPUTE, scalars_d, scalars, sizeof scalars))
+        return device_failed("copying its arguments", dev->error);
+    int before = failures;
+    for (uint64_t first = 0; first < SAMPLED; first += CHUNK) {
+        int64_t n = SAMPLED - first < CHUNK ? (int64_t)(SAMPLED - first) : CHUNK;
+        for (int64_t i = 0; i < n; i++)
+            in[i] = sampled(first + (uint64_t)i);
+        if (!dev->ops->upload(dev, DDP_STREAM_COMPUTE, in_d, in, (size_t)n * sizeof *in) ||
+            !dev->ops->launch(dev, DDP_STREAM_COMPUTE, s->index, (uint32_t)ddp_index_grid(k, n), (uint32_t)k->threads,
+                              (uint32_t)k->shared_bytes, args_d, scalars_d, 0, n) ||
+            !dev->ops->download(dev, DDP_STREAM_COMPUTE, out, out_d, (size_t)n * sizeof *out) ||
+            !dev->ops->synchronize(dev))
+            return device_failed("running it", dev->error);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t want = ddp_bf16_from_float(from_bits(in[i]));
+            bool ok = out[i] == want || (isnan(ddp_bf16_to_float(want)) && isnan(ddp_bf16_to_float(out[i])));
+            if (!ok && failures++ < 20)
+                printf("FAIL the %s device's cast %08x -> %04x, want %04x\n", dev->ops->name, in[i], out[i], want);
+        }
+    }
+    printf("%s the %s device's cast (%s) rounds every tie and 1 in 997 f32 as ddp_bf16_from_float does\n",
+           failures == before ? "ok  " : "FAIL", dev->ops->name, k->name);
+    free(in);
+    free(out);
+    return failures == before;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "gpu") != 0 && strcmp(argv[1], "emulated") != 0)) {
+        fprintf(stderr, "usage: unit_rounding [gpu|emulated]\n");
+        return 2;
+    }
+    if (argc == 2) { /* the generated cast on that device alone */
+        char why[1024];
+        ddp_device *dev = open_test_device(&ddp_program_desc, argv[1], why, sizeof why);
+        if (!dev) {
+            bool gpu = strcmp(argv[1], "gpu") == 0;
+            printf("unit_rounding: %s: %s\n", gpu ? "SKIPPED, no usable GPU" : "FAIL", why);
+            return gpu ? 77 : 1;
+        }
+        device_cast(&ddp_program_desc, dev);
+        ddp_device_close(dev);
+        return failures ? 1 : 0;
+    }
     tf32_cases();
     host_float();
     host_double();
