@@ -60,7 +60,8 @@ void cg_gpu_barrier(Cg *cg);
 LLVMValueRef cg_gpu_shared(Cg *cg);
 
 /* Whether a GPU thread counts op's indices in 32 bits: all of them, at a full batch,
- * below 2^30. Kernels that share code must agree on it. */
+ * below 2^30 (and op not a sum's first stage). Kernels that share code must agree on
+ * it. */
 bool cg_indices_fit_32(const Cg *cg, const IrOp *op);
 
 LLVMValueRef cg_kernel_begin(Cg *cg, const char *name);

@@ -596,8 +596,11 @@ void cg_kernel_blocks(Cg *cg, IrOp *op, IndexBody body) {
  * additions for the index and another for each address. */
 enum { INDEX32_LIMIT = 1 << 30 };
 
+/* Not a sum's first stage: its time goes to a loop over rows inside each index, whose
+ * 64-bit addresses would only be widened again from a narrowed index (a few
+ * instructions more in that loop). */
 bool cg_indices_fit_32(const Cg *cg, const IrOp *op) {
-    return op->range.fixed + op->range.per_sample * cg->ir->batch <= INDEX32_LIMIT;
+    return op->kind != OP_ROW_PARTIALS && op->range.fixed + op->range.per_sample * cg->ir->batch <= INDEX32_LIMIT;
 }
 
 void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body) {
