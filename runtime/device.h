@@ -56,6 +56,12 @@ typedef struct ddp_device_gemm {
     bool c_bf16;                /* ... and C is bf16 too (else f32) */
 } ddp_device_gemm;
 
+/* C = alpha op(A) op(B) + beta C with g's arguments on host memory (its ddp_dptr fields
+ * host addresses): the products and sums in double, in a fixed order, rounded once
+ * into C; with tf32 an f32 factor is first rounded as the tensor cores read it. False
+ * when it has no memory for its copies of the factors (gemm_reference.c). */
+bool ddp_gemm_reference(const ddp_device_gemm *g, bool tf32);
+
 /* A convolution as cuDNN runs it, channels last: x is N x H x W x C, y is N x OH x OW x
  * K, the filters w are K x R x S x C (cuDNN's NHWC filter format, "KRSC"; the program's
  * saved layout is HWIO, turned by a kernel of the schedule before and after). Cross-

@@ -206,13 +206,35 @@ static void gemm_blocks(void *ctx, int64_t first, int64_t last) {
                     (float *)b, ldb, (float)g->beta, (float *)out, (blasint)c->n);
 }
 
+ddp_device_gemm ddp_gemm_at(const ddp_runtime *rt, const ddp_gemm *g, ddp_dptr a, ddp_dptr b, ddp_dptr c) {
+    const ddp_program *p = rt->program;
+    int64_t m = live(rt, g->m), n = live(rt, g->n), k = live(rt, g->k);
+    return (ddp_device_gemm){.transa = g->transpose_b, .transb = g->transpose_a, .m = (int)n, .n = (int)m,
+                             .k = (int)k, .alpha = 1, .beta = g->beta, .a = b, .b = a, .c = c,
+                             .lda = (int)(g->transpose_b ? k : n), .ldb = (int)(g->transpose_a ? m : k), .ldc = (int)n,
+                             .f64 = p->dtype == DDP_F64, .bf16 = p->buffers[g->a].dtype == DDP_BF16,
+                             .c_bf16 = p->buffers[g->c].dtype == DDP_BF16};
+}
+
+static ddp_dptr host_address(void *p) {
+    return (ddp_dptr)(uintptr_t)p;
+}
+
 static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
     GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), false};
+    size_t c_bytes = (size_t)(c.m * c.n * ddp_dtype_size(rt->program->buffers[g->c].dtype));
     if (c.m == 0 || c.n == 0)
         return;
     if (c.k == 0) { /* an empty batch: the product is zero */
         if (g->beta == 0)
-            memset(rt->buffers[g->c], 0, (size_t)(c.m * c.n * rt->elem_size));
+            memset(rt->buffers[g->c], 0, c_bytes);
+        return;
+    }
+    if (rt->program->buffers[g->a].dtype == DDP_BF16) { /* BLAS has no bf16: the reference, in double */
+        ddp_device_gemm r = ddp_gemm_at(rt, g, host_address(rt->buffers[g->a]), host_address(rt->buffers[g->b]),
+                                        host_address(rt->buffers[g->c]));
+        if (!ddp_gemm_reference(&r, false)) /* no memory for it: NaN, which the non-finite check refuses */
+            memset(rt->buffers[g->c], 0xff, c_bytes);
         return;
     }
     c.by_rows = c.m >= c.n;

@@ -341,20 +341,12 @@ static int64_t live(const ddp_runtime *rt, ddp_dim d) {
     return d.fixed + d.per_sample * rt->scalars[DDP_S_LOCAL_BATCH].i;
 }
 
-/* A row-major product as cuBLAS's column-major one: C^T = op(B)^T op(A)^T, so the
- * operands swap places and so do their transpositions and m and n. */
 static bool queue_gemm(ddp_runtime *rt, const ddp_gemm *gm) {
     ddp_gpu *g = rt->gpu;
     int64_t m = live(rt, gm->m), n = live(rt, gm->n), k = live(rt, gm->k);
     if (m == 0 || n == 0)
         return true;
-    ddp_device_gemm c = {.transa = gm->transpose_b, .transb = gm->transpose_a, .m = (int)n, .n = (int)m,
-                         .k = (int)k, .alpha = 1, .beta = gm->beta, .a = g->buffer[gm->b], .b = g->buffer[gm->a],
-                         .c = g->buffer[gm->c], .lda = (int)(gm->transpose_b ? k : n),
-                         .ldb = (int)(gm->transpose_a ? m : k), .ldc = (int)n,
-                         .f64 = rt->program->dtype == DDP_F64,
-                         .bf16 = rt->program->buffers[gm->a].dtype == DDP_BF16,
-                         .c_bf16 = rt->program->buffers[gm->c].dtype == DDP_BF16};
+    ddp_device_gemm c = ddp_gemm_at(rt, gm, g->buffer[gm->a], g->buffer[gm->b], g->buffer[gm->c]);
     if (k == 0) { /* an empty batch: the product is zero */
         if (gm->beta != 0)
             return true;

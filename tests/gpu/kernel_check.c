@@ -10,7 +10,9 @@
  * step the CPU's whole state (every region, the scalars) is copied to the device, so a
  * step is judged alone, free of the amplification a deep network gives rounding over a
  * whole pass; after it, every buffer alive at that point must agree: f32 to
- * 1e-4 relative (or 1e-6 absolute), f64 to 1e-10 relative (or 1e-12 absolute). The
+ * 1e-4 relative (or 1e-6 absolute), f64 to 1e-10 relative (or 1e-12 absolute), bf16
+ * (precision = bf16) to one step of its own, 2^-7 relative (the CPU forms a bf16
+ * program's products with the reference of gemm_reference.c, its BLAS having none). The
  * code is the same, but sums run in another order (blocks, cuBLAS) and the GPU's
  * compiler fuses multiplies and adds. A library's convolution is held to the CPU's
  * reference (formed in double) within that, or within what its own sums may round
@@ -49,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "conv.h"
 #include "device.h"
 #include "runtime.h"
@@ -71,29 +74,38 @@ static bool alive(const ddp_buffer *b, int64_t sequence, int64_t position) {
     return b->sequence == sequence && b->first_step <= position && position <= b->last_step;
 }
 
-static double element(const void *p, bool f64, int64_t e) {
-    return f64 ? ((const double *)p)[e] : ((const float *)p)[e];
+static int element_size(int dtype) {
+    return dtype == DDP_F64 ? 8 : dtype == DDP_BF16 ? 2 : 4;
+}
+
+static double element(const void *p, int dtype, int64_t e) {
+    return dtype == DDP_F64    ? ((const double *)p)[e]
+           : dtype == DDP_BF16 ? ddp_bf16_to_float(((const uint16_t *)p)[e])
+                               : ((const float *)p)[e];
 }
 
 /* How far the device's copy of buffer b is from the CPU's, in units of the tolerance
  * (above 1 fails). An element is measured against the larger of its own size and the
  * buffer's root mean square: a sum that cancels to near zero is as exact as its terms.
- * The tolerance is the program's precision's: an f32 program's f64 sums add f32 terms. */
+ * The tolerance is the program's precision's: an f32 program's f64 sums add f32 terms.
+ * A bf16 value is one rounding of an f32 result, which the two may round to
+ * neighbouring values: one step of bf16 apart, 2^-7 of the value at most. */
 static double difference(const ddp_buffer *b, const void *cpu, const void *device, const double *allowed) {
     if (b->dtype == DDP_I32 || b->dtype == DDP_I64)
         return memcmp(cpu, device, (size_t)b->bytes) ? INFINITY : 0;
     if (memcmp(cpu, device, (size_t)b->bytes) == 0)
         return 0;
-    bool f64 = b->dtype == DDP_F64, wide = program->dtype == DDP_F64;
-    double rel = wide ? 1e-10 : 1e-4, abs_tol = wide ? 1e-12 : 1e-6, squares = 0, worst = 0;
-    int64_t n = b->bytes / (f64 ? 8 : 4);
+    bool wide = program->dtype == DDP_F64;
+    double rel = wide ? 1e-10 : b->dtype == DDP_BF16 ? 0x1p-7 : 1e-4, abs_tol = wide ? 1e-12 : 1e-6;
+    double squares = 0, worst = 0;
+    int64_t n = b->bytes / element_size(b->dtype);
     for (int64_t e = 0; e < n; e++) {
-        double x = element(cpu, f64, e);
+        double x = element(cpu, b->dtype, e);
         squares += isfinite(x) ? x * x : 0;
     }
     double rms = n ? sqrt(squares / (double)n) : 0;
     for (int64_t e = 0; e < n; e++) {
-        double x = element(cpu, f64, e), y = element(device, f64, e);
+        double x = element(cpu, b->dtype, e), y = element(device, b->dtype, e);
         if (isnan(x) && isnan(y))
             continue;
         double d = fabs(x - y);
@@ -143,7 +155,7 @@ static void *magnitudes(const ddp_buffer *b, const void *from) {
     if (!m)
         fail("allocating", "out of memory");
     memcpy(m, from, (size_t)b->bytes);
-    int size = b->dtype == DDP_F64 ? 8 : b->dtype == DDP_BF16 ? 2 : 4;
+    int size = element_size(b->dtype);
     for (int64_t at = size - 1; at < b->bytes; at += size)
         m[at] &= 0x7f; /* little-endian: the sign is the top bit of the last byte */
     return m;
@@ -186,7 +198,7 @@ static double *conv_rounding(Check *k, const ddp_conv *cv) {
     if (!allowed)
         fail("allocating", "out of memory");
     for (int64_t e = 0; e < n; e++)
-        allowed[e] = gamma * element(sums, out->dtype == DDP_F64, e);
+        allowed[e] = gamma * element(sums, out->dtype, e);
     for (int i = 0; i < 3; i++)
         free(m[i]);
     return allowed;
@@ -228,10 +240,13 @@ static void make_batch(ddp_runtime *rt, int64_t step) {
     int64_t batch = p->settings.batch_per_replica, per = 1;
     for (int d = 0; d < p->input_rank; d++)
         per *= p->input_shape[d];
+    int input_dtype = (int)p->buffers[p->input_slot].dtype;
     for (int64_t i = 0; i < batch * per; i++) {
         double v = sin(0.3 * (double)i + 0.7 * (double)step) * 2;
-        if (p->dtype == DDP_F64)
+        if (input_dtype == DDP_F64)
             ((double *)ddp_buffer_ptr(rt, p->input_slot))[i] = v;
+        else if (input_dtype == DDP_BF16)
+            ((uint16_t *)ddp_buffer_ptr(rt, p->input_slot))[i] = ddp_bf16_from_double(v);
         else
             ((float *)ddp_buffer_ptr(rt, p->input_slot))[i] = (float)v;
     }
