@@ -249,6 +249,112 @@ static void fuse_phase(Ddpc *c, OpList *ops, int *readers) {
     }
 }
 
+/* ------------------------------------------------- sums computing their terms */
+
+/* A value cheap enough to compute twice: a batch-norm's masked gradient, say, whose
+ * channel's parts a sum computes once per thread. */
+enum { MAX_RECOMPUTED_NODES = 48 };
+
+static int expr_size(const XExpr *e) {
+    return e ? 1 + expr_size(e->a) + expr_size(e->b) : 0;
+}
+
+/* The first element-for-element load in e of a tensor shaped as t: what a sum that
+ * computes its terms reads for its rows. */
+static Tensor *rows_like(const XExpr *e, const Tensor *t) {
+    if (!e)
+        return NULL;
+    if (e->kind == X_LOAD && e->bc == BC_FULL && e->t->elems == t->elems && e->t->per_sample == t->per_sample)
+        return e->t;
+    Tensor *r = rows_like(e->a, t);
+    return r ? r : rows_like(e->b, t);
+}
+
+/* Whether every load of t in e is element for element, of t's size. */
+static bool loads_whole(const XExpr *e, const Tensor *t) {
+    if (!e)
+        return true;
+    if (e->kind == X_LOAD && tensor_storage(e->t) == t)
+        return e->bc == BC_FULL && e->t->elems == t->elems;
+    return loads_whole(e->a, t) && loads_whole(e->b, t);
+}
+
+/* Whether q is a sum over rows that reads t only as its rows (in[0]) and element for
+ * element in its expressions. */
+static bool sums_rows_of(const IrOp *q, const Tensor *t) {
+    if (q->kind != OP_REDUCE_ROWS || q->accumulate || op_writes_tensor(q, t))
+        return false;
+    for (int k = 1; k < q->nin; k++)
+        if (tensor_storage(q->in[k]) == t)
+            return false;
+    for (int e = 0; e < q->nout; e++)
+        if (!loads_whole(q->expr[e], t))
+            return false;
+    return true;
+}
+
+/* Whether an op among ops[from, to) writes what p reads. */
+static bool inputs_written(const OpList *ops, int from, int to, const IrOp *p) {
+    Tensor *r[MAX_READS];
+    bool f[MAX_READS];
+    int n = op_reads(p, r, f);
+    for (int j = from; j < to; j++)
+        for (int i = 0; i < n; i++)
+            if (op_writes_tensor(ops->items[j], r[i]))
+                return true;
+    return false;
+}
+
+/* Output k of pointwise op p (at i) computed again by the sums over rows that read it,
+ * instead of stored: when they are all its readers, close after p, read it as rows,
+ * and come before anything writes p's inputs. */
+static bool sums_compute(Ddpc *c, OpList *ops, int i, int k, int *readers) {
+    IrOp *p = ops->items[i];
+    Tensor *t = tensor_storage(p->out[k]);
+    if (t != p->out[k] || (t->kind != T_ACT && t->kind != T_DACT && t->kind != T_WORK) ||
+        expr_size(p->expr[k]) > MAX_RECOMPUTED_NODES)
+        return false;
+    Tensor *rows = rows_like(p->expr[k], t);
+    IrOp *sums[FUSE_WINDOW];
+    int n = 0;
+    for (int j = i + 1; j < ops->len && j <= i + FUSE_WINDOW && n < readers[t->id]; j++) {
+        IrOp *q = ops->items[j];
+        if (!op_reads_tensor(q, t))
+            continue;
+        if (!sums_rows_of(q, t) || inputs_written(ops, i + 1, j, p))
+            return false;
+        sums[n++] = q;
+    }
+    if (!rows || n == 0 || n != readers[t->id])
+        return false;
+    for (int s = 0; s < n; s++) {
+        adjust_readers(sums[s], readers, -1);
+        for (int e = 0; e < sums[s]->nout; e++)
+            sums[s]->expr[e] = substitute(c, sums[s]->expr[e], p);
+        if (tensor_storage(sums[s]->in[0]) == t)
+            sums[s]->in[0] = rows;
+        adjust_readers(sums[s], readers, 1);
+    }
+    return true;
+}
+
+/* Sums over rows compute the terms a pointwise op would store for them alone (a
+ * batch-norm's gradient masked by its ReLU, read by the sums of the batch-norm's
+ * gradients), reading its inputs instead; the op, no longer read there, may then merge
+ * into the pointwise op after the sums (a second fuse_phase): one pass fewer over the
+ * rows, and one value fewer stored and read. */
+static bool sums_compute_terms(Ddpc *c, OpList *ops, int *readers) {
+    bool any = false;
+    for (int i = 0; i < ops->len; i++) {
+        IrOp *p = ops->items[i];
+        if (p->kind != OP_POINTWISE || p->accumulate)
+            continue;
+        for (int k = 0; k < p->nout; k++)
+            any |= sums_compute(c, ops, i, k, readers);
+    }
+    return any;
+}
+
 /* ------------------------------------------------------------- two stages */
 
 /* The rows of a sum over rows at a full batch. */
@@ -308,6 +414,8 @@ void fuse(Ddpc *c, Ir *ir) {
     count_readers(ir, readers);
     for (int ph = 0; ph < PH_COUNT; ph++) {
         fuse_phase(c, &ir->ops[ph], readers);
+        if (sums_compute_terms(c, &ir->ops[ph], readers))
+            fuse_phase(c, &ir->ops[ph], readers);
         split_long_sums(c, ir, &ir->ops[ph]);
     }
 }
