@@ -71,7 +71,12 @@ LLVMValueRef cg_kernel_begin(Cg *cg, const char *name);
  * the period: prologue(first), when given, runs once before them, first being the
  * thread's first index (which may be past the end). */
 typedef void (*IndexBody)(Cg *cg, IrOp *op, LLVMValueRef i);
-void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body);
+/* With group, a GPU thread takes its indices INDICES_AT_ONCE at a time while it has
+ * that many left, group(i, n) doing the work of all n (their loads before any store,
+ * so that a thread has several in flight), then the rest one by one with body. */
+enum { INDICES_AT_ONCE = 4 };
+typedef void (*IndexGroupBody)(Cg *cg, IrOp *op, const LLVMValueRef *i, int n);
+void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body, IndexGroupBody group);
 /* The GPU's launch of a block per index: body(i) for the block's index i, every thread
  * of the block running it together (ddp_abi.h's DDP_LAUNCH_BLOCK). */
 void cg_kernel_blocks(Cg *cg, IrOp *op, IndexBody body);

@@ -211,14 +211,25 @@ static void pointwise_prologue(Cg *cg, IrOp *op, LLVMValueRef first) {
         cg->hoisted = channel_parts(cg, op->expr, op->nout, period, rems(cg, first, I(cg, period)));
 }
 
+/* n indices' values, then their stores: every index's expressions are computed before
+ * any is stored, so an op may read what it writes (element for element), and a GPU
+ * thread's loads of its n indices are in flight together. */
+static void gen_pointwise_group(Cg *cg, IrOp *op, const LLVMValueRef *i, int n) {
+    LLVMValueRef v[INDICES_AT_ONCE][4];
+    Memo m; /* an index's values, starting from the thread's channel's */
+    for (int u = 0; u < n; u++) {
+        m = cg->hoisted ? *(const Memo *)cg->hoisted : (Memo){0};
+        m.per_sample = op->range.per_sample ? op->range.per_sample : op->range.fixed;
+        for (int k = 0; k < op->nout; k++)
+            v[u][k] = gen_expr(cg, op->expr[k], i[u], &m);
+    }
+    for (int u = 0; u < n; u++)
+        for (int k = 0; k < op->nout; k++)
+            cg_store(cg, op->out[k], i[u], v[u][k]);
+}
+
 static void gen_pointwise(Cg *cg, IrOp *op, LLVMValueRef i) {
-    Memo m = cg->hoisted ? *(const Memo *)cg->hoisted : (Memo){0};
-    m.per_sample = op->range.per_sample ? op->range.per_sample : op->range.fixed;
-    LLVMValueRef v[4];
-    for (int k = 0; k < op->nout; k++)
-        v[k] = gen_expr(cg, op->expr[k], i, &m);
-    for (int k = 0; k < op->nout; k++)
-        cg_store(cg, op->out[k], i, v[k]);
+    gen_pointwise_group(cg, op, &i, 1);
 }
 
 /* ------------------------------------------------------- sums over rows */
@@ -1528,7 +1539,8 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
     if (cg->target == TARGET_GPU && kernel_launch(op).kind == DDP_LAUNCH_BLOCK)
         cg_kernel_blocks(cg, op, block_body_of(op->kind));
     else
-        cg_kernel_indices(cg, op, op->kind == OP_POINTWISE ? pointwise_prologue : NULL, body_of(op->kind));
+        cg_kernel_indices(cg, op, op->kind == OP_POINTWISE ? pointwise_prologue : NULL, body_of(op->kind),
+                          op->kind == OP_POINTWISE ? gen_pointwise_group : NULL);
     if (op->kind == OP_OPTIMIZER)
         cg_if_end(cg, &update);
     cg_kernel_end(cg);

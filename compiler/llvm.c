@@ -603,7 +603,7 @@ bool cg_indices_fit_32(const Cg *cg, const IrOp *op) {
     return op->kind != OP_ROW_PARTIALS && op->range.fixed + op->range.per_sample * cg->ir->batch <= INDEX32_LIMIT;
 }
 
-void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body) {
+void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body, IndexGroupBody group) {
     if (cg->target != TARGET_GPU) {
         Loop l = cg_loop_begin(cg, cg->begin, cg->end, "i");
         body(cg, op, cg_loop_index(cg, &l));
@@ -620,6 +620,18 @@ void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body) {
         first = LLVMBuildTrunc(cg->b, first, cg->i32, "");
         end = LLVMBuildTrunc(cg->b, end, cg->i32, "");
         stride = LLVMBuildTrunc(cg->b, stride, cg->i32, "");
+    }
+    LLVMTypeRef type = LLVMTypeOf(first);
+    if (group) { /* whole groups: i, i + T, ... i + (n - 1) T all below the end */
+        LLVMValueRef last = mul(cg, stride, LLVMConstInt(type, INDICES_AT_ONCE - 1, 0));
+        Loop g = cg_loop_begin_step(cg, first, sub(cg, end, last),
+                                    mul(cg, stride, LLVMConstInt(type, INDICES_AT_ONCE, 0)), "group");
+        LLVMValueRef at = LLVMBuildLoad2(cg->b, type, g.var, ""), i[INDICES_AT_ONCE];
+        for (int u = 0; u < INDICES_AT_ONCE; u++, at = add(cg, at, stride))
+            i[u] = type == cg->i64 ? at : LLVMBuildZExt(cg->b, at, cg->i64, "");
+        group(cg, op, i, INDICES_AT_ONCE);
+        cg_loop_end(cg, &g);
+        first = LLVMBuildLoad2(cg->b, type, g.var, ""); /* the first index no group took */
     }
     Loop l = cg_loop_begin_step(cg, first, end, stride, "i");
     body(cg, op, cg_loop_index(cg, &l));

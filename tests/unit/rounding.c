@@ -21,8 +21,9 @@
  *     ddp_bf16_from_float;
  *   - with an argument, `gpu` or `emulated`, that cast alone on the device, whose
  *     kernels round with the GPU's cvt.rn.bf16.f32 (the emulated device with
- *     ddp_bf16_from_float): every tie and 1 in 997 f32 (tests/gpu/check.sh runs it
- *     on a GPU; `gpu` without one exits 77).
+ *     ddp_bf16_from_float): every tie and 1 in 997 f32, on large grids and on small
+ *     ones (a thread taking its indices several at a time), nothing written past the
+ *     end (tests/gpu/check.sh runs it on a GPU; `gpu` without one exits 77).
  * NaN must stay NaN, infinities stay, zeros keep their sign. */
 #include <math.h>
 #include <stdint.h>
@@ -245,24 +246,29 @@ static bool device_failed(const char *what, const char *why) {
 }
 
 /* The same cast on a device, launched as the runtime launches it but over buffers of
- * its own, CHUNK values at a time: the GPU's own conversion (cvt.rn.bf16.f32), or the
- * emulated device's, against ddp_bf16_from_float on the sweep's values. A NaN must
- * stay NaN (its bits are the device's). */
+ * its own, DEVICE_CHUNK values at a time: the GPU's own conversion (cvt.rn.bf16.f32),
+ * or the emulated device's, against ddp_bf16_from_float on the sweep's values. A NaN
+ * must stay NaN (its bits are the device's). Every other chunk runs on the fewest
+ * blocks the kernel allows, as a large batch does, each thread taking thousands of
+ * indices (several at a time, then the rest one by one); DEVICE_CHUNK is odd so that
+ * some are left over. Nothing may be written past a chunk's end: the output's tail
+ * and a guard after it hold a pattern that must come back. */
+enum { DEVICE_CHUNK = 1000003, GUARD = 4096, PATTERN = 0xa5a5 };
+
 static bool device_cast(const ddp_program *p, ddp_device *dev) {
     int from_arg;
     const ddp_step *s = cast_step(p, &from_arg);
     if (!s)
         return device_failed("finding it", "the bf16 model has no kernel casting a weight to bf16");
     const ddp_kernel *k = &p->kernels[s->index];
-    enum { CHUNK = 1 << 20 };
-    uint32_t *in = malloc(CHUNK * sizeof *in);
-    uint16_t *out = malloc(CHUNK * sizeof *out);
+    uint32_t *in = malloc(DEVICE_CHUNK * sizeof *in);
+    uint16_t *out = malloc((DEVICE_CHUNK + GUARD) * sizeof *out);
     ddp_scalar scalars[DDP_S_COUNT];
     memset(scalars, 0, sizeof scalars);
     ddp_dptr in_d, out_d, args_d, scalars_d, args[2];
-    if (!in || !out || !dev->ops->alloc(dev, CHUNK * sizeof *in, &in_d) ||
-        !dev->ops->alloc(dev, CHUNK * sizeof *out, &out_d) || !dev->ops->alloc(dev, sizeof args, &args_d) ||
-        !dev->ops->alloc(dev, sizeof scalars, &scalars_d))
+    size_t out_bytes = (DEVICE_CHUNK + GUARD) * sizeof *out;
+    if (!in || !out || !dev->ops->alloc(dev, DEVICE_CHUNK * sizeof *in, &in_d) || !dev->ops->alloc(dev, out_bytes, &out_d) ||
+        !dev->ops->alloc(dev, sizeof args, &args_d) || !dev->ops->alloc(dev, sizeof scalars, &scalars_d))
         return device_failed("allocating", dev->error);
     args[from_arg] = in_d;
     args[1 - from_arg] = out_d;
@@ -270,15 +276,19 @@ static bool device_cast(const ddp_program *p, ddp_device *dev) {
         !dev->ops->upload(dev, DDP_STREAM_COMPUTE, scalars_d, scalars, sizeof scalars))
         return device_failed("copying its arguments", dev->error);
     int before = failures;
-    for (uint64_t first = 0; first < SAMPLED; first += CHUNK) {
-        int64_t n = SAMPLED - first < CHUNK ? (int64_t)(SAMPLED - first) : CHUNK;
+    int64_t chunk = 0;
+    for (uint64_t first = 0; first < SAMPLED; first += DEVICE_CHUNK, chunk++) {
+        int64_t n = SAMPLED - first < DEVICE_CHUNK ? (int64_t)(SAMPLED - first) : DEVICE_CHUNK;
         for (int64_t i = 0; i < n; i++)
             in[i] = sampled(first + (uint64_t)i);
+        for (int64_t i = 0; i < DEVICE_CHUNK + GUARD; i++)
+            out[i] = PATTERN;
+        uint32_t grid = (uint32_t)ddp_index_grid(k, chunk % 2 ? 1 : n);
         if (!dev->ops->upload(dev, DDP_STREAM_COMPUTE, in_d, in, (size_t)n * sizeof *in) ||
-            !dev->ops->launch(dev, DDP_STREAM_COMPUTE, s->index, (uint32_t)ddp_index_grid(k, n), (uint32_t)k->threads,
-                              (uint32_t)k->shared_bytes, args_d, scalars_d, 0, n) ||
-            !dev->ops->download(dev, DDP_STREAM_COMPUTE, out, out_d, (size_t)n * sizeof *out) ||
-            !dev->ops->synchronize(dev))
+            !dev->ops->upload(dev, DDP_STREAM_COMPUTE, out_d, out, out_bytes) ||
+            !dev->ops->launch(dev, DDP_STREAM_COMPUTE, s->index, grid, (uint32_t)k->threads, (uint32_t)k->shared_bytes,
+                              args_d, scalars_d, 0, n) ||
+            !dev->ops->download(dev, DDP_STREAM_COMPUTE, out, out_d, out_bytes) || !dev->ops->synchronize(dev))
             return device_failed("running it", dev->error);
         for (int64_t i = 0; i < n; i++) {
             uint16_t want = ddp_bf16_from_float(from_bits(in[i]));
@@ -286,8 +296,13 @@ static bool device_cast(const ddp_program *p, ddp_device *dev) {
             if (!ok && failures++ < 20)
                 printf("FAIL the %s device's cast %08x -> %04x, want %04x\n", dev->ops->name, in[i], out[i], want);
         }
+        for (int64_t i = n; i < DEVICE_CHUNK + GUARD; i++)
+            if (out[i] != PATTERN && failures++ < 20)
+                printf("FAIL the %s device's cast of %lld values (%u blocks) wrote element %lld, past its end\n",
+                       dev->ops->name, (long long)n, grid, (long long)i);
     }
-    printf("%s the %s device's cast (%s) rounds every tie and 1 in 997 f32 as ddp_bf16_from_float does\n",
+    printf("%s the %s device's cast (%s) rounds every tie and 1 in 997 f32 as ddp_bf16_from_float does, on "
+           "large grids and small, and writes nothing past its end\n",
            failures == before ? "ok  " : "FAIL", dev->ops->name, k->name);
     free(in);
     free(out);
