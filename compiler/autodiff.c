@@ -137,9 +137,6 @@ static XExpr *derive(Ddpc *c, XExpr *e, Tensor *t, Bcast bc) {
 }
 
 /* Loads of values made by forward pointwise ops become those ops' expressions. */
-static int expr_size(const XExpr *e) {
-    return e ? 1 + expr_size(e->a) + expr_size(e->b) : 0;
-}
 
 typedef struct Remat {
     Ddpc *c;
@@ -157,7 +154,7 @@ static XExpr *remat_load(XExpr *load, void *arg) {
     if (load->bc != BC_FULL || !p || p->kind != OP_POINTWISE || p->phase != PH_FORWARD || p->nout != 1 ||
         load->t->base || load->t->stored)
         return NULL;
-    int size = expr_size(p->expr[0]);
+    int size = x_size(p->expr[0]);
     if (size > r->budget)
         return NULL;
     r->budget -= size;

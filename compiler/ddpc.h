@@ -815,6 +815,9 @@ XExpr *x_binary(Ddpc *c, XKind k, XExpr *a, XExpr *b);
 /* e with every load that replace maps to an expression (non-NULL) replaced by it; the
  * nodes above a replacement are copied, the rest shared. */
 XExpr *x_rewrite_loads(Ddpc *c, XExpr *e, XExpr *(*replace)(XExpr *load, void *arg), void *arg);
+/* The nodes of e counted as a tree (a node shared twice counts twice): what computing
+ * it again would cost. */
+int x_size(const XExpr *e);
 int64_t dtype_size(DType dt);
 const char *dtype_name(DType dt);
 const char *op_kind_name(OpKind k);

@@ -255,10 +255,6 @@ static void fuse_phase(Ddpc *c, OpList *ops, int *readers) {
  * channel's parts a sum computes once per thread. */
 enum { MAX_RECOMPUTED_NODES = 48 };
 
-static int expr_size(const XExpr *e) {
-    return e ? 1 + expr_size(e->a) + expr_size(e->b) : 0;
-}
-
 /* The first element-for-element load in e of a tensor shaped as t: what a sum that
  * computes its terms reads for its rows. */
 static Tensor *rows_like(const XExpr *e, const Tensor *t) {
@@ -312,18 +308,20 @@ static bool sums_compute(Ddpc *c, OpList *ops, int i, int k, int *readers) {
     IrOp *p = ops->items[i];
     Tensor *t = tensor_storage(p->out[k]);
     if (t != p->out[k] || (t->kind != T_ACT && t->kind != T_DACT && t->kind != T_WORK) ||
-        expr_size(p->expr[k]) > MAX_RECOMPUTED_NODES)
+        x_size(p->expr[k]) > MAX_RECOMPUTED_NODES)
         return false;
     Tensor *rows = rows_like(p->expr[k], t);
     IrOp *sums[FUSE_WINDOW];
     int n = 0;
     for (int j = i + 1; j < ops->len && j <= i + FUSE_WINDOW && n < readers[t->id]; j++) {
         IrOp *q = ops->items[j];
-        if (!op_reads_tensor(q, t))
-            continue;
-        if (!sums_rows_of(q, t) || inputs_written(ops, i + 1, j, p))
-            return false;
-        sums[n++] = q;
+        if (op_reads_tensor(q, t)) {
+            if (!sums_rows_of(q, t) || inputs_written(ops, i + 1, j, p))
+                return false;
+            sums[n++] = q;
+        }
+        if (op_writes_tensor(q, t)) /* what reads t later reads another value */
+            break;
     }
     if (!rows || n == 0 || n != readers[t->id])
         return false;

@@ -137,6 +137,10 @@ XExpr *x_rewrite_loads(Ddpc *c, XExpr *e, XExpr *(*replace)(XExpr *load, void *a
     return copy;
 }
 
+int x_size(const XExpr *e) {
+    return e ? 1 + x_size(e->a) + x_size(e->b) : 0;
+}
+
 XExpr *x_binary(Ddpc *c, XKind k, XExpr *a, XExpr *b) {
     XExpr *e = arena_alloc(c->arena, sizeof *e);
     e->kind = k;
