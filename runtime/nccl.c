@@ -296,17 +296,22 @@ static void *watch(void *arg) {
 static bool settle(ddp_nccl *n, ncclResult_t r, const Watched *what, const char *doing, char *err, size_t len) {
     if (r != ncclSuccess && r != ncclInProgress) {
         /* refused because the communicator failed (a peer's error): aborted now, as the
-         * watchdog would, and the worker ends as one whose peer was lost */
+         * watchdog would, and the worker ends as one whose peer was lost, named as the
+         * watchdog names it where the coordinator knows it (a killed peer's broken
+         * connection may reach NCCL before the coordinator's word reaches this worker) */
         ncclResult_t state = ncclSuccess;
         pthread_mutex_lock(&n->lock);
         if (!n->failed && n->comm && nc.ncclCommGetAsyncError(n->comm, &state) == ncclSuccess &&
             state != ncclSuccess && state != ncclInProgress) {
             char reason[1700];
             snprintf(reason, sizeof reason, "NCCL reported %s (%s)", result_name(state), last_error(n->comm));
-            n->calling = *what;
-            n->calling_ms = ddp_now_ms();
-            abort_comm(n, reason);
-            n->calling_ms = 0;
+            prefer_coordinator(n, reason, sizeof reason);
+            if (!n->failed) { /* the watchdog may have aborted while the coordinator was awaited */
+                n->calling = *what;
+                n->calling_ms = ddp_now_ms();
+                abort_comm(n, reason);
+                n->calling_ms = 0;
+            }
         }
         bool aborted = n->failed;
         pthread_mutex_unlock(&n->lock);
