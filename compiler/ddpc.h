@@ -649,6 +649,8 @@ struct Tensor {
     bool written;            /* autodiff: a gradient already holds a contribution */
     bool stored;             /* autodiff: a forward op other than a pointwise one reads it,
                                 so it is kept in memory whatever backward reads */
+    bool scratch;            /* a library's scratch (a convolution's workspace): the plan
+                                grows it into the room nothing else holds meanwhile */
     IrOp *producer;          /* the forward op that writes it */
 };
 

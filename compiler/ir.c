@@ -324,7 +324,8 @@ Tensor *ir_filters_krsc(Ddpc *c, Ir *ir, Phase phase, Tensor *w, GNode *layer) {
 }
 
 /* As much scratch as the generated path's columns take (at least 64 Ki elements):
- * what a convolution library may use instead of them. */
+ * what a convolution library may use instead of them, at least (the plan grows it,
+ * give_scratch_room). */
 Tensor *ir_conv_workspace(Ddpc *c, Ir *ir, GNode *layer, const char *what) {
     const LayerAttrs *a = &layer->attrs;
     GNode *in = layer->inputs[0];
@@ -333,6 +334,7 @@ Tensor *ir_conv_workspace(Ddpc *c, Ir *ir, GNode *layer, const char *what) {
     Tensor *t = ir_tensor(c, ir, arena_printf(c->arena, "%s:%s", layer->name, what), T_WORK, ir->dtype, false,
                           &(Shape){1, {elems}});
     t->layer = layer;
+    t->scratch = true;
     return t;
 }
 

@@ -268,6 +268,48 @@ static int64_t place_kind(Ddpc *c, Ir *ir, bool eval, bool workspace, bool no_re
     return place(c, ts.items, ts.len, no_reuse);
 }
 
+/* A library's scratch (a convolution's workspace) placed again once everything else
+ * has its place and the workspace region its size: into the largest gap that nothing
+ * else alive meanwhile holds, and grown to fill it. Those bytes are the region's
+ * anyway, and cuDNN's fastest engines for small images (a filter's gradient summed in
+ * parts) want more than the generated path's columns, which is all the scratch was
+ * sized for. Scratch is alive for one op, so one never waits on another; if one did
+ * find no gap, it would go above everything, the region growing. */
+static void give_scratch_room(Ddpc *c, Ir *ir, int mask) {
+    VEC(Tensor *) ts = {0};
+    for (int i = 0; i < ir->tensors.len; i++) {
+        Tensor *t = ir->tensors.items[i];
+        if (!t->base && t->kind == T_WORK && t->uses_mask == mask)
+            vec_push(c->arena, &ts, t);
+    }
+    qsort(ts.items, (size_t)ts.len, sizeof(Tensor *), by_size);
+    Tensor **alive = arena_alloc(c->arena, sizeof(Tensor *) * (size_t)(ts.len + 1));
+    for (int i = 0; i < ts.len; i++) {
+        Tensor *t = ts.items[i];
+        if (!t->scratch)
+            continue;
+        int m = 0;
+        for (int j = 0; j < ts.len; j++) /* the others, and the scratch placed again before it */
+            if (live_together(ts.items[j], t) && (!ts.items[j]->scratch || j < i))
+                alive[m++] = ts.items[j];
+        qsort(alive, (size_t)m, sizeof(Tensor *), by_offset);
+        int64_t need = align_up(bytes_of(t)), best_at = -1, best = 0, at = 0;
+        for (int j = 0; j <= m; j++) {
+            int64_t next = j < m ? alive[j]->offset : ir->workspace_bytes;
+            if (next - at >= need && next - at > best)
+                best_at = at, best = next - at;
+            if (j < m && alive[j]->offset + align_up(bytes_of(alive[j])) > at)
+                at = alive[j]->offset + align_up(bytes_of(alive[j]));
+        }
+        if (best_at < 0) { /* then at + need is past the region's end */
+            best_at = at, best = need;
+            ir->workspace_bytes = at + need;
+        }
+        t->offset = best_at;
+        t->elems = t->shape.dim[0] = best / dtype_size(t->dtype);
+    }
+}
+
 static void place_small_regions(Ir *ir) {
     Tensor *inputs[] = {ir->input, ir->label, ir->sample_id};
     int64_t offset = 0;
@@ -348,6 +390,8 @@ void plan(Ddpc *c, Ir *ir) {
                 ir->no_reuse_arena_bytes += align_up(bytes_of(t));
         }
     }
+    for (int mask = 1; !ir->no_reuse && mask <= 2; mask++)
+        give_scratch_room(c, ir, mask);
     place_small_regions(ir);
     assign_slots(c, ir);
     int id = 0;
