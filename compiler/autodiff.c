@@ -351,11 +351,12 @@ static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
         b->range = (IrDim){0, x->per_sample / x->shape.dim[x->shape.rank - 1]};
 }
 
-/* A library convolution's adjoints, on the library path: x's gradient from y's and the
- * filters (KRSC again), the filters' gradient from x and y's (KRSC, turned HWIO into
- * the parameter's gradient). The generated path (this layer's im2col and product,
- * visited next) writes the same gradients, so each path must find them as they are
- * now: whether a contribution overwrites or adds is decided for both alike. */
+/* A library convolution's adjoints, on the library path: x's gradient from y's and
+ * forward's KRSC filters (kept till then: a copy made again would be the same bytes,
+ * for a kernel launch more), the filters' gradient from x and y's (KRSC, turned HWIO
+ * into the parameter's gradient). The generated path (this layer's im2col and
+ * product, visited next) writes the same gradients, so each path must find them as
+ * they are now: whether a contribution overwrites or adds is decided for both alike. */
 static void backward_conv(Diff *d, IrOp *op) {
     Ddpc *c = d->c;
     Tensor *x = op->in[0], *krsc = op->in[1], *y = op->out[0];
@@ -366,13 +367,11 @@ static void backward_conv(Diff *d, IrOp *op) {
     Tensor *w_grad = tensor_storage(grad_of(d, w));
     bool x_written = x_grad && x_grad->written, w_written = w_grad->written;
     if (x_grad) {
-        Tensor *filters = ir_filters_krsc(c, d->ir, PH_BACKWARD, w, op->layer);
         IrOp *b = op_for(d, OP_CONV, op);
         *b = *op;
         b->phase = PH_BACKWARD;
         b->code = DDP_CONV_BACKWARD_DATA;
         b->in[0] = y->grad;
-        b->in[1] = filters;
         b->accumulate = accumulates(d, x);
         b->out[0] = grad_of(d, x);
         b->out[1] = ir_conv_workspace(c, d->ir, op->layer, "data_workspace");
