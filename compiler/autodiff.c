@@ -429,8 +429,7 @@ static void mark_needs_grad(Ir *ir) {
     OpList *ops = &ir->ops[PH_FORWARD];
     for (int i = 0; i < ops->len; i++) {
         IrOp *op = ops->items[i];
-        if (op->kind == OP_BN_RUNNING || op->kind == OP_LOSS || op->kind == OP_METRIC ||
-            op->kind == OP_ACCUMULATE)
+        if (op->kind == OP_LOSS || op->kind == OP_METRIC || op->kind == OP_ACCUMULATE)
             continue;
         bool any = false;
         for (int k = 0; k < op->nin; k++)
@@ -442,7 +441,8 @@ static void mark_needs_grad(Ir *ir) {
             for (int k = 0; k < n; k++)
                 any |= requires(refs[k].t);
         }
-        for (int k = 0; k < op->nout; k++)
+        int differentiable = op->kind == OP_BN_STATS ? 2 : op->nout; /* not the running statistics */
+        for (int k = 0; k < differentiable; k++)
             op->out[k]->needs_grad |= any;
     }
     for (int i = 0; i < ir->tensors.len; i++) {

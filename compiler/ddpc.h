@@ -694,8 +694,8 @@ typedef enum {
     OP_FILTERS_TO_HWIO, /* KRSC filter gradients -> HWIO (+ out) */
     OP_MAXPOOL, OP_MAXPOOL_BWD, OP_AVGPOOL, OP_AVGPOOL_BWD,
     OP_GAP, OP_GAP_BWD,             /* global average pool and its adjoint */
-    OP_BN_STATS,      /* in0 [rows, c] -> out [2c]: batch mean and variance per channel */
-    OP_BN_RUNNING,    /* running statistics moved towards the batch's */
+    OP_BN_STATS,      /* in0 [rows, c] -> out mean, var [c]: the batch's per channel; out running
+                         mean, var [c]: moved towards them */
     OP_BN_BWD_SUMS,   /* dy, x, stats -> out [2c]: sum dy, sum dy * xhat per channel */
     OP_SOFTMAX, OP_SOFTMAX_BWD,
     OP_REDUCE_ROWS,   /* in0 [rows, c] -> out [c]: column sums (bias gradients) */

@@ -28,7 +28,7 @@ const char *op_kind_name(OpKind k) {
         [OP_COL2IM] = "col2im", [OP_CONV] = "conv", [OP_FILTERS_TO_KRSC] = "filters_to_krsc",
         [OP_FILTERS_TO_HWIO] = "filters_to_hwio", [OP_MAXPOOL] = "maxpool", [OP_MAXPOOL_BWD] = "maxpool_bwd",
         [OP_AVGPOOL] = "avgpool", [OP_AVGPOOL_BWD] = "avgpool_bwd", [OP_GAP] = "gap",
-        [OP_GAP_BWD] = "gap_bwd", [OP_BN_STATS] = "bn_stats", [OP_BN_RUNNING] = "bn_running",
+        [OP_GAP_BWD] = "gap_bwd", [OP_BN_STATS] = "bn_stats",
         [OP_BN_BWD_SUMS] = "bn_bwd_sums", [OP_SOFTMAX] = "softmax",
         [OP_SOFTMAX_BWD] = "softmax_bwd", [OP_REDUCE_ROWS] = "reduce_rows", [OP_ROW_PARTIALS] = "row_partials",
         [OP_CONCAT] = "concat", [OP_SPLIT] = "split", [OP_LOSS] = "loss",
@@ -441,20 +441,13 @@ static void lower_batchnorm(Lower *L, GNode *n) {
         add_in(op, x);
         add_out(op, mean);
         add_out(op, var);
+        add_out(op, p->running_mean);
+        add_out(op, p->running_var);
         op->channels = ch;
         op->rows_per_sample = x->per_sample / ch;
+        op->momentum = n->attrs.momentum;
         op->range = dim_fixed(ch);
         op->layer = n;
-        IrOp *run = ir_op(c, L->ir, L->phase, OP_BN_RUNNING);
-        add_in(run, mean);
-        add_in(run, var);
-        add_out(run, p->running_mean);
-        add_out(run, p->running_var);
-        run->channels = ch;
-        run->rows_per_sample = x->per_sample / ch;
-        run->momentum = n->attrs.momentum;
-        run->range = dim_fixed(ch);
-        run->layer = n;
     }
     Tensor *y = activation(L, n, "", &n->out);
     XExpr *centred = x_binary(c, X_SUB, x_load(c, x, BC_FULL), x_load(c, mean, BC_CHANNEL));

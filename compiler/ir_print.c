@@ -184,7 +184,7 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
                       (long long)op->pad[2], (long long)op->pad[3]);
         if (op->what)
             sb_printf(&sb, "   %s%s", op->what, op->from_logits ? ", from logits" : "");
-        if (op->kind == OP_BN_RUNNING)
+        if (op->kind == OP_BN_STATS)
             sb_printf(&sb, "   momentum %s", fmt_number(c->arena, op->momentum));
         if (op->kind == OP_CONCAT || op->kind == OP_SPLIT)
             sb_printf(&sb, "   columns %lld..%lld of %lld", (long long)op->concat_offset,

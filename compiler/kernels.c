@@ -366,6 +366,22 @@ static void gen_reduce_rows(Cg *cg, IrOp *op, LLVMValueRef c) {
         store_f64(cg, op->out[k], c, load_var(cg, acc[k], cg->f64), op->accumulate);
 }
 
+/* running = momentum running + (1 - momentum) batch, from the batch's statistics as
+ * stored (in the program's type), the variance unbiased; a replica with fewer than two
+ * samples leaves its running statistics as they are. In the statistics' kernel: a
+ * kernel of its own would be a launch for C values. */
+static void move_running(Cg *cg, IrOp *op, LLVMValueRef c) {
+    LLVMValueRef n = cg_local_batch(cg);
+    If f = cg_if_begin(cg, ge(cg, n, I(cg, 2)));
+    LLVMValueRef rows = LLVMBuildSIToFP(cg->b, mul(cg, n, I(cg, op->rows_per_sample)), cg->f64, "");
+    LLVMValueRef m = F(cg, op->momentum), rest = F(cg, 1 - op->momentum);
+    LLVMValueRef mean = load_f64(cg, op->out[0], c);
+    LLVMValueRef var = fmul(cg, load_f64(cg, op->out[1], c), fdiv(cg, rows, fsub(cg, rows, F(cg, 1))));
+    store_f64(cg, op->out[2], c, fadd(cg, fmul(cg, m, load_f64(cg, op->out[2], c)), fmul(cg, rest, mean)), false);
+    store_f64(cg, op->out[3], c, fadd(cg, fmul(cg, m, load_f64(cg, op->out[3], c)), fmul(cg, rest, var)), false);
+    cg_if_end(cg, &f);
+}
+
 /* A batch-norm's mean and (biased) variance for channel c from the sums of its rows'
  * differences with the shift and of their squares; both 0 for an empty batch. A
  * variance that rounding took below 0 is 0; a NaN stays, for the non-finite check. */
@@ -377,6 +393,7 @@ static void store_moments(Cg *cg, IrOp *op, LLVMValueRef c, LLVMValueRef shift, 
     var = sel(cg, LLVMBuildFCmp(cg->b, LLVMRealOLT, var, F(cg, 0), ""), F(cg, 0), var);
     store_f64(cg, op->out[0], c, sel(cg, nonzero, fadd(cg, shift, offset), F(cg, 0)), false);
     store_f64(cg, op->out[1], c, sel(cg, nonzero, var, F(cg, 0)), false);
+    move_running(cg, op, c);
 }
 
 /* --------------------------------------------------------- block reductions */
@@ -918,20 +935,6 @@ static void gen_bn_stats(Cg *cg, IrOp *op, LLVMValueRef c) {
     store_moments(cg, op, c, shift, total);
 }
 
-/* running = momentum running + (1 - momentum) batch, the variance unbiased; a replica
- * with fewer than two samples leaves its running statistics as they are */
-static void gen_bn_running(Cg *cg, IrOp *op, LLVMValueRef c) {
-    LLVMValueRef n = cg_local_batch(cg);
-    If f = cg_if_begin(cg, ge(cg, n, I(cg, 2)));
-    LLVMValueRef rows = LLVMBuildSIToFP(cg->b, mul(cg, n, I(cg, op->rows_per_sample)), cg->f64, "");
-    LLVMValueRef m = F(cg, op->momentum), rest = F(cg, 1 - op->momentum);
-    LLVMValueRef mean = load_f64(cg, op->in[0], c);
-    LLVMValueRef var = fmul(cg, load_f64(cg, op->in[1], c), fdiv(cg, rows, fsub(cg, rows, F(cg, 1))));
-    store_f64(cg, op->out[0], c, fadd(cg, fmul(cg, m, load_f64(cg, op->out[0], c)), fmul(cg, rest, mean)), false);
-    store_f64(cg, op->out[1], c, fadd(cg, fmul(cg, m, load_f64(cg, op->out[1], c)), fmul(cg, rest, var)), false);
-    cg_if_end(cg, &f);
-}
-
 /* ----------------------------------------------------------------- softmax */
 
 /* row r of [outer, len, inner]: elements base + j * inner */
@@ -1451,7 +1454,6 @@ static IndexBody body_of(OpKind kind) {
     case OP_GAP: return gen_gap;
     case OP_GAP_BWD: return gen_gap_bwd;
     case OP_BN_STATS: return gen_bn_stats;
-    case OP_BN_RUNNING: return gen_bn_running;
     case OP_SOFTMAX: return gen_softmax;
     case OP_SOFTMAX_BWD: return gen_softmax_bwd;
     case OP_CONCAT: return gen_concat;

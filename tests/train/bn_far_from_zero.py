@@ -9,7 +9,11 @@ they are, their squares (1e16 each) would lose the variance's digits. The runnin
 statistics saved after the step must match the batch's mean and variance, computed
 here exactly, to 1e-6; the same sums without the shift are shown off by far more.
 
-usage: bn_far_from_zero.py PROGRAM_BATCH_8 PROGRAM_BATCH_1024"""
+Then the batch-8 program with drop_remainder = false trains an epoch of 9 rows: its
+second step has one sample, which must leave the running statistics as the first step
+left them (an unbiased variance of one value would divide by zero).
+
+usage: bn_far_from_zero.py PROGRAM_BATCH_8 PROGRAM_BATCH_1024 PROGRAM_BATCH_8_REMAINDER"""
 import os
 import sys
 from fractions import Fraction
@@ -42,18 +46,27 @@ def unshifted_variance(values):
     return s2 / len(values) - mean * mean
 
 
-def main():
-    root = scratch_folder()
+def write_rows(root, rows):
     with open(os.path.join(root, "big.csv"), "w") as f:
         f.write("x0,x1,x2,x3,label\n")
-        for r in range(ROWS):
+        for r in range(rows):
             f.write(",".join(str(feature(r, c)) for c in range(4)) + ",%d\n" % (r % 3))
-    for program in sys.argv[1:3]:
+
+
+def main():
+    root, remainder_root = scratch_folder(), scratch_folder()
+    write_rows(root, ROWS)
+    write_rows(remainder_root, 9)
+    cases = [(sys.argv[1], root, 8, ["--steps-per-epoch", "1"]), (sys.argv[2], root, ROWS, ["--steps-per-epoch", "1"]),
+             (sys.argv[3], remainder_root, 8, [])]
+    for program, data, batch, steps in cases:
         for device in ("cpu", "emulated"):
             saved = os.path.join(root, "saved.safetensors")
-            run([program, "--device", device, "--data-root", root, "--steps-per-epoch", "1", "--save", saved])
+            said = run([program, "--device", device, "--data-root", data, "--save", saved] + steps)
+            if not steps:
+                check("1 epoch, 2 steps, 9 samples" in said, "%s: the epoch of 9 rows ends with a step of one "
+                      "sample" % device)
             tensors = read_safetensors(saved)[0]
-            batch = 8 if program == sys.argv[1] else ROWS
             for c in range(4):
                 values = [feature(r, c) for r in range(batch)]
                 mean, var = exact(values)
