@@ -696,7 +696,6 @@ typedef enum {
     OP_GAP, OP_GAP_BWD,             /* global average pool and its adjoint */
     OP_BN_STATS,      /* in0 [rows, c] -> out mean, var [c]: the batch's per channel; out running
                          mean, var [c]: moved towards them */
-    OP_BN_BWD_SUMS,   /* dy, x, stats -> out [2c]: sum dy, sum dy * xhat per channel */
     OP_SOFTMAX, OP_SOFTMAX_BWD,
     OP_REDUCE_ROWS,   /* in0 [rows, c] -> out [c]: column sums (bias gradients) */
     OP_ROW_PARTIALS,  /* the first stage of a REDUCE_ROWS or BN_STATS (code): out [sums, chunks, c], each
