@@ -338,9 +338,13 @@ Loop cg_loop_begin_step(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef s
     return l;
 }
 
+/* An index as the i64 the kernels' bodies take: a 32-bit loop's widened. */
+static LLVMValueRef widened(Cg *cg, LLVMValueRef i) {
+    return LLVMTypeOf(i) == cg->i64 ? i : LLVMBuildZExt(cg->b, i, cg->i64, "");
+}
+
 LLVMValueRef cg_loop_index(Cg *cg, Loop *l) {
-    LLVMValueRef i = LLVMBuildLoad2(cg->b, l->type, l->var, "");
-    return l->type == cg->i64 ? i : LLVMBuildZExt(cg->b, i, cg->i64, "");
+    return widened(cg, LLVMBuildLoad2(cg->b, l->type, l->var, ""));
 }
 
 void cg_loop_end(Cg *cg, Loop *l) {
@@ -628,7 +632,7 @@ void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body, Ind
                                     mul(cg, stride, LLVMConstInt(type, INDICES_AT_ONCE, 0)), "group");
         LLVMValueRef at = LLVMBuildLoad2(cg->b, type, g.var, ""), i[INDICES_AT_ONCE];
         for (int u = 0; u < INDICES_AT_ONCE; u++, at = add(cg, at, stride))
-            i[u] = type == cg->i64 ? at : LLVMBuildZExt(cg->b, at, cg->i64, "");
+            i[u] = widened(cg, at);
         group(cg, op, i, INDICES_AT_ONCE);
         cg_loop_end(cg, &g);
         first = LLVMBuildLoad2(cg->b, type, g.var, ""); /* the first index no group took */
