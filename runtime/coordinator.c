@@ -42,6 +42,7 @@ typedef struct Conn {
     char address[64];           /* the address it connected from */
     char local[64];             /* the coordinator's address it connected to */
     int rank;                   /* -1 until its HELLO */
+    bool refused;               /* at its HELLO: it is told so, and nothing it sends counts */
     bool joined, left;
     double last_heard;
     ddp_reader in;
@@ -419,6 +420,7 @@ static bool hello(ddp_coordinator *s, int c, const char *text) {
         snprintf(msg, sizeof msg, "the worker on %s was started for a job of %lld workers, and the coordinator's "
                  "job has %d: start every worker with the same world size", host, (long long)world, s->cfg.world);
         queue_text(s, c, DDP_MSG_REFUSED, msg);
+        k->refused = true;
         return true;
     }
     if (rank < 0 || rank >= world)
@@ -430,6 +432,7 @@ static bool hello(ddp_coordinator *s, int c, const char *text) {
         if (!s->table_sent) /* a job already running goes on; the newcomer alone is refused */
             refuse_all(s, msg);
         queue_text(s, c, DDP_MSG_REFUSED, msg);
+        k->refused = true;
         return true;
     }
     k->rank = (int)rank;
@@ -514,9 +517,14 @@ static bool handle(ddp_coordinator *s, int c, ddp_frame *f) {
     Conn *k = &s->conns[c];
     k->last_heard = ddp_now_ms();
     if (f->type == DDP_MSG_HELLO)
-        return k->rank < 0 && hello(s, c, f->data);
-    if (k->rank < 0) /* a worker refused at its HELLO beats and says goodbye; no more */
-        return f->type == DDP_MSG_BEAT || f->type == DDP_MSG_ABORT || f->type == DDP_MSG_BYE;
+        return k->rank < 0 && !k->refused && hello(s, c, f->data);
+    /* A worker refused at its HELLO beats and says goodbye; what it sent before its
+     * refusal reached it (its JOIN, a GET) is ignored: dropping it would close the
+     * connection before the refusal went out, and the worker would report the
+     * coordinator lost instead. */
+    if (k->rank < 0)
+        return f->type == DDP_MSG_BEAT || f->type == DDP_MSG_ABORT || f->type == DDP_MSG_BYE ||
+               (k->refused && (f->type == DDP_MSG_JOIN || f->type == DDP_MSG_SET || f->type == DDP_MSG_GET));
     Worker *w = &s->workers[k->rank];
     switch (f->type) {
     case DDP_MSG_BEAT: return true;
