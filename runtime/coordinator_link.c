@@ -44,6 +44,7 @@ struct ddp_link {
     int wake_fd;
     bool lost;
     bool lost_seen;             /* a collective or the main thread met the loss: it is on its way out */
+    double deferred_until;      /* ms: another thread's own way out ends the process by then if it must */
     bool awaiting;              /* the main thread waits for a reply */
     int lost_rank;
     char lost_text[TEXT];
@@ -97,6 +98,15 @@ bool ddp_link_lost(ddp_link *l, int *rank, char *text, size_t len) {
     }
     pthread_mutex_unlock(&l->lock);
     return lost;
+}
+
+void ddp_link_defer(ddp_link *l, double until_ms) {
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->lock);
+    if (until_ms > l->deferred_until)
+        l->deferred_until = until_ms;
+    pthread_mutex_unlock(&l->lock);
 }
 
 int ddp_link_wake_fd(const ddp_link *l) {
@@ -210,7 +220,8 @@ static void *keep(void *arg) {
             l->last_heard = now;
         }
         pthread_mutex_lock(&l->lock);
-        bool overdue = l->lost && !l->lost_seen && !l->closing && now - l->lost_at > GRACE_MS;
+        bool overdue = l->lost && !l->lost_seen && !l->closing && now - l->lost_at > GRACE_MS &&
+                       now > l->deferred_until;
         pthread_mutex_unlock(&l->lock);
         if (overdue)
             give_up(l);

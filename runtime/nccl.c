@@ -199,6 +199,9 @@ static void abort_comm(ddp_nccl *n, const char *reason) {
     pthread_mutex_unlock(&n->lock);
     bool started = pthread_create(&aborter, NULL, run_abort, n) == 0;
     double deadline = ddp_now_ms() + ABORT_GRACE_MS;
+    /* a peer's loss told meanwhile must not end the process first, saying this worker
+     * did not reach a collective: the hung abort is the news (the two waits are equal) */
+    ddp_link_defer(n->link, deadline + 1000);
     bool over = !started;
     while (!over && ddp_now_ms() < deadline) {
         usleep(WATCH_MS * 1000);

@@ -432,6 +432,10 @@ bool ddp_link_get(ddp_link *l, const char *key, ddp_frame *value, int timeout_s,
 bool ddp_link_lost(ddp_link *l, int *rank, char *text, size_t len);
 /* Readable once a worker is lost; -1 for NULL. */
 int ddp_link_wake_fd(const ddp_link *l);
+/* A loss the main thread does not act on ends the process after a grace period, but
+ * not before until_ms (ddp_now_ms's clock): another thread ends it by then if it must
+ * (the NCCL watchdog, its abort hung). */
+void ddp_link_defer(ddp_link *l, double until_ms);
 /* The training step this worker is at, for the message should it be ended. */
 void ddp_link_at_step(ddp_link *l, int64_t step);
 /* This clock minus the coordinator's, in ms (for traces). */
