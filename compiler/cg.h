@@ -13,6 +13,7 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "ddpc.h"
+#include "../runtime/ddp_abi.h"
 
 typedef enum { TARGET_CPU_BASE, TARGET_CPU_WIDE, TARGET_GPU, TARGET_COUNT } Target;
 
@@ -31,6 +32,7 @@ typedef struct Cg {
     Tensor **args;                 /* its buffers, in the order of its launch's arguments */
     int nargs;
     LLVMValueRef *arg_ptr;         /* each argument's pointer, loaded in the entry block */
+    LLVMValueRef scalar[DDP_S_COUNT]; /* each scalar used, loaded in the entry block */
     LLVMBasicBlockRef entry;
     void *hoisted;                 /* what an index prologue computed for the body (kernels.c) */
     /* helper functions, made on first use */

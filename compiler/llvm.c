@@ -173,18 +173,31 @@ LLVMValueRef cg_bf16_from_f32(Cg *cg, LLVMValueRef v) {
     return LLVMBuildTrunc(cg->b, LLVMBuildSelect(cg->b, nan, quiet, rounded, ""), cg->i16, "");
 }
 
-static LLVMValueRef scalar_address(Cg *cg, int slot) {
-    LLVMValueRef idx = cg_i64(cg, slot);
-    return LLVMBuildInBoundsGEP2(cg->b, cg->i64, cg->scalars, &idx, 1, "");
+/* Positions the builder in the entry block for one instruction, then back. */
+static LLVMValueRef in_entry(Cg *cg, LLVMValueRef (*make)(Cg *, void *), void *arg) {
+    LLVMBasicBlockRef here = LLVMGetInsertBlock(cg->b);
+    LLVMPositionBuilderAtEnd(cg->b, cg->entry);
+    LLVMValueRef v = make(cg, arg);
+    LLVMPositionBuilderAtEnd(cg->b, here);
+    return v;
 }
 
+static LLVMValueRef load_scalar(Cg *cg, void *arg) {
+    LLVMValueRef idx = cg_i64(cg, *(int *)arg);
+    return LLVMBuildLoad2(cg->b, cg->i64, LLVMBuildInBoundsGEP2(cg->b, cg->i64, cg->scalars, &idx, 1, ""), "");
+}
+
+/* A scalar is loaded once, in the entry block: no kernel writes the scalars, but a
+ * load inside a loop whose stores LLVM cannot tell apart from them would stay there
+ * and keep the loop from being vectorised. */
 LLVMValueRef cg_scalar_i64(Cg *cg, int slot) {
-    return LLVMBuildLoad2(cg->b, cg->i64, scalar_address(cg, slot), "");
+    if (!cg->scalar[slot])
+        cg->scalar[slot] = in_entry(cg, load_scalar, &slot);
+    return cg->scalar[slot];
 }
 
 LLVMValueRef cg_scalar_f64(Cg *cg, int slot) {
-    LLVMValueRef p = LLVMBuildBitCast(cg->b, scalar_address(cg, slot), LLVMPointerType(cg->f64, 0), "");
-    return LLVMBuildLoad2(cg->b, cg->f64, p, "");
+    return LLVMBuildBitCast(cg->b, cg_scalar_i64(cg, slot), cg->f64, "");
 }
 
 LLVMValueRef cg_local_batch(Cg *cg) {
@@ -213,6 +226,7 @@ LLVMValueRef cg_kernel_begin(Cg *cg, const char *name) {
     cg->begin = LLVMGetParam(cg->fn, 2);
     cg->end = LLVMGetParam(cg->fn, 3);
     cg->arg_ptr = arena_alloc(cg->c->arena, sizeof(LLVMValueRef) * (size_t)(cg->nargs + 1));
+    memset(cg->scalar, 0, sizeof cg->scalar);
     cg->entry = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "entry");
     LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "start");
     LLVMPositionBuilderAtEnd(cg->b, start);
@@ -224,15 +238,6 @@ void cg_kernel_end(Cg *cg) {
     LLVMBasicBlockRef start = LLVMGetNextBasicBlock(cg->entry);
     LLVMPositionBuilderAtEnd(cg->b, cg->entry);
     LLVMBuildBr(cg->b, start);
-}
-
-/* Positions the builder in the entry block for one instruction, then back. */
-static LLVMValueRef in_entry(Cg *cg, LLVMValueRef (*make)(Cg *, void *), void *arg) {
-    LLVMBasicBlockRef here = LLVMGetInsertBlock(cg->b);
-    LLVMPositionBuilderAtEnd(cg->b, cg->entry);
-    LLVMValueRef v = make(cg, arg);
-    LLVMPositionBuilderAtEnd(cg->b, here);
-    return v;
 }
 
 static LLVMValueRef load_arg(Cg *cg, void *arg) {
