@@ -135,6 +135,8 @@ static inline LLVMValueRef ge(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return L
 static inline LLVMValueRef eq(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildICmp(cg->b, LLVMIntEQ, a, b, ""); }
 static inline LLVMValueRef and_(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAnd(cg->b, a, b, ""); }
 static inline LLVMValueRef sel(Cg *cg, LLVMValueRef c, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildSelect(cg->b, c, a, b, ""); }
+static inline LLVMValueRef smin(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return sel(cg, lt(cg, a, b), a, b); }
+static inline LLVMValueRef smax(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return sel(cg, lt(cg, a, b), b, a); }
 static inline LLVMValueRef fadd(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFAdd(cg->b, a, b, ""); }
 static inline LLVMValueRef fsub(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFSub(cg->b, a, b, ""); }
 static inline LLVMValueRef fmul(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFMul(cg->b, a, b, ""); }

@@ -57,6 +57,8 @@ typedef struct Memo {
     LLVMValueRef v[MEMO];
     int n;
     int64_t per_sample; /* of the index space: for per-sample loads and dropout draws */
+    LLVMValueRef within; /* the index's remainder by period, where a loop counts it */
+    int64_t period;
 } Memo;
 
 static LLVMValueRef keep_draw(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
@@ -91,7 +93,9 @@ static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
     switch (e->kind) {
     case X_LOAD: {
         LLVMValueRef index = i;
-        if (e->bc == BC_CHANNEL)
+        if (e->bc == BC_CHANNEL && m->within)
+            index = e->channels == m->period ? m->within : rems(cg, m->within, I(cg, e->channels));
+        else if (e->bc == BC_CHANNEL)
             index = rems(cg, i, I(cg, e->channels));
         else if (e->bc == BC_SAMPLE)
             index = divs(cg, i, I(cg, m->per_sample));
@@ -216,7 +220,7 @@ static void pointwise_prologue(Cg *cg, IrOp *op, LLVMValueRef first) {
  * thread's loads of its n indices are in flight together. */
 static void gen_pointwise_group(Cg *cg, IrOp *op, const LLVMValueRef *i, int n) {
     LLVMValueRef v[INDICES_AT_ONCE][4];
-    Memo m; /* an index's values, starting from the thread's channel's */
+    Memo m; /* an index's values, from what its loop knows: a GPU thread's channel parts, a CPU row's place */
     for (int u = 0; u < n; u++) {
         m = cg->hoisted ? *(const Memo *)cg->hoisted : (Memo){0};
         m.per_sample = op->range.per_sample ? op->range.per_sample : op->range.fixed;
@@ -230,6 +234,43 @@ static void gen_pointwise_group(Cg *cg, IrOp *op, const LLVMValueRef *i, int n) 
 
 static void gen_pointwise(Cg *cg, IrOp *op, LLVMValueRef i) {
     gen_pointwise_group(cg, op, &i, 1);
+}
+
+/* A CPU's pointwise kernel whose loads follow the channel. An index's channel is its
+ * remainder by the period, and a remainder per element keeps LLVM from vectorising
+ * the loop. So the range is walked as whole rows of the period, an inner loop counting
+ * the place within the row: its loads of per-channel values are contiguous, and it
+ * vectorises. The partial rows at the ends of the range take one plain loop. Short
+ * periods keep the plain loop: their rows are too short to vectorise. */
+enum { CPU_ROWS_MIN_PERIOD = 16 };
+
+static void gen_pointwise_rows(Cg *cg, IrOp *op) {
+    int64_t period = pointwise_period(op);
+    if (period < CPU_ROWS_MIN_PERIOD) {
+        cg_kernel_indices(cg, op, NULL, gen_pointwise, NULL);
+        return;
+    }
+    LLVMValueRef p = I(cg, period);
+    LLVMValueRef first_row = divs(cg, add(cg, cg->begin, I(cg, period - 1)), p), last_row = divs(cg, cg->end, p);
+    Loop r = cg_loop_begin(cg, first_row, last_row, "row");
+    LLVMValueRef base = mul(cg, cg_loop_index(cg, &r), p);
+    Loop j = cg_loop_begin(cg, I(cg, 0), p, "j");
+    LLVMValueRef within = cg_loop_index(cg, &j);
+    Memo *place = arena_alloc(cg->c->arena, sizeof *place);
+    *place = (Memo){.within = within, .period = period};
+    cg->hoisted = place;
+    gen_pointwise(cg, op, add(cg, base, within));
+    cg->hoisted = NULL;
+    cg_loop_end(cg, &j);
+    cg_loop_end(cg, &r);
+    /* the ends: [begin, head) before the first whole row, [tail, end) after the last */
+    LLVMValueRef head = smin(cg, cg->end, mul(cg, first_row, p));
+    LLVMValueRef tail = smax(cg, head, mul(cg, last_row, p));
+    LLVMValueRef before = sub(cg, head, cg->begin);
+    Loop e = cg_loop_begin(cg, I(cg, 0), add(cg, before, sub(cg, cg->end, tail)), "end");
+    LLVMValueRef k = cg_loop_index(cg, &e);
+    gen_pointwise(cg, op, sel(cg, lt(cg, k, before), add(cg, cg->begin, k), add(cg, tail, sub(cg, k, before))));
+    cg_loop_end(cg, &e);
 }
 
 /* ------------------------------------------------------- sums over rows */
@@ -318,8 +359,8 @@ static void gen_row_partials(Cg *cg, IrOp *op, LLVMValueRef i) {
     LLVMValueRef ch = I(cg, op->channels), c = rems(cg, i, ch), chunk = divs(cg, i, ch);
     LLVMValueRef rows = live_rows(cg, op), lo = mul(cg, chunk, I(cg, op->chunk_rows));
     LLVMValueRef hi = add(cg, lo, I(cg, op->chunk_rows));
-    hi = sel(cg, lt(cg, hi, rows), hi, rows);
-    hi = sel(cg, lt(cg, hi, lo), lo, hi);
+    hi = smin(cg, hi, rows);
+    hi = smax(cg, hi, lo);
     RowTerms t = row_terms_of(cg, op, c, bn ? bn_shift(cg, op, c) : NULL, sums);
     LLVMValueRef acc[4];
     for (int s = 0; s < sums; s++)
@@ -855,8 +896,8 @@ static LLVMValueRef window_count(Cg *cg, IrOp *op, Geo g, LLVMValueRef oh, LLVMV
     for (int a = 0; a < 2; a++) {
         LLVMValueRef lo = sub(cg, mul(cg, o[a], I(cg, op->stride[a])), I(cg, pad[a]));
         LLVMValueRef hi = add(cg, lo, I(cg, op->kernel[a]));
-        lo = sel(cg, lt(cg, lo, I(cg, 0)), I(cg, 0), lo);
-        hi = sel(cg, lt(cg, I(cg, size[a]), hi), I(cg, size[a]), hi);
+        lo = smax(cg, lo, I(cg, 0));
+        hi = smin(cg, I(cg, size[a]), hi);
         counts[a] = sub(cg, hi, lo);
     }
     return LLVMBuildSIToFP(cg->b, mul(cg, counts[0], counts[1]), cg->f64, "");
@@ -1254,7 +1295,7 @@ static LLVMValueRef nonfinite_mark(Cg *cg, Tensor *t, LLVMValueRef i) {
 static void gen_find_nonfinite(Cg *cg, IrOp *op, LLVMValueRef c) {
     Tensor *g = op->in[0];
     LLVMValueRef lo = mul(cg, c, I(cg, NONFINITE_CHUNK)), end = add(cg, lo, I(cg, NONFINITE_CHUNK));
-    LLVMValueRef hi = sel(cg, lt(cg, end, I(cg, g->elems)), end, I(cg, g->elems));
+    LLVMValueRef hi = smin(cg, end, I(cg, g->elems));
     bool wide = g->dtype == DT_F64;
     LLVMTypeRef bits_t = wide ? cg->i64 : cg->i32;
     LLVMValueRef exponent = LLVMConstInt(bits_t, wide ? 0x7ff0000000000000ull : 0x7f800000ull, 0);
@@ -1327,7 +1368,7 @@ static void block_find_nonfinite(Cg *cg, IrOp *op, LLVMValueRef c) {
     Block k = block_of(cg, op);
     Tensor *g = op->in[0];
     LLVMValueRef lo = mul(cg, c, I(cg, NONFINITE_CHUNK)), left = sub(cg, I(cg, g->elems), lo);
-    LLVMValueRef rows = sel(cg, lt(cg, left, I(cg, NONFINITE_CHUNK)), left, I(cg, NONFINITE_CHUNK));
+    LLVMValueRef rows = smin(cg, left, I(cg, NONFINITE_CHUNK));
     Marks m = {cg_var(cg, cg->f64, F(cg, INFINITY), "least"), g, lo, true};
     LLVMValueRef first = least_mark(cg, op, &k, &m, rows);
     If f = first_thread(cg, &k);
@@ -1540,6 +1581,8 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
         update = cg_if_begin(cg, fcmp(cg, LLVMRealOEQ, load_f64(cg, cg->ir->nonfinite, I(cg, 0)), F(cg, 0)));
     if (cg->target == TARGET_GPU && kernel_launch(op).kind == DDP_LAUNCH_BLOCK)
         cg_kernel_blocks(cg, op, block_body_of(op->kind));
+    else if (cg->target != TARGET_GPU && op->kind == OP_POINTWISE)
+        gen_pointwise_rows(cg, op);
     else
         cg_kernel_indices(cg, op, op->kind == OP_POINTWISE ? pointwise_prologue : NULL, body_of(op->kind),
                           op->kind == OP_POINTWISE ? gen_pointwise_group : NULL);

@@ -1,6 +1,7 @@
 #!/bin/sh
-# determinism.sh PROGRAM: the same seed gives bit-identical parameters, another seed
-# does not, and --evaluate on saved parameters repeats the run's final validation
+# determinism.sh PROGRAM: the same seed gives bit-identical parameters, whatever the
+# number of threads (3 cut the kernels' ranges off their rows of channels), another
+# seed does not, and --evaluate on saved parameters repeats the run's final validation
 # figures exactly.
 set -u
 program=$1
@@ -10,9 +11,15 @@ fail() { echo "FAIL: $*"; exit 1; }
 run() { "$program" --steps-per-epoch 40 --epochs 1 "$@" > "$dir/out" 2>&1 || { cat "$dir/out"; fail "$program $*"; }; }
 run --save "$dir/a.safetensors" --metrics "$dir/a.json"
 run --save "$dir/b.safetensors"
+run --save "$dir/one.safetensors" --threads 1
+run --save "$dir/three.safetensors" --threads 3
 run --save "$dir/c.safetensors" --seed 7
 cmp -s "$dir/a.safetensors" "$dir/b.safetensors" || fail "two runs with the same seed differ"
 echo "ok: two runs with the same seed save identical parameters"
+for n in one three; do
+    cmp -s "$dir/a.safetensors" "$dir/$n.safetensors" || fail "a run on $n thread(s) differs from one on the default"
+done
+echo "ok: runs on 1 and 3 threads save the same parameters as on the default"
 cmp -s "$dir/a.safetensors" "$dir/c.safetensors" && fail "runs with seeds 1 and 7 save identical parameters"
 echo "ok: another seed saves other parameters"
 "$program" --load "$dir/a.safetensors" --evaluate --metrics "$dir/e.json" > "$dir/out" 2>&1 ||
