@@ -4,15 +4,21 @@
  * too small to be worth waking threads for run on the caller alone. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "runtime.h"
 
-/* A training step is dozens of parallel ranges a few microseconds apart, and waking a
- * sleeping thread costs about as much as one of them; so a thread spins this many
- * rounds (some tens of microseconds) for the next range before it sleeps. */
+/* A training step is dozens of parallel ranges, some microseconds apart and some a
+ * single-threaded kernel or the host's work apart; waking a sleeping thread costs 40 us
+ * on a virtual machine, more than many of those ranges. So a waiting thread spins
+ * (SPIN_ROUNDS pauses, some tens of microseconds), then keeps looking between
+ * sched_yield calls, which give the CPU to any other thread that wants it, for up to
+ * YIELD_NS, and only then sleeps. */
 enum { MIN_PARALLEL = 4096, SPIN_ROUNDS = 2000 };
+#define YIELD_NS 2000000
 
 struct ddp_pool {
     int n;
@@ -49,11 +55,22 @@ static void run_part(ddp_pool *p, int part) {
 /* Spins, then sleeps on cond, until ready(p, arg). A thread that changes what ready
  * reads does so before it looks at sleepers (both sequentially consistent), and a
  * sleeper counts itself before it last reads, so no wake-up is lost. */
+static int64_t monotonic_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static void await(ddp_pool *p, pthread_cond_t *cond, bool (*ready)(ddp_pool *, unsigned), unsigned arg) {
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         if (ready(p, arg))
             return;
         cpu_relax();
+    }
+    for (int64_t until = monotonic_ns() + YIELD_NS; monotonic_ns() < until;) {
+        if (ready(p, arg))
+            return;
+        sched_yield();
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
