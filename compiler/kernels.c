@@ -376,6 +376,142 @@ static void gen_row_partials(Cg *cg, IrOp *op, LLVMValueRef i) {
         store_f64(cg, op->out[0], partial_at(cg, op, s, chunk, c), load_var(cg, acc[s], cg->f64), false);
 }
 
+/* A CPU's sums over rows (a first stage's, or a sum straight over the rows) run rows
+ * outer and channels inner. An index per channel walking down its column reads one
+ * element a cache line, C apart; a row's channels are contiguous, so the inner loop
+ * reads memory in order and LLVM vectorises it. Each channel still adds its rows in
+ * order, in f64, into its own accumulator: the same sums, bit for bit. The parts of
+ * the terms that follow the channel alone are computed once per channel, into arrays
+ * the inner loop reads. The accumulators and those arrays live on the stack of the
+ * thread; a sum that would need more than CPU_SUM_STACK keeps the per-channel loop. */
+enum { CPU_SUM_STACK = 256 << 10 };
+
+/* Whether a part of the terms is worth an array: something computed, not a load or a
+ * value the inner loop has anyway. */
+static bool computed_part(const XExpr *e) {
+    return e->kind != X_LOAD && e->kind != X_CONST && e->kind != X_SCALAR;
+}
+
+/* n values of type t on the stack of the thread running the kernel; stack_at gives
+ * element (k, c) of it read as [n / channels][channels]. */
+static LLVMValueRef stack_array(Cg *cg, LLVMTypeRef t, int64_t n, const char *name) {
+    return cg_var(cg, LLVMArrayType(t, (unsigned)n), NULL, name);
+}
+
+static LLVMValueRef stack_at(Cg *cg, LLVMValueRef array, int64_t k, int64_t channels, LLVMValueRef c) {
+    LLVMValueRef idx[2] = {I(cg, 0), add(cg, I(cg, k * channels), c)};
+    return LLVMBuildInBoundsGEP2(cg->b, LLVMGetAllocatedType(array), array, idx, 2, "");
+}
+
+typedef struct CpuSums {
+    int sums;
+    bool bn;
+    LLVMValueRef acc;      /* [sums][C] f64 */
+    Memo parts;            /* the channel's parts: which nodes (their values are in `values`) */
+    LLVMValueRef values;   /* [parts.n][C] reals */
+} CpuSums;
+
+/* Channels [lo, hi): their parts into the arrays, their accumulators to zero. */
+static void cpu_sums_start(Cg *cg, IrOp *op, CpuSums *s, LLVMValueRef lo, LLVMValueRef hi) {
+    Loop l = cg_loop_begin(cg, lo, hi, "channel");
+    LLVMValueRef c = cg_loop_index(cg, &l);
+    for (int k = 0; k < s->sums; k++)
+        set_var(cg, stack_at(cg, s->acc, k, op->channels, c), F(cg, 0));
+    if (s->values) {
+        Memo *m = channel_parts(cg, op->expr, s->sums, op->channels, c);
+        for (int k = 0, n = 0; k < m->n; k++)
+            if (computed_part(m->e[k]))
+                set_var(cg, stack_at(cg, s->values, n++, op->channels, c), m->v[k]);
+    }
+    cg_loop_end(cg, &l);
+}
+
+/* Rows [row_lo, row_hi) of channels [lo, hi) into the accumulators. */
+static void cpu_sums_rows(Cg *cg, IrOp *op, CpuSums *s, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef row_lo,
+                          LLVMValueRef row_hi) {
+    Loop r = cg_loop_begin(cg, row_lo, row_hi, "row");
+    LLVMValueRef base = mul(cg, cg_loop_index(cg, &r), I(cg, op->channels));
+    Loop l = cg_loop_begin(cg, lo, hi, "channel");
+    LLVMValueRef c = cg_loop_index(cg, &l), terms[4];
+    Memo fixed = {.within = c, .period = op->channels};
+    for (int k = 0; k < s->parts.n; k++) {
+        fixed.e[k] = s->parts.e[k];
+        fixed.v[k] = LLVMBuildLoad2(cg->b, cg->real, stack_at(cg, s->values, k, op->channels, c), "");
+    }
+    fixed.n = s->parts.n;
+    RowTerms t = {.c = c, .shift = s->bn ? load_f64(cg, op->in[0], c) : NULL, .sums = s->sums, .fixed = &fixed};
+    row_terms(cg, op, add(cg, base, c), &t, terms);
+    for (int k = 0; k < s->sums; k++) {
+        LLVMValueRef at = stack_at(cg, s->acc, k, op->channels, c);
+        set_var(cg, at, fadd(cg, load_var(cg, at, cg->f64), terms[k]));
+    }
+    cg_loop_end(cg, &l);
+    cg_loop_end(cg, &r);
+}
+
+/* The nodes whose values cpu_sums_start keeps: found by generating the parts once,
+ * in a block nothing branches to (LLVM drops it). */
+static Memo cpu_sums_parts(Cg *cg, IrOp *op, int sums) {
+    LLVMBasicBlockRef here = LLVMGetInsertBlock(cg->b);
+    LLVMBasicBlockRef scratch = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "parts");
+    LLVMPositionBuilderAtEnd(cg->b, scratch);
+    Memo *m = channel_parts(cg, op->expr, sums, op->channels, I(cg, 0)), parts = {0};
+    LLVMBuildUnreachable(cg->b);
+    LLVMPositionBuilderAtEnd(cg->b, here);
+    for (int k = 0; k < m->n; k++)
+        if (computed_part(m->e[k]))
+            parts.e[parts.n++] = m->e[k];
+    return parts;
+}
+
+/* Whether op is a sum the CPU runs rows outer (within CPU_SUM_STACK), filling s. */
+static bool cpu_sums_fit(Cg *cg, IrOp *op, CpuSums *s) {
+    bool partials = op->kind == OP_ROW_PARTIALS;
+    if (!partials && (op->kind != OP_REDUCE_ROWS || op->chunk_rows))
+        return false;
+    s->sums = partials ? (int)partials_of(op)->shape.dim[0] : op->nout;
+    s->bn = op->code == OP_BN_STATS;
+    s->parts = s->bn ? (Memo){0} : cpu_sums_parts(cg, op, s->sums);
+    int64_t real = LLVMGetTypeKind(cg->real) == LLVMDoubleTypeKind ? 8 : 4;
+    if ((s->sums * 8 + s->parts.n * real) * op->channels > CPU_SUM_STACK)
+        return false;
+    s->acc = stack_array(cg, cg->f64, s->sums * op->channels, "acc");
+    s->values = s->parts.n ? stack_array(cg, cg->real, s->parts.n * op->channels, "parts") : NULL;
+    return true;
+}
+
+/* The kernel: a first stage's indices chunk * C + c, chunk by chunk (their rows as in
+ * gen_row_partials), or a sum's channels over all the live rows. */
+static bool gen_row_sums_cpu(Cg *cg, IrOp *op) {
+    CpuSums s;
+    if (!cpu_sums_fit(cg, op, &s))
+        return false;
+    bool partials = op->kind == OP_ROW_PARTIALS;
+    LLVMValueRef ch = I(cg, op->channels), rows = live_rows(cg, op);
+    LLVMValueRef first = partials ? divs(cg, cg->begin, ch) : I(cg, 0);
+    LLVMValueRef last = partials ? add(cg, divs(cg, sub(cg, cg->end, I(cg, 1)), ch), I(cg, 1)) : I(cg, 1);
+    Loop chunks = cg_loop_begin(cg, first, last, "chunk");
+    LLVMValueRef chunk = cg_loop_index(cg, &chunks), base = partials ? mul(cg, chunk, ch) : I(cg, 0);
+    LLVMValueRef lo = smax(cg, sub(cg, cg->begin, base), I(cg, 0)), hi = smin(cg, sub(cg, cg->end, base), ch);
+    LLVMValueRef row_lo = partials ? mul(cg, chunk, I(cg, op->chunk_rows)) : I(cg, 0), row_hi = rows;
+    if (partials)
+        row_hi = smax(cg, smin(cg, add(cg, row_lo, I(cg, op->chunk_rows)), rows), row_lo);
+    cpu_sums_start(cg, op, &s, lo, hi);
+    cpu_sums_rows(cg, op, &s, lo, hi, row_lo, row_hi);
+    Loop l = cg_loop_begin(cg, lo, hi, "channel");
+    LLVMValueRef c = cg_loop_index(cg, &l);
+    for (int k = 0; k < s.sums; k++) {
+        LLVMValueRef sum = load_var(cg, stack_at(cg, s.acc, k, op->channels, c), cg->f64);
+        if (partials)
+            store_f64(cg, op->out[0], partial_at(cg, op, k, chunk, c), sum, false);
+        else
+            store_f64(cg, op->out[k], c, sum, op->accumulate);
+    }
+    cg_loop_end(cg, &l);
+    cg_loop_end(cg, &chunks);
+    return true;
+}
+
 /* Adds sum s of chunk k for channel c to acc[s], for each of `sums`. */
 static void add_chunk(Cg *cg, IrOp *op, LLVMValueRef k, LLVMValueRef c, int sums, LLVMValueRef *acc) {
     for (int s = 0; s < sums; s++)
@@ -1583,7 +1719,7 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
         cg_kernel_blocks(cg, op, block_body_of(op->kind));
     else if (cg->target != TARGET_GPU && op->kind == OP_POINTWISE)
         gen_pointwise_rows(cg, op);
-    else
+    else if (cg->target == TARGET_GPU || !gen_row_sums_cpu(cg, op))
         cg_kernel_indices(cg, op, op->kind == OP_POINTWISE ? pointwise_prologue : NULL, body_of(op->kind),
                           op->kind == OP_POINTWISE ? gen_pointwise_group : NULL);
     if (op->kind == OP_OPTIMIZER)
