@@ -282,10 +282,12 @@ static void run_step(ddp_runtime *rt, int phase, int64_t i) {
         const ddp_kernel *k = &p->kernels[s->index];
         void *const *args = rt->step_args[phase][i];
         int64_t end = live(rt, s->range);
+        /* an index of a reduction sums a run of values, the block's on a GPU */
+        int64_t work = k->launch == DDP_LAUNCH_BLOCK ? k->threads * k->per_thread : 1;
         if (k->flags & DDP_KERNEL_SERIAL)
             rt->kernels[s->index](args, rt->scalars, 0, end);
         else
-            ddp_pool_run(rt->pool, rt->kernels[s->index], args, rt->scalars, 0, end);
+            ddp_pool_run(rt->pool, rt->kernels[s->index], args, rt->scalars, 0, end, work);
         break;
     }
     case DDP_STEP_GEMM:

@@ -193,7 +193,8 @@ static void kernel_part(void *ctx, int64_t begin, int64_t end) {
 }
 
 void ddp_pool_run(ddp_pool *p, ddp_kernel_fn fn, void *const *buffers, const ddp_scalar *scalars,
-                  int64_t begin, int64_t end) {
+                  int64_t begin, int64_t end, int64_t work) {
     KernelCall k = {fn, buffers, scalars};
-    ddp_pool_for(p, kernel_part, &k, begin, end, MIN_PARALLEL);
+    int64_t indices = MIN_PARALLEL / (work > 1 ? work : 1);
+    ddp_pool_for(p, kernel_part, &k, begin, end, indices > 2 ? indices : 2);
 }

@@ -65,9 +65,10 @@ int ddp_pool_threads(const ddp_pool *p);
  * range is shorter than min_parallel; returns when all parts are done. */
 typedef void (*ddp_range_fn)(void *ctx, int64_t begin, int64_t end);
 void ddp_pool_for(ddp_pool *p, ddp_range_fn fn, void *ctx, int64_t begin, int64_t end, int64_t min_parallel);
-/* A kernel over [begin, end) the same way. */
+/* A kernel over [begin, end) the same way; an index of it does about `work` elements'
+ * work, so fewer indices are worth the threads. */
 void ddp_pool_run(ddp_pool *p, ddp_kernel_fn fn, void *const *buffers, const ddp_scalar *scalars,
-                  int64_t begin, int64_t end);
+                  int64_t begin, int64_t end, int64_t work);
 
 /* ----------------------------------------------------------------- data.c */
 
