@@ -17,8 +17,7 @@
  * (SPIN_ROUNDS pauses, some tens of microseconds), then keeps looking between
  * sched_yield calls, which give the CPU to any other thread that wants it, for up to
  * YIELD_NS, and only then sleeps. */
-enum { MIN_PARALLEL = 4096, SPIN_ROUNDS = 2000 };
-#define YIELD_NS 2000000
+enum { MIN_PARALLEL = 4096, SPIN_ROUNDS = 2000, YIELD_NS = 2000000 };
 
 struct ddp_pool {
     int n;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # determinism.sh PROGRAM: the same seed gives bit-identical parameters, whatever the
-# number of threads (3 cut the kernels' ranges off their rows of channels), another
+# number of threads (3 split the kernels' ranges inside rows of channels), another
 # seed does not, and --evaluate on saved parameters repeats the run's final validation
 # figures exactly.
 set -u
