@@ -34,7 +34,9 @@ echo "building the samples"
 "$build/ddpc" build "$root/samples/fashion.ddp" -o "$work/cnn"
 
 ddp_rate() { # ddp_rate PROGRAM THREADS STEPS: samples/s of its only epoch
-    "$1" --synthetic --threads "$2" --epochs 1 --steps-per-epoch "$3" --metrics "$work/m.json" >/dev/null
+    rm -rf "$work/run"
+    "$1" --synthetic --threads "$2" --epochs 1 --steps-per-epoch "$3" --metrics "$work/m.json" \
+        --run-dir "$work/run" >/dev/null
     sed -n 's/.*"samples_per_sec": \([0-9.e+]*\).*/\1/p' "$work/m.json"
 }
 reference() { # reference PYTHON FRAMEWORK MODEL THREADS STEPS

@@ -29,7 +29,7 @@ run() {
     threads=$((cpus / n))
     [ "$threads" -ge 1 ] || threads=1
     "$build/ddprun" -n "$n" "$work/$program" --synthetic --threads "$threads" --epochs 1 --steps-per-epoch "$steps" \
-        --metrics "$work/m.json" --trace "$work/t.json" > /dev/null
+        --metrics "$work/m.json" --trace "$work/t.json" --run-dir "$work/run" > /dev/null
     python3 - "$work/m.json" "$work/t.json" "$n" <<'EOF'
 import json, sys
 metrics, trace, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
