@@ -7,7 +7,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "runtime.h"
 
@@ -16,8 +15,8 @@
  * on a virtual machine, more than many of those ranges. So a waiting thread spins
  * (SPIN_ROUNDS pauses, some tens of microseconds), then keeps looking between
  * sched_yield calls, which give the CPU to any other thread that wants it, for up to
- * YIELD_NS, and only then sleeps. */
-enum { MIN_PARALLEL = 4096, SPIN_ROUNDS = 2000, YIELD_NS = 2000000 };
+ * YIELD_MS, and only then sleeps. */
+enum { MIN_PARALLEL = 4096, SPIN_ROUNDS = 2000, YIELD_MS = 2 };
 
 struct ddp_pool {
     int n;
@@ -51,22 +50,16 @@ static void run_part(ddp_pool *p, int part) {
         p->fn(p->ctx, lo, hi);
 }
 
-/* Spins, then sleeps on cond, until ready(p, arg). A thread that changes what ready
- * reads does so before it looks at sleepers (both sequentially consistent), and a
- * sleeper counts itself before it last reads, so no wake-up is lost. */
-static int64_t monotonic_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
+/* Spins, then yields, then sleeps on cond, until ready(p, arg). A thread that changes
+ * what ready reads does so before it looks at sleepers (both sequentially consistent),
+ * and a sleeper counts itself before it last reads, so no wake-up is lost. */
 static void await(ddp_pool *p, pthread_cond_t *cond, bool (*ready)(ddp_pool *, unsigned), unsigned arg) {
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         if (ready(p, arg))
             return;
         cpu_relax();
     }
-    for (int64_t until = monotonic_ns() + YIELD_NS; monotonic_ns() < until;) {
+    for (double until = ddp_now_ms() + YIELD_MS; ddp_now_ms() < until;) {
         if (ready(p, arg))
             return;
         sched_yield();
