@@ -160,27 +160,36 @@ static bool memo_has(const Memo *m, const XExpr *e) {
     return false;
 }
 
-/* Computes into m, at c (an index whose remainder by period is the channel's), the
- * largest parts of e that follow the channel alone; `seen` holds the nodes already
- * looked at, e being a DAG. */
-static void hoist_channel_parts(Cg *cg, const XExpr *e, int64_t period, LLVMValueRef c, Memo *m, Memo *seen) {
+/* Collects into roots the largest parts of e that follow the channel alone (the
+ * index's remainder by period); `seen` holds the nodes already looked at, e being a
+ * DAG. */
+static void find_channel_roots(const XExpr *e, int64_t period, Memo *roots, Memo *seen) {
     if (!e || e->kind == X_CONST || memo_has(seen, e) || seen->n == MEMO)
         return;
     seen->e[seen->n++] = e;
     if (channel_only(e, period)) {
-        gen_expr(cg, e, c, m);
+        roots->e[roots->n++] = e;
         return;
     }
-    hoist_channel_parts(cg, e->a, period, c, m, seen);
-    hoist_channel_parts(cg, e->b, period, c, m, seen);
+    find_channel_roots(e->a, period, roots, seen);
+    find_channel_roots(e->b, period, roots, seen);
 }
 
-/* A Memo (in the arena) holding the channel's parts of n expressions, computed at c. */
-static Memo *channel_parts(Cg *cg, XExpr *const *exprs, int n, int64_t period, LLVMValueRef c) {
-    Memo *m = arena_alloc(cg->c->arena, sizeof *m), seen = {0};
-    *m = (Memo){0};
+/* The largest parts of n expressions that follow the channel alone (values unset). */
+static Memo channel_roots(XExpr *const *exprs, int n, int64_t period) {
+    Memo roots = {0}, seen = {0};
     for (int k = 0; k < n; k++)
-        hoist_channel_parts(cg, exprs[k], period, c, m, &seen);
+        find_channel_roots(exprs[k], period, &roots, &seen);
+    return roots;
+}
+
+/* A Memo (in the arena) holding the channel's parts of n expressions, computed at c
+ * (an index whose remainder by period is the channel's). */
+static Memo *channel_parts(Cg *cg, XExpr *const *exprs, int n, int64_t period, LLVMValueRef c) {
+    Memo *m = arena_alloc(cg->c->arena, sizeof *m), roots = channel_roots(exprs, n, period);
+    *m = (Memo){0};
+    for (int k = 0; k < roots.n; k++)
+        gen_expr(cg, roots.e[k], c, m);
     return m;
 }
 
@@ -407,7 +416,7 @@ typedef struct CpuSums {
     int sums;
     bool bn;
     LLVMValueRef acc;      /* [sums][C] f64 */
-    Memo parts;            /* the channel's parts: which nodes (their values are in `values`) */
+    Memo parts;            /* the channel's computed parts: which nodes (their values in `values`) */
     LLVMValueRef values;   /* [parts.n][C] reals */
 } CpuSums;
 
@@ -417,12 +426,9 @@ static void cpu_sums_start(Cg *cg, IrOp *op, CpuSums *s, LLVMValueRef lo, LLVMVa
     LLVMValueRef c = cg_loop_index(cg, &l);
     for (int k = 0; k < s->sums; k++)
         set_var(cg, stack_at(cg, s->acc, k, op->channels, c), F(cg, 0));
-    if (s->values) {
-        Memo *m = channel_parts(cg, op->expr, s->sums, op->channels, c);
-        for (int k = 0, n = 0; k < m->n; k++)
-            if (computed_part(m->e[k]))
-                set_var(cg, stack_at(cg, s->values, n++, op->channels, c), m->v[k]);
-    }
+    Memo m = {0};
+    for (int k = 0; k < s->parts.n; k++)
+        set_var(cg, stack_at(cg, s->values, k, op->channels, c), gen_expr(cg, s->parts.e[k], c, &m));
     cg_loop_end(cg, &l);
 }
 
@@ -449,21 +455,6 @@ static void cpu_sums_rows(Cg *cg, IrOp *op, CpuSums *s, LLVMValueRef lo, LLVMVal
     cg_loop_end(cg, &r);
 }
 
-/* The nodes whose values cpu_sums_start keeps: found by generating the parts once,
- * in a block nothing branches to (LLVM drops it). */
-static Memo cpu_sums_parts(Cg *cg, IrOp *op, int sums) {
-    LLVMBasicBlockRef here = LLVMGetInsertBlock(cg->b);
-    LLVMBasicBlockRef scratch = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "parts");
-    LLVMPositionBuilderAtEnd(cg->b, scratch);
-    Memo *m = channel_parts(cg, op->expr, sums, op->channels, I(cg, 0)), parts = {0};
-    LLVMBuildUnreachable(cg->b);
-    LLVMPositionBuilderAtEnd(cg->b, here);
-    for (int k = 0; k < m->n; k++)
-        if (computed_part(m->e[k]))
-            parts.e[parts.n++] = m->e[k];
-    return parts;
-}
-
 /* Whether op is a sum the CPU runs rows outer (within CPU_SUM_STACK), filling s. */
 static bool cpu_sums_fit(Cg *cg, IrOp *op, CpuSums *s) {
     bool partials = op->kind == OP_ROW_PARTIALS;
@@ -471,7 +462,13 @@ static bool cpu_sums_fit(Cg *cg, IrOp *op, CpuSums *s) {
         return false;
     s->sums = partials ? (int)partials_of(op)->shape.dim[0] : op->nout;
     s->bn = op->code == OP_BN_STATS;
-    s->parts = s->bn ? (Memo){0} : cpu_sums_parts(cg, op, s->sums);
+    s->parts = (Memo){0};
+    if (!s->bn) {
+        Memo roots = channel_roots(op->expr, s->sums, op->channels);
+        for (int k = 0; k < roots.n; k++)
+            if (computed_part(roots.e[k]))
+                s->parts.e[s->parts.n++] = roots.e[k];
+    }
     int64_t real = LLVMGetTypeKind(cg->real) == LLVMDoubleTypeKind ? 8 : 4;
     if ((s->sums * 8 + s->parts.n * real) * op->channels > CPU_SUM_STACK)
         return false;
