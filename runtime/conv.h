@@ -1,8 +1,9 @@
-/* conv.h: the convolutions of device.h (ddp_device_conv) as two things run them: the
+/* conv.h: the convolutions of device.h (ddp_device_conv) as three things run them: the
  * reference on host memory (conv_reference.c), which the emulated device runs as its
- * cuDNN and the tests hold everything else to, and cuDNN 9 through its backend graph
- * API (cudnn.c), loaded when a GPU run asks for it, so that a program starts without
- * it and a machine without it falls back to the program's own convolution kernels. */
+ * cuDNN and the tests hold everything else to; the CPU's own, by tiles of columns and
+ * OpenBLAS products (conv_cpu.c); and cuDNN 9 through its backend graph API (cudnn.c),
+ * loaded when a GPU run asks for it, so that a program starts without it and a machine
+ * without it falls back to the program's own convolution kernels. */
 #ifndef DDP_CONV_H
 #define DDP_CONV_H
 
@@ -17,6 +18,23 @@
  * and rounded once into the written tensor; with c->tf32 an f32 factor is first
  * rounded as the tensor cores read it (ddp_tf32_round). */
 void ddp_conv_reference(const ddp_device_conv *c, void *x, void *filters, void *y);
+
+/* Scratch the CPU's convolution keeps between calls, grown to the largest asked for;
+ * its owner frees it with ddp_conv_scratch_free. */
+typedef struct ddp_conv_scratch {
+    void *base;
+    size_t bytes;
+} ddp_conv_scratch;
+typedef struct ddp_pool ddp_pool;
+
+/* The mode's result written into its tensor on host memory, as ddp_conv_reference's
+ * arguments (f32 or f64: not bf16; TF32 is ignored, as by the CPU's products), split
+ * among the pool's threads: the same bits for any number of threads. Each sum is
+ * formed in the tensor's type by OpenBLAS, a tile of rows after another (conv_cpu.c).
+ * false when the scratch could not grow, nothing written. */
+bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_conv *c, void *x, void *filters,
+                  void *y);
+void ddp_conv_scratch_free(ddp_conv_scratch *s);
 
 /* The checks cuDNN makes of a convolution's descriptor (CUDNN_STATUS_BAD_PARAM): the
  * mode, beta 0 or 1, no empty tensor, strides and dilations of at least 1, padding of

@@ -38,6 +38,28 @@ static int default_threads(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* The CPU's convolutions unless --convolutions says (ddp_gpu_path): its own (the library path,
+ * conv_cpu.c), which saves writing and reading back the column matrices, unless the
+ * filters are large beside those: the library path turns every filter to KRSC and its
+ * gradient back each step, and with many more filter elements than 1/16 of the
+ * columns' that costs more than it saves (ResNet-50 at batch 16: a third). bf16 has no
+ * OpenBLAS product to take: the generated steps. */
+static int cpu_conv_path(const ddp_program *p) {
+    if (p->settings.precision == DDP_PRECISION_BF16)
+        return DDP_PATH_GENERATED;
+    double filters = 0, columns = 0;
+    for (int64_t i = 0; i < p->nconvs; i++) {
+        const ddp_conv *cv = &p->convs[i];
+        if (cv->mode != DDP_CONV_FORWARD)
+            continue;
+        double taps = (double)cv->filter[1] * (double)cv->filter[2] * (double)cv->image[2];
+        double images = (double)cv->n.fixed + (double)cv->n.per_sample * (double)p->settings.batch_per_replica;
+        filters += taps * (double)cv->filter[0];
+        columns += taps * images * (double)cv->output[0] * (double)cv->output[1];
+    }
+    return filters * 16 <= columns ? DDP_PATH_LIBRARY : DDP_PATH_GENERATED;
+}
+
 /* ddp_open's failure: what it made is freed. */
 static ddp_runtime *open_failed(ddp_runtime *rt, const char *why, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", why);
@@ -63,6 +85,7 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     rt->replicas = rt->workers = 1;
     rt->epochs = p->settings.epochs;
     rt->rate_override = NAN;
+    rt->cpu_path = cpu_conv_path(p);
     for (int r = 0; r < DDP_REGION_COUNT; r++) {
         rt->region[r] = alloc_region(p->region_bytes[r]);
         if (!rt->region[r]) {
@@ -111,6 +134,7 @@ void ddp_close(ddp_runtime *rt) {
         free(rt->step_args[ph]);
     }
     free(rt->buffers);
+    ddp_conv_scratch_free(&rt->conv_scratch);
     ddp_pool_free(rt->pool);
     free(rt);
 }
@@ -167,23 +191,26 @@ static int64_t live(const ddp_runtime *rt, ddp_dim d) {
     return d.fixed + d.per_sample * rt->scalars[DDP_S_LOCAL_BATCH].i;
 }
 
-/* One matrix product C = op(A) op(B) (+ beta C), row-major, cut into blocks of C's
- * rows or columns, whichever it has more of; each thread multiplies its blocks with a
- * single-threaded BLAS call, so the pool's threads are the only ones computing. */
+/* One matrix product C = op(A) op(B) (+ beta C), row-major, cut into pieces of C's
+ * rows or columns, whichever it has more of; each piece is a single-threaded BLAS call,
+ * and the pool's threads share the pieces out, so they are the only ones computing. A
+ * piece's size follows from the product's alone (at most GEMM_PIECES of them, multiples
+ * of 16, at least GEMM_MIN_PIECE): OpenBLAS's sums of an element depend on where its
+ * block starts on some CPUs (AMD's Zen), so pieces cut by the threads would give other
+ * bits on other thread counts. */
 typedef struct GemmCall {
     ddp_runtime *rt;
     const ddp_gemm *g;
     int64_t m, n, k;
     bool by_rows;
+    int64_t piece;
 } GemmCall;
 
-enum { GEMM_BLOCK = 16, GEMM_MIN_PARALLEL_MACS = 1 << 18 };
+enum { GEMM_PIECES = 8, GEMM_MIN_PIECE = 64, GEMM_MIN_PARALLEL_MACS = 1 << 18 };
 
-static void gemm_blocks(void *ctx, int64_t first, int64_t last) {
-    GemmCall *c = ctx;
+static void gemm_piece(const GemmCall *c, int64_t lo, int64_t hi) {
     const ddp_gemm *g = c->g;
-    int64_t es = c->rt->elem_size, dim = c->by_rows ? c->m : c->n;
-    int64_t lo = first * GEMM_BLOCK, hi = last * GEMM_BLOCK < dim ? last * GEMM_BLOCK : dim;
+    int64_t es = c->rt->elem_size;
     char *a = c->rt->buffers[g->a], *b = c->rt->buffers[g->b], *out = c->rt->buffers[g->c];
     blasint lda = (blasint)(g->transpose_a ? c->m : c->k), ldb = (blasint)(g->transpose_b ? c->k : c->n);
     int64_t m = c->m, n = c->n;
@@ -206,6 +233,13 @@ static void gemm_blocks(void *ctx, int64_t first, int64_t last) {
                     (float *)b, ldb, (float)g->beta, (float *)out, (blasint)c->n);
 }
 
+static void gemm_pieces(void *ctx, int64_t first, int64_t last) {
+    GemmCall *c = ctx;
+    int64_t dim = c->by_rows ? c->m : c->n;
+    for (int64_t i = first; i < last; i++)
+        gemm_piece(c, i * c->piece, (i + 1) * c->piece < dim ? (i + 1) * c->piece : dim);
+}
+
 ddp_device_gemm ddp_gemm_at(const ddp_runtime *rt, const ddp_gemm *g, ddp_dptr a, ddp_dptr b, ddp_dptr c) {
     const ddp_program *p = rt->program;
     int64_t m = live(rt, g->m), n = live(rt, g->n), k = live(rt, g->k);
@@ -221,7 +255,7 @@ static ddp_dptr host_address(void *p) {
 }
 
 static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
-    GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), false};
+    GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), false, 0};
     size_t c_bytes = (size_t)(c.m * c.n * ddp_dtype_size(rt->program->buffers[g->c].dtype));
     if (c.m == 0 || c.n == 0)
         return;
@@ -238,9 +272,11 @@ static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
         return;
     }
     c.by_rows = c.m >= c.n;
-    int64_t blocks = ((c.by_rows ? c.m : c.n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
+    int64_t dim = c.by_rows ? c.m : c.n, share = (dim + GEMM_PIECES - 1) / GEMM_PIECES;
+    c.piece = ((share > GEMM_MIN_PIECE ? share : GEMM_MIN_PIECE) + 15) & ~(int64_t)15;
+    int64_t pieces = (dim + c.piece - 1) / c.piece;
     bool big = c.m * c.n * c.k >= GEMM_MIN_PARALLEL_MACS;
-    ddp_pool_for(rt->pool, gemm_blocks, &c, 0, blocks, big ? 2 : blocks + 1);
+    ddp_pool_for(rt->pool, gemm_pieces, &c, 0, pieces, big ? 2 : pieces + 1);
 }
 
 static void fill_nan(void *p, int64_t bytes) {
@@ -273,6 +309,11 @@ static void sequence_of(const ddp_program *p, int phase, int64_t *sequence, int6
         *first += p->phases[ph].count;
 }
 
+/* The tensor a convolution step writes. */
+static int64_t written_by(const ddp_conv *cv) {
+    return cv->mode == DDP_CONV_FORWARD ? cv->y : cv->mode == DDP_CONV_BACKWARD_DATA ? cv->x : cv->filters;
+}
+
 /* Step i of a phase on the CPU: done when it returns (the pool waits for its threads). */
 static void run_step(ddp_runtime *rt, int phase, int64_t i) {
     const ddp_program *p = rt->program;
@@ -296,7 +337,11 @@ static void run_step(ddp_runtime *rt, int phase, int64_t i) {
     case DDP_STEP_CONV: {
         const ddp_conv *cv = &p->convs[s->index];
         ddp_device_conv d = ddp_conv_at(rt, cv);
-        ddp_conv_reference(&d, rt->buffers[cv->x], rt->buffers[cv->filters], rt->buffers[cv->y]);
+        void *x = rt->buffers[cv->x], *filters = rt->buffers[cv->filters], *y = rt->buffers[cv->y];
+        if (d.bf16 || rt->options.reference_convolutions) /* no bf16 in OpenBLAS; the checks: the reference */
+            ddp_conv_reference(&d, x, filters, y);
+        else if (!ddp_conv_cpu(rt->pool, &rt->conv_scratch, &d, x, filters, y))
+            fill_nan(rt->buffers[written_by(cv)], p->buffers[written_by(cv)].bytes); /* no memory: refused as NaN */
         break;
     }
     case DDP_STEP_BUCKET_READY:

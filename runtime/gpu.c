@@ -665,7 +665,7 @@ const char *ddp_gpu_convolutions(const ddp_runtime *rt) {
         return rt->gpu->no_library;
     if (ddp_gpu_path(rt) == DDP_PATH_GENERATED)
         return rt->gpu && !rt->gpu->dev->ops->conv ? rt->gpu->dev->convolutions : "generated: im2col and products";
-    return rt->gpu ? rt->gpu->dev->convolutions : "the library path, by the reference convolution (slow: for checks)";
+    return rt->gpu ? rt->gpu->dev->convolutions : "the CPU's: tiles of columns and products";
 }
 
 bool ddp_gpu_times_engines(const ddp_runtime *rt) {
@@ -675,7 +675,7 @@ bool ddp_gpu_times_engines(const ddp_runtime *rt) {
 }
 
 int ddp_gpu_path(const ddp_runtime *rt) {
-    return rt->gpu ? rt->gpu->path : rt->options.convolutions ? rt->options.convolutions : DDP_PATH_GENERATED;
+    return rt->gpu ? rt->gpu->path : rt->options.convolutions ? rt->options.convolutions : rt->cpu_path;
 }
 
 const char *ddp_gpu_backend(const ddp_runtime *rt) {

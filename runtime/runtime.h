@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conv.h"
 #include "ddp_abi.h"
 #include "ddp_support.h"
 #include "fnv.h"
@@ -186,7 +187,8 @@ typedef struct ddp_options {
     bool no_graphs;        /* on a GPU, every phase step by step, never as a CUDA graph */
     bool step_graph;       /* a lone worker: forward, backward and optimizer follow one another with
                             * nothing between, so a GPU makes the whole step one CUDA graph */
-    int convolutions;      /* ddp_path: generated, or the library's (the reference on the CPU); 0: the device's */
+    int convolutions;      /* ddp_path: generated, or the library's (conv_cpu.c on the CPU); 0: the device's */
+    bool reference_convolutions; /* the CPU's library path by conv_reference.c: the GPU checks' yardstick */
     bool timed_conv_search; /* the library's engines chosen by timing them (cuDNN) */
 } ddp_options;
 
@@ -209,6 +211,8 @@ typedef struct ddp_runtime {
     ddp_scalar scalars[DDP_S_COUNT];
     const ddp_kernel_fn *kernels;  /* the variant this CPU runs */
     ddp_pool *pool;
+    ddp_conv_scratch conv_scratch; /* the CPU's convolutions' tiles */
+    int cpu_path;                  /* the CPU's convolutions' ddp_path unless options.convolutions says */
     int64_t elem_size;
     int replicas, workers;
     int64_t epochs;                /* of the run, for schedules (the program's unless changed) */

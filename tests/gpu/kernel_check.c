@@ -532,7 +532,8 @@ int main(int argc, char **argv) {
     gpu->options.timed_conv_search = timed;
     if (!ddp_gpu_attach(gpu, dev, why, sizeof why))
         fail("attaching the device", why);
-    cpu->options.convolutions = ddp_gpu_path(gpu); /* the CPU takes the device's path: the reference */
+    cpu->options.convolutions = ddp_gpu_path(gpu); /* the CPU takes the device's path, by the reference */
+    cpu->options.reference_convolutions = true;
     ddp_init_params(cpu, 9);
     Check k = {.cpu = cpu, .gpu = gpu};
     for (int r = 0; r < DDP_REGION_COUNT; r++) {

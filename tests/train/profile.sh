@@ -10,7 +10,8 @@
 # On the emulated device the calls are timed by the device's timing marks (the time
 # the queued work took when it ran), every layer has its time, and the phases run step
 # by step rather than as CUDA graphs (which a run without --profile uses). Of a
-# convolution's two paths in the schedule, only the calls of the one taken are listed.
+# convolution's two paths in the schedule, only the calls of the one taken are listed
+# (the CPU's own convolution by default, its generated steps when asked for).
 # The checks are Python, given to python3 on its standard input: kept as profile.py
 # they would stand in for the standard library's `profile` module in every script of
 # this folder.
@@ -197,18 +198,19 @@ def emulated(root):
 def one_path(root):
     """A convolution's schedule holds both paths; only the one taken has calls."""
     program = os.path.join(programs, "convolution")
-    for device, taken, other in (("cpu", "im2col", "conv"), ("emulated", "conv", "im2col")):
-        run_dir = os.path.join(root, "paths_" + device)
+    for device, path, taken, other in (("cpu", None, "conv", "im2col"), ("cpu", "generated", "im2col", "conv"),
+                                       ("emulated", None, "conv", "im2col")):
+        run_dir = os.path.join(root, "paths_%s_%s" % (device, path))
         command = [program, "--synthetic", "--epochs", "1", "--steps-per-epoch", "4", "--run-dir", run_dir,
-                   "--threads", "1", "--profile", "--device", device]
+                   "--threads", "1", "--profile", "--device", device] + (["--convolutions", path] if path else [])
         done = subprocess.run(command, capture_output=True, text=True, timeout=240)
-        if not check(done.returncode == 0, f"{device}: the convolution model trains with --profile"):
+        if not check(done.returncode == 0, f"{device} ({path or 'default'} path): the convolution model trains with --profile"):
             print(done.stdout, done.stderr)
             continue
         with open(os.path.join(run_dir, "profile.json")) as f:
             names = [c["name"] for c in json.load(f)["calls"]]
         check(any(taken in n for n in names) and not any(other in n for n in names),
-              f"{device}: the calls of the path taken ({taken}), none of the other ({other}): {names}")
+              f"{device} ({path or 'default'} path): the calls of the path taken ({taken}), none of the other ({other}): {names}")
 
 
 def nothing_written(root):

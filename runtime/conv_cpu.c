@@ -1,0 +1,359 @@
+/* conv_cpu.c: the CPU's library convolution, the one the CPU runs by default (ddp_path's
+ * library path): the three modes of ddp_device_conv as OpenBLAS products, a tile of
+ * rows at a time.
+ *
+ * The generated path writes a whole column matrix (im2col) to memory and multiplies it
+ * after: tens of megabytes written and read back for each convolution of a batch. Here
+ * each thread fills the columns of a tile of rows into its own scratch, a few hundred
+ * kilobytes that stay in the cache, and multiplies them at once:
+ *   forward          y   = columns(x) . w^T, a tile of y's rows at a time;
+ *   backward data    the columns' gradient dy_tile . w, added into dx where the forward
+ *                    read each tap, an image at a time (one thread writes an image);
+ *   backward filter  dw = sum over tiles of dy_tile^T . columns(x)_tile, the tiles in
+ *                    order, dw cut into blocks of outputs and columns among threads.
+ * A 1x1 convolution with stride 1 and no padding reads its image (or dy) in place.
+ *
+ * Each element of the result is summed in an order set by the shapes alone: tiles and
+ * blocks have sizes that follow from the convolution, never from the threads, so that
+ * any number of threads gives the same bits (OpenBLAS's sums of an element depend on
+ * where its block starts). */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv.h"
+#include "runtime.h"
+
+/* A tile's columns fill about TILE_BYTES, at least MIN_TILE_ROWS rows: each product
+ * packs the filters anew, which a tile of fewer rows would not pay back. A 1x1
+ * convolution read in place takes tiles of MAX_TILE_ROWS. Products smaller than
+ * MIN_PARALLEL_MACS run on one thread. The backward filter's blocks are BLOCK outputs
+ * by BLOCK columns of dw. */
+enum { TILE_BYTES = 512 << 10, MIN_TILE_ROWS = 256, MAX_TILE_ROWS = 1024, MIN_PARALLEL_MACS = 1 << 18,
+       BLOCK = 128 };
+
+/* Where a column matrix's entries come from: row g is the output pixel (n, py, px),
+ * column (r, s, ch) reads x at y = py * stride0 - pad0 + r * dilation0 (x likewise),
+ * channel ch, or zero outside the image. */
+typedef struct Window {
+    const char *src;             /* N x src_h x src_w x channels */
+    int64_t src_h, src_w, channels;
+    int64_t out_h, out_w;
+    int64_t taps_h, taps_w;
+    int64_t mul[2], off[2], dil[2];
+} Window;
+
+typedef struct Conv {
+    const ddp_device_conv *c;
+    Window win;
+    size_t es;                   /* bytes of an element */
+    int64_t rows, width;         /* of the column matrix */
+    int64_t tile;                /* rows a tile */
+    bool direct;                 /* the columns are the source itself (1x1, stride 1, no padding) */
+    const char *filters;         /* w: [outputs][width] (KRSC) */
+    const char *grad;            /* dy */
+    char *out;                   /* the written tensor */
+    int64_t outputs;             /* y's channels (k); a 1x1 backward data: x's (c) */
+    int64_t blocks_wide;         /* backward filter: dw's blocks along a row */
+    char *scratch;               /* a tile for each part, slot bytes apart */
+    size_t slot;
+    int parts;
+} Conv;
+
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
+static void product(const Conv *v, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                    const void *b, int64_t ldb, double beta, void *out, int64_t ldc) {
+    enum CBLAS_TRANSPOSE at = ta ? CblasTrans : CblasNoTrans, bt = tb ? CblasTrans : CblasNoTrans;
+    if (v->c->f64)
+        cblas_dgemm(CblasRowMajor, at, bt, (blasint)m, (blasint)n, (blasint)k, 1.0, a, (blasint)lda, b,
+                    (blasint)ldb, beta, out, (blasint)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, at, bt, (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b,
+                    (blasint)ldb, (float)beta, out, (blasint)ldc);
+}
+
+/* memcpy and memset of a run of elements: a call for long runs, inline for the few
+ * elements a tap row of a thin image has (a call each would cost more than the copy). */
+static void copy_run(char *restrict out, const char *restrict in, size_t bytes) {
+    if (bytes > 64) {
+        memcpy(out, in, bytes);
+        return;
+    }
+    for (; bytes >= 16; bytes -= 16, out += 16, in += 16)
+        memcpy(out, in, 16);
+    for (; bytes >= 4; bytes -= 4, out += 4, in += 4)
+        memcpy(out, in, 4);
+}
+
+static void zero_run(char *out, size_t bytes) {
+    static const char zeros[64];
+    if (bytes > 64)
+        memset(out, 0, bytes);
+    else
+        copy_run(out, zeros, bytes);
+}
+
+/* The source coordinate a tap reads along one axis, or -1 for a zero. */
+static int64_t source_at(const Window *w, int axis, int64_t at, int64_t tap, int64_t size) {
+    int64_t num = at * w->mul[axis] - w->off[axis] + tap * w->dil[axis];
+    return num >= 0 && num < size ? num : -1;
+}
+
+/* Columns [a, b) of one tap row r's block (taps_w x channels wide) of row (n, py, px),
+ * written to out: the source where it has the pixel, zeros elsewhere. */
+static void fill_tap_row(const Window *w, size_t es, const char *image, int64_t y, int64_t px, int64_t a,
+                         int64_t b, char *out) {
+    int64_t ch = w->channels;
+    if (y < 0) {
+        zero_run(out, (size_t)(b - a) * es);
+        return;
+    }
+    const char *line = image + (size_t)(y * w->src_w * ch) * es;
+    if (w->dil[1] == 1 && ch == 1) { /* one channel: element by element */
+        int64_t x0 = px * w->mul[1] - w->off[1];
+        for (int64_t s = a; s < b; s++, out += es) {
+            bool inside = x0 + s >= 0 && x0 + s < w->src_w;
+            if (es == 4)
+                *(float *)out = inside ? ((const float *)line)[x0 + s] : 0;
+            else
+                *(double *)out = inside ? ((const double *)line)[x0 + s] : 0;
+        }
+        return;
+    }
+    if (w->dil[1] == 1) { /* the taps along x are neighbours in the source */
+        int64_t x0 = px * w->mul[1] - w->off[1];
+        int64_t lo = max64(a, max64(0, -x0) * ch), hi = min64(b, min64(w->taps_w, w->src_w - x0) * ch);
+        if (hi <= lo) {
+            zero_run(out, (size_t)(b - a) * es);
+            return;
+        }
+        zero_run(out, (size_t)(lo - a) * es);
+        copy_run(out + (size_t)(lo - a) * es, line + (size_t)(x0 * ch + lo) * es, (size_t)(hi - lo) * es);
+        zero_run(out + (size_t)(hi - a) * es, (size_t)(b - hi) * es);
+        return;
+    }
+    for (int64_t j = a; j < b;) { /* tap by tap */
+        int64_t s = j / ch, first = j - s * ch, run = min64(ch - first, b - j);
+        int64_t x = source_at(w, 1, px, s, w->src_w);
+        if (x < 0)
+            zero_run(out, (size_t)run * es);
+        else
+            copy_run(out, line + (size_t)(x * ch + first) * es, (size_t)run * es);
+        out += (size_t)run * es;
+        j += run;
+    }
+}
+
+/* A row of the column matrix: its pixel (n, py, px). */
+typedef struct Pixel {
+    int64_t n, py, px;
+} Pixel;
+
+static Pixel pixel_of(const Window *w, int64_t g) {
+    return (Pixel){g / (w->out_w * w->out_h), g / w->out_w % w->out_h, g % w->out_w};
+}
+
+static void next_pixel(const Window *w, Pixel *at) {
+    if (++at->px < w->out_w)
+        return;
+    at->px = 0;
+    if (++at->py < w->out_h)
+        return;
+    at->py = 0;
+    at->n++;
+}
+
+/* Columns [j0, j1) of the row of pixel `at` into out. */
+static void fill_row(const Window *w, size_t es, Pixel at, int64_t j0, int64_t j1, char *out) {
+    int64_t block = w->taps_w * w->channels;
+    const char *image = w->src + (size_t)(at.n * w->src_h * w->src_w * w->channels) * es;
+    for (int64_t r = j0 / block; r < w->taps_h && r * block < j1; r++) {
+        int64_t a = max64(j0, r * block), b = min64(j1, (r + 1) * block);
+        fill_tap_row(w, es, image, source_at(w, 0, at.py, r, w->src_h), at.px, a - r * block, b - r * block, out);
+        out += (size_t)(b - a) * es;
+    }
+}
+
+/* Rows [g0, g0 + count) and columns [j0, j1) of the column matrix: a pointer to them and
+ * their row stride, in the source itself when direct, else filled into the part's slot. */
+static const char *columns(const Conv *v, int part, int64_t g0, int64_t count, int64_t j0, int64_t j1,
+                           int64_t *ld) {
+    if (v->direct) {
+        *ld = v->width;
+        return v->win.src + (size_t)(g0 * v->width + j0) * v->es;
+    }
+    char *slot = v->scratch + (size_t)part * v->slot;
+    Pixel at = pixel_of(&v->win, g0);
+    for (int64_t i = 0; i < count; i++, next_pixel(&v->win, &at))
+        fill_row(&v->win, v->es, at, j0, j1, slot + (size_t)(i * (j1 - j0)) * v->es);
+    *ld = j1 - j0;
+    return slot;
+}
+
+/* The columns' gradient of output pixel (p, q), cols (R x S x C), added into its
+ * image dx where the forward read each tap. */
+static void add_columns(const Conv *v, int64_t p, int64_t q, const char *cols, char *dx) {
+    const ddp_device_conv *c = v->c;
+    for (int64_t r = 0; r < c->r; r++) {
+        int64_t y = source_at(&v->win, 0, p, r, c->h);
+        for (int64_t s = 0; y >= 0 && s < c->s; s++) {
+            int64_t x = source_at(&v->win, 1, q, s, c->w);
+            if (x < 0)
+                continue;
+            size_t from = (size_t)((r * c->s + s) * c->c), to = (size_t)((y * c->w + x) * c->c);
+            for (int64_t ch = 0; ch < c->c; ch++)
+                if (v->es == 8)
+                    ((double *)dx)[to + ch] += ((const double *)cols)[from + ch];
+                else
+                    ((float *)dx)[to + ch] += ((const float *)cols)[from + ch];
+        }
+    }
+}
+
+/* The forward's parts: each its share of the tiles, y_tile = columns . w^T. A 1x1
+ * backward data is the same product of dy in place and w untransposed (dx = dy . w). */
+static void forward_part(void *ctx, int64_t first, int64_t last) {
+    const Conv *v = ctx;
+    bool by_output = v->c->mode == DDP_CONV_FORWARD; /* w as [outputs][width] */
+    int64_t tiles = (v->rows + v->tile - 1) / v->tile;
+    for (int64_t part = first; part < last; part++)
+        for (int64_t t = tiles * part / v->parts; t < tiles * (part + 1) / v->parts; t++) {
+            int64_t g0 = t * v->tile, count = min64(v->tile, v->rows - g0), ld;
+            const char *a = columns(v, (int)part, g0, count, 0, v->width, &ld);
+            product(v, false, by_output, count, v->outputs, v->width, a, ld, v->filters,
+                    by_output ? v->width : v->outputs, v->c->beta, v->out + (size_t)(g0 * v->outputs) * v->es,
+                    v->outputs);
+        }
+}
+
+/* The backward filter's parts: each its share of dw's blocks, a block summed over every
+ * tile of rows in order. */
+static void filter_part(void *ctx, int64_t first, int64_t last) {
+    const Conv *v = ctx;
+    int64_t blocks = v->blocks_wide * ((v->outputs + BLOCK - 1) / BLOCK);
+    for (int64_t part = first; part < last; part++)
+        for (int64_t block = blocks * part / v->parts; block < blocks * (part + 1) / v->parts; block++) {
+            int64_t o0 = block / v->blocks_wide * BLOCK, o1 = min64(v->outputs, o0 + BLOCK);
+            int64_t j0 = block % v->blocks_wide * BLOCK, j1 = min64(v->width, j0 + BLOCK);
+            for (int64_t g0 = 0; g0 < v->rows; g0 += v->tile) {
+                int64_t count = min64(v->tile, v->rows - g0), ld;
+                const char *b = columns(v, (int)part, g0, count, j0, j1, &ld);
+                product(v, true, false, o1 - o0, j1 - j0, count,
+                        v->grad + (size_t)(g0 * v->outputs + o0) * v->es, v->outputs, b, ld,
+                        g0 == 0 ? v->c->beta : 1.0, v->out + (size_t)(o0 * v->width + j0) * v->es, v->width);
+            }
+        }
+}
+
+/* The backward data's parts: each its share of the images. The columns' gradient of a
+ * tile of dy's rows (dy_tile . w) is added into dx where the forward read each tap, in
+ * the order of rows and taps. The tiles are the same for any split, so a tile that
+ * straddles two parts' images is multiplied by both, each adding its own rows. */
+static void data_part(void *ctx, int64_t first, int64_t last) {
+    const Conv *v = ctx;
+    const ddp_device_conv *c = v->c;
+    int64_t per_image = (int64_t)c->oh * c->ow, image = (int64_t)c->h * c->w * c->c;
+    for (int64_t part = first; part < last; part++) {
+        int64_t n0 = c->n * part / v->parts, n1 = c->n * (part + 1) / v->parts;
+        char *slot = v->scratch + (size_t)part * v->slot;
+        if (n0 == n1)
+            continue;
+        if (c->beta == 0)
+            memset(v->out + (size_t)(n0 * image) * v->es, 0, (size_t)((n1 - n0) * image) * v->es);
+        int64_t g_first = n0 * per_image, g_last = n1 * per_image;
+        for (int64_t g0 = g_first / v->tile * v->tile; g0 < g_last; g0 += v->tile) {
+            int64_t count = min64(v->tile, v->rows - g0);
+            product(v, false, false, count, v->width, c->k, v->grad + (size_t)(g0 * c->k) * v->es, c->k, v->filters,
+                    v->width, 0, slot, v->width);
+            for (int64_t g = max64(g0, g_first); g < min64(g0 + count, g_last); g++) {
+                int64_t n = g / per_image, at = g % per_image;
+                add_columns(v, at / c->ow, at % c->ow, slot + (size_t)((g - g0) * v->width) * v->es,
+                            v->out + (size_t)(n * image) * v->es);
+            }
+        }
+    }
+}
+
+static bool reserve(ddp_conv_scratch *s, size_t bytes) {
+    if (s->bytes >= bytes)
+        return true;
+    free(s->base);
+    s->bytes = 0;
+    if (posix_memalign(&s->base, 64, bytes) != 0) {
+        s->base = NULL;
+        return false;
+    }
+    s->bytes = bytes;
+    return true;
+}
+
+static int64_t tile_rows(int64_t width, size_t es) {
+    return min64(MAX_TILE_ROWS, max64(MIN_TILE_ROWS, TILE_BYTES / (width * (int64_t)es)));
+}
+
+/* The mode's products: the column matrix, its tiles, the part's function, and how many
+ * pieces there are to share among the threads. */
+static ddp_range_fn plan(Conv *v, const ddp_device_conv *c, char *x, char *filters, char *y, int64_t *pieces) {
+    v->direct = c->r == 1 && c->s == 1 && c->stride[0] == 1 && c->stride[1] == 1 && !c->pad_before[0] &&
+                !c->pad_before[1] && !c->pad_after[0] && !c->pad_after[1];
+    v->win = (Window){x, c->h, c->w, c->c, c->oh, c->ow, c->r, c->s, {c->stride[0], c->stride[1]},
+                      {c->pad_before[0], c->pad_before[1]}, {c->dilation[0], c->dilation[1]}};
+    v->rows = (int64_t)c->n * c->oh * c->ow, v->width = (int64_t)c->r * c->s * c->c;
+    v->outputs = c->k;
+    v->tile = v->direct ? MAX_TILE_ROWS : tile_rows(v->width, v->es);
+    v->filters = filters;
+    switch (c->mode) {
+    case DDP_CONV_FORWARD:
+        v->out = y;
+        *pieces = (v->rows + v->tile - 1) / v->tile;
+        return forward_part;
+    case DDP_CONV_BACKWARD_FILTER:
+        v->grad = y, v->out = filters;
+        v->blocks_wide = (v->width + BLOCK - 1) / BLOCK;
+        v->tile = v->direct ? MAX_TILE_ROWS : tile_rows(min64(BLOCK, v->width), v->es);
+        *pieces = v->blocks_wide * ((v->outputs + BLOCK - 1) / BLOCK);
+        return filter_part;
+    }
+    if (v->direct) { /* dx = dy . w, dy read in place */
+        v->win.src = y, v->win.channels = c->k;
+        v->width = c->k, v->outputs = c->c, v->out = x;
+        *pieces = (v->rows + v->tile - 1) / v->tile;
+        return forward_part;
+    }
+    v->grad = y, v->out = x;
+    *pieces = c->n;
+    return data_part;
+}
+
+bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_conv *c, void *x, void *filters,
+                  void *y) {
+    Conv v = {.c = c, .es = c->f64 ? 8 : 4};
+    int64_t pieces;
+    ddp_range_fn run = plan(&v, c, x, filters, y, &pieces);
+    if (c->n == 0) { /* an empty batch: the filters' gradient is zero, the rest empty */
+        if (c->mode == DDP_CONV_BACKWARD_FILTER && c->beta == 0)
+            memset(filters, 0, (size_t)(v.width * v.outputs) * v.es);
+        return true;
+    }
+    bool big = v.rows * v.width * v.outputs >= MIN_PARALLEL_MACS;
+    v.parts = big ? (int)min64(ddp_pool_threads(pool), pieces) : 1;
+    int64_t slot_width = c->mode == DDP_CONV_BACKWARD_FILTER ? min64(BLOCK, v.width) : v.width;
+    v.slot = v.direct ? 0 : ((size_t)(v.tile * slot_width) * v.es + 63) / 64 * 64;
+    if (!reserve(scratch, v.slot * (size_t)v.parts))
+        return false;
+    v.scratch = scratch->base;
+    ddp_pool_for(pool, run, &v, 0, v.parts, 2);
+    return true;
+}
+
+void ddp_conv_scratch_free(ddp_conv_scratch *s) {
+    free(s->base);
+    *s = (ddp_conv_scratch){0};
+}
