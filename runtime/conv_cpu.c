@@ -4,8 +4,8 @@
  *
  * The generated path writes a whole column matrix (im2col) to memory and multiplies it
  * after: tens of megabytes written and read back for each convolution of a batch. Here
- * each thread fills the columns of a tile of rows into its own scratch, a few hundred
- * kilobytes that stay in the cache, and multiplies them at once:
+ * each thread fills the columns of a tile of rows into its own scratch (about 512 KB,
+ * which stays in the cache; more where 256 rows are wider) and multiplies them at once:
  *   forward          y   = columns(x) . w^T, a tile of y's rows at a time;
  *   backward data    the columns' gradient dy_tile . w, added into dx where the forward
  *                    read each tap, an image at a time (one thread writes an image);
