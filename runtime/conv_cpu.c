@@ -345,7 +345,7 @@ bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_co
     bool big = v.rows * v.width * v.outputs >= MIN_PARALLEL_MACS;
     v.parts = big ? (int)min64(ddp_pool_threads(pool), pieces) : 1;
     int64_t slot_width = c->mode == DDP_CONV_BACKWARD_FILTER ? min64(BLOCK, v.width) : v.width;
-    v.slot = v.direct ? 0 : ((size_t)(v.tile * slot_width) * v.es + 63) / 64 * 64;
+    v.slot = v.direct ? 0 : ((size_t)(min64(v.tile, v.rows) * slot_width) * v.es + 63) / 64 * 64;
     if (!reserve(scratch, v.slot * (size_t)v.parts))
         return false;
     v.scratch = scratch->base;

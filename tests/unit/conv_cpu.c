@@ -10,8 +10,9 @@
  * sum |terms| is the reference's result on the tensors' absolute values. A tap read
  * from the wrong pixel misses by the size of a term, far outside that. Then the same
  * convolution on pools of 1, 2 and 3 threads gives the same bits, an empty batch
- * zeroes the filters' gradient (beta 0) or leaves it (beta 1), and the scratch grows
- * from one call to a larger one. */
+ * zeroes the filters' gradient (beta 0) or leaves it (beta 1), the scratch grows
+ * from one call to a larger one, and a scratch that cannot be allocated refuses the
+ * call. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -214,6 +215,19 @@ static void check_scratch_grows(void) {
     free_tensors(&fresh);
 }
 
+/* A convolution whose scratch cannot be had (a tile row of 2^40 columns): false, and
+ * nothing read or written. */
+static void check_no_memory(void) {
+    ddp_device_conv c = {.mode = DDP_CONV_FORWARD, .n = 1, .h = 1, .w = 1, .c = 1 << 28, .k = 1, .r = 64, .s = 64,
+                         .oh = 1, .ow = 1, .stride = {1, 1}, .dilation = {1, 1}, .pad_before = {63, 63}};
+    float x = 1, w = 2, y = 3;
+    ddp_conv_scratch scratch = {0};
+    bool refused = !ddp_conv_cpu(pools[2], &scratch, &c, &x, &w, &y) && y == 3 && !scratch.base;
+    CHECK(refused);
+    printf("%s no memory for the scratch: refused, nothing written\n", refused ? "ok  " : "FAIL");
+    ddp_conv_scratch_free(&scratch);
+}
+
 int main(void) {
     for (int threads = 1; threads <= 3; threads++)
         pools[threads] = ddp_pool_new(threads);
@@ -224,6 +238,7 @@ int main(void) {
                     check_mode(&shapes[i], mode, beta, f64);
     check_empty_batch();
     check_scratch_grows();
+    check_no_memory();
     for (int threads = 1; threads <= 3; threads++)
         ddp_pool_free(pools[threads]);
     if (failures)
