@@ -225,14 +225,21 @@ static void json_string(Json *j, char *out, size_t outlen) {
         j->bad = true;
 }
 
+/* A whole number of at least 0, its digits read only up to the header's end: strtoll
+ * would read on into the tensors' bytes, or past the end of a file cut short. */
 static int64_t json_integer(Json *j) {
     skip_space(j);
-    char *stop;
-    errno = 0;
-    long long v = strtoll(j->s, &stop, 10);
-    if (stop == j->s || stop > j->end || errno || v < 0)
+    const char *start = j->s;
+    int64_t v = 0;
+    for (; j->s < j->end && *j->s >= '0' && *j->s <= '9'; j->s++) {
+        int digit = *j->s - '0';
+        if (v > (INT64_MAX - digit) / 10)
+            j->bad = true;
+        else
+            v = v * 10 + digit;
+    }
+    if (j->s == start)
         j->bad = true;
-    j->s = stop;
     return v;
 }
 
@@ -399,11 +406,12 @@ bool ddp_tensors_parse(ddp_tensor_file *f, unsigned char *bytes, size_t len, con
     f->data_len = len - 8 - header_len;
     for (int64_t i = 0; i < f->count; i++) {
         const ddp_tensor_in *e = &f->tensors[i];
-        int64_t elems = 1;
-        for (int64_t d = 0; d < e->rank; d++)
-            elems *= e->shape[d];
         int size = dtype_bytes(e->dtype);
-        if (e->begin > e->end || (uint64_t)e->end > f->data_len || (size && e->end - e->begin != elems * size))
+        int64_t bytes = size;
+        bool too_many = false;
+        for (int64_t d = 0; d < e->rank; d++)
+            too_many |= __builtin_mul_overflow(bytes, e->shape[d], &bytes);
+        if (e->begin > e->end || (uint64_t)e->end > f->data_len || (size && (too_many || e->end - e->begin != bytes)))
             return ddp_fail(err, errlen, "%s: tensor `%s` has byte range [%lld, %lld), which does not fit its shape "
                                          "and the file's %zu bytes of data: the file is damaged",
                             path, e->name, (long long)e->begin, (long long)e->end, f->data_len);

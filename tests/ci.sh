@@ -4,8 +4,9 @@
 # trees and runs every test in each:
 #   build/       release, gcc: golden, unit, robustness and documentation tests, whole
 #                programs training on the real Fashion-MNIST, real Slurm jobs
-#   build-asan/  clang with AddressSanitizer and UndefinedBehaviorSanitizer, plus a
-#                60-second libFuzzer run over the front end
+#   build-asan/  clang with AddressSanitizer and UndefinedBehaviorSanitizer, plus
+#                60-second libFuzzer runs over the front end and over what a training
+#                program reads (dataset files, safetensors files, Slurm's node lists)
 # The second tree runs even when the first failed. The end says, tree by tree, what
 # was built and which tests passed, failed or were skipped; the status is non-zero
 # when anything failed.

@@ -1,19 +1,33 @@
 #!/bin/sh
-# run.sh FUZZER TESTS_DIR SECONDS: a short fuzzing run seeded from the golden cases,
-# the samples and the standard library. Any crash, leak, hang (10 s per input) or
-# sanitizer report fails it; the input that caused it is left in the work folder.
+# run.sh frontend|inputs FUZZER TESTS_DIR SECONDS: a short fuzzing run. The front end's
+# is seeded from the golden cases, the samples and the standard library, with the
+# language's dictionary; the inputs' (fuzz_inputs.c) from one well-formed file of each
+# kind (input_seeds.py). Any crash, leak, hang (10 s per input) or sanitizer report
+# fails it; the input that caused it is left in the work folder.
 set -eu
-fuzzer=$1 tests=$2 seconds=$3
+target=$1 fuzzer=$2 tests=$3 seconds=$4
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-fuzz.XXXXXX")
-mkdir -p "$work/corpus" "$work/seeds"
-i=0
-for f in "$tests"/golden/*/*.ddp "$tests"/../samples/*.ddp "$tests"/../stdlib/*.ddp; do
-    i=$((i + 1))
-    cp "$f" "$work/seeds/$i.ddp"
-done
+mkdir -p "$work/corpus" "$work/seeds" "$work/tmp"
+set --
+case $target in
+frontend)
+    i=0
+    for f in "$tests"/golden/*/*.ddp "$tests"/../samples/*.ddp "$tests"/../stdlib/*.ddp; do
+        i=$((i + 1))
+        cp "$f" "$work/seeds/$i.ddp"
+    done
+    set -- -dict="$tests/fuzz/ddp.dict" -max_len=16384 ;;
+inputs)
+    python3 "$tests/fuzz/input_seeds.py" "$work/seeds"
+    set -- -max_len=8192 ;;
+*)
+    echo "run.sh: no fuzzing target \`$target\` (frontend or inputs)" >&2
+    exit 2 ;;
+esac
 cd "$work"
-if "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
-        -dict="$tests/fuzz/ddp.dict" -print_final_stats=1 corpus seeds; then
+# the files a target writes go below the work folder, and go with it
+if TMPDIR=$work/tmp "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        "$@" corpus seeds; then
     rm -rf "$work"
 else
     echo "fuzzing found a failure; inputs kept in $work" >&2
