@@ -196,8 +196,13 @@ static bool from_flags(const ddp_cluster_flags *f, ddp_cluster *c, char *err, si
     return true;
 }
 
-/* The checks every source must pass. */
+/* The checks every source must pass. A world larger than any host list Slurm names
+ * is refused here, rather than as memory the coordinator cannot find for it. */
 static bool consistent(const ddp_cluster *c, char *err, size_t len) {
+    enum { MAX_WORLD = 1 << 20 };
+    if (c->world > MAX_WORLD)
+        return ddp_fail(err, len, "a world of %lld workers (from %s) is more than ddp runs, %d", (long long)c->world,
+                        c->source, MAX_WORLD);
     if (c->rank >= c->world)
         return ddp_fail(err, len, "rank %lld from %s is not below the world size %lld", (long long)c->rank, c->source,
                     (long long)c->world);
