@@ -10,7 +10,9 @@
  *   backward data    the columns' gradient dy_tile . w, added into dx where the forward
  *                    read each tap, an image at a time (one thread writes an image);
  *   backward filter  dw = sum over tiles of dy_tile^T . columns(x)_tile, the tiles in
- *                    order, dw cut into blocks of outputs and columns among threads.
+ *                    order, dw cut into blocks of outputs and columns among threads;
+ *                    where dw has few blocks, the tiles too are cut into groups, each
+ *                    summing its own copy of dw, the copies then added in order.
  * A 1x1 convolution with stride 1 and no padding reads its image (or dy) in place.
  *
  * Each element of the result is summed in an order set by the shapes alone: tiles and
@@ -28,9 +30,11 @@
  * packs the filters anew, which a tile of fewer rows would not pay back. A 1x1
  * convolution read in place takes tiles of MAX_TILE_ROWS. Products smaller than
  * MIN_PARALLEL_MACS run on one thread. The backward filter's blocks are BLOCK outputs
- * by BLOCK columns of dw. */
+ * by BLOCK columns of dw; with fewer than FILTER_PIECES blocks, groups of tiles make up
+ * the rest, as many as have at least a tile each and copies of dw within
+ * GROUP_COPIES_BYTES. */
 enum { TILE_BYTES = 512 << 10, MIN_TILE_ROWS = 256, MAX_TILE_ROWS = 1024, MIN_PARALLEL_MACS = 1 << 18,
-       BLOCK = 128 };
+       BLOCK = 128, FILTER_PIECES = 32, GROUP_COPIES_BYTES = 8 << 20 };
 
 /* Where a column matrix's entries come from: row g is the output pixel (n, py, px),
  * column (r, s, ch) reads x at y = py * stride0 - pad0 + r * dilation0 (x likewise),
@@ -55,6 +59,8 @@ typedef struct Conv {
     char *out;                   /* the written tensor */
     int64_t outputs;             /* y's channels (k); a 1x1 backward data: x's (c) */
     int64_t blocks_wide;         /* backward filter: dw's blocks along a row */
+    int64_t groups;              /* backward filter: groups of tiles, each its own dw */
+    char *copies;                /* dw of groups 1.. (group 0's is the output), dw apart */
     char *scratch;               /* a tile for each part, slot bytes apart */
     size_t slot;
     int parts;
@@ -233,23 +239,44 @@ static void forward_part(void *ctx, int64_t first, int64_t last) {
         }
 }
 
-/* The backward filter's parts: each its share of dw's blocks, a block summed over every
- * tile of rows in order. */
+static int64_t tiles_of(const Conv *v) {
+    return (v->rows + v->tile - 1) / v->tile;
+}
+
+/* The backward filter's parts: each its share of the pieces, a piece one block of dw
+ * summed over one group's tiles of rows in order, into the group's own dw. */
 static void filter_part(void *ctx, int64_t first, int64_t last) {
     const Conv *v = ctx;
-    int64_t blocks = v->blocks_wide * ((v->outputs + BLOCK - 1) / BLOCK);
+    int64_t tiles = tiles_of(v), pieces = v->groups * v->blocks_wide * ((v->outputs + BLOCK - 1) / BLOCK);
     for (int64_t part = first; part < last; part++)
-        for (int64_t block = blocks * part / v->parts; block < blocks * (part + 1) / v->parts; block++) {
+        for (int64_t piece = pieces * part / v->parts; piece < pieces * (part + 1) / v->parts; piece++) {
+            int64_t block = piece / v->groups, group = piece % v->groups;
             int64_t o0 = block / v->blocks_wide * BLOCK, o1 = min64(v->outputs, o0 + BLOCK);
             int64_t j0 = block % v->blocks_wide * BLOCK, j1 = min64(v->width, j0 + BLOCK);
-            for (int64_t g0 = 0; g0 < v->rows; g0 += v->tile) {
-                int64_t count = min64(v->tile, v->rows - g0), ld;
+            int64_t t0 = tiles * group / v->groups, t1 = tiles * (group + 1) / v->groups;
+            char *dw = group ? v->copies + (size_t)((group - 1) * v->outputs * v->width) * v->es : v->out;
+            for (int64_t t = t0; t < t1; t++) {
+                int64_t g0 = t * v->tile, count = min64(v->tile, v->rows - g0), ld;
                 const char *b = columns(v, (int)part, g0, count, j0, j1, &ld);
-                product(v, true, false, o1 - o0, j1 - j0, count,
-                        v->grad + (size_t)(g0 * v->outputs + o0) * v->es, v->outputs, b, ld,
-                        g0 == 0 ? v->c->beta : 1.0, v->out + (size_t)(o0 * v->width + j0) * v->es, v->width);
+                double beta = t > t0 ? 1.0 : group ? 0.0 : v->c->beta;
+                product(v, true, false, o1 - o0, j1 - j0, count, v->grad + (size_t)(g0 * v->outputs + o0) * v->es,
+                        v->outputs, b, ld, beta, dw + (size_t)(o0 * v->width + j0) * v->es, v->width);
             }
         }
+}
+
+/* The groups' copies of dw added into the output, each element in the groups' order. */
+static void add_copies(void *ctx, int64_t first, int64_t last) {
+    const Conv *v = ctx;
+    int64_t elems = v->outputs * v->width;
+    for (int64_t group = 1; group < v->groups; group++) {
+        const char *copy = v->copies + (size_t)((group - 1) * elems) * v->es;
+        for (int64_t e = first; e < last; e++)
+            if (v->es == 8)
+                ((double *)v->out)[e] += ((const double *)copy)[e];
+            else
+                ((float *)v->out)[e] += ((const float *)copy)[e];
+    }
 }
 
 /* The backward data's parts: each its share of the images. The columns' gradient of a
@@ -314,12 +341,17 @@ static ddp_range_fn plan(Conv *v, const ddp_device_conv *c, char *x, char *filte
         v->out = y;
         *pieces = (v->rows + v->tile - 1) / v->tile;
         return forward_part;
-    case DDP_CONV_BACKWARD_FILTER:
+    case DDP_CONV_BACKWARD_FILTER: {
         v->grad = y, v->out = filters;
         v->blocks_wide = (v->width + BLOCK - 1) / BLOCK;
         v->tile = v->direct ? MAX_TILE_ROWS : tile_rows(min64(BLOCK, v->width), v->es);
-        *pieces = v->blocks_wide * ((v->outputs + BLOCK - 1) / BLOCK);
+        int64_t blocks = v->blocks_wide * ((v->outputs + BLOCK - 1) / BLOCK);
+        int64_t fit = 1 + GROUP_COPIES_BYTES / (v->outputs * v->width * (int64_t)v->es);
+        bool big = v->rows * v->width * v->outputs >= MIN_PARALLEL_MACS; /* else one thread: one group */
+        v->groups = big ? max64(1, min64(min64((FILTER_PIECES + blocks - 1) / blocks, tiles_of(v)), fit)) : 1;
+        *pieces = blocks * v->groups;
         return filter_part;
+    }
     }
     if (v->direct) { /* dx = dy . w, dy read in place */
         v->win.src = y, v->win.channels = c->k;
@@ -346,10 +378,14 @@ bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_co
     v.parts = big ? (int)min64(ddp_pool_threads(pool), pieces) : 1;
     int64_t slot_width = c->mode == DDP_CONV_BACKWARD_FILTER ? min64(BLOCK, v.width) : v.width;
     v.slot = v.direct ? 0 : ((size_t)(min64(v.tile, v.rows) * slot_width) * v.es + 63) / 64 * 64;
-    if (!reserve(scratch, v.slot * (size_t)v.parts))
+    size_t copies = v.groups > 1 ? ((size_t)((v.groups - 1) * v.outputs * v.width) * v.es + 63) / 64 * 64 : 0;
+    if (!reserve(scratch, copies + v.slot * (size_t)v.parts))
         return false;
-    v.scratch = scratch->base;
+    v.copies = scratch->base;
+    v.scratch = (char *)scratch->base + copies;
     ddp_pool_for(pool, run, &v, 0, v.parts, 2);
+    if (v.groups > 1)
+        ddp_pool_for(pool, add_copies, &v, 0, v.outputs * v.width, 1 << 14);
     return true;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "conv_test.h"
 #include "conv.h"
 #include "device.h"
 
@@ -40,8 +41,6 @@ static const Shape shapes[] = {
     {"3x3 stride 1 same, f64", 2, 5, 6, 3, 4, 3, 3, 5, 6, 1, 1, {1, 1}, {1, 1}, true, false},
 };
 
-static const char *const mode_names[] = {"forward", "backward data", "backward filter"};
-
 static ddp_device_conv make_conv(const Shape *sh, int mode, double beta) {
     return (ddp_device_conv){.mode = mode, .n = sh->n, .h = sh->h, .w = sh->w, .c = sh->c, .k = sh->k, .r = sh->r,
                              .s = sh->s, .oh = sh->oh, .ow = sh->ow, .stride = {sh->stride, sh->stride},
@@ -60,16 +59,7 @@ typedef struct Tensors {
     size_t bytes[3];
 } Tensors;
 
-static uint64_t seed = 0x9e3779b97f4a7c15u;
-
-static double uniform(void) { /* in [-1, 1), the same sequence every run */
-    seed = seed * 6364136223846793005u + 1442695040888963407u;
-    return (double)(seed >> 11) / (double)(1ull << 52) - 1;
-}
-
-static int written_by(const ddp_device_conv *c) {
-    return c->mode == DDP_CONV_FORWARD ? 2 : c->mode == DDP_CONV_BACKWARD_DATA ? 0 : 1;
-}
+static uint64_t seed = 0x9e3779b97f4a7c15u; /* the values of every run the same */
 
 /* Random host tensors for c (the written one too, for beta 1 to add to), and device
  * memory for each, allocated in order so that the output comes last. */
@@ -81,7 +71,7 @@ static Tensors make_tensors(const ddp_device_conv *c) {
         t.bytes[which] = counts[which] * (c->f64 ? 8 : 4);
         t.host[which] = malloc(t.bytes[which]);
         for (size_t i = 0; i < counts[which]; i++) {
-            double v = uniform();
+            double v = uniform_next(&seed);
             if (c->f64)
                 ((double *)t.host[which])[i] = v;
             else

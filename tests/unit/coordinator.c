@@ -70,9 +70,15 @@ static void put_frame(char *buf, size_t *n, int type, const char *payload) {
     *n += sizeof h + len;
 }
 
+/* A worker's HELLO: who it is and the job it was started for. */
+static const char *hello_text(char *buf, size_t len, int rank, int world) {
+    snprintf(buf, len, "rank %d\nworld %d\nhost unit", rank, world);
+    return buf;
+}
+
 static bool send_hello(int fd, int rank, int world) {
     char hello[128];
-    snprintf(hello, sizeof hello, "rank %d\nworld %d\nhost unit", rank, world);
+    hello_text(hello, sizeof hello, rank, world);
     return ddp_frame_send(fd, DDP_MSG_HELLO, hello, strlen(hello), ddp_now_ms() + WAIT_MS);
 }
 
@@ -85,8 +91,7 @@ static void refused_with_join_queued(const ddp_auth *auth, int port, int rank, i
         return;
     char buf[1024], hello[128];
     size_t n = 0;
-    snprintf(hello, sizeof hello, "rank %d\nworld %d\nhost unit", rank, world);
-    put_frame(buf, &n, DDP_MSG_HELLO, hello);
+    put_frame(buf, &n, DDP_MSG_HELLO, hello_text(hello, sizeof hello, rank, world));
     put_frame(buf, &n, DDP_MSG_JOIN, "address 127.0.0.1\nport 0");
     CHECK(ddp_send_all(fd, buf, n, ddp_now_ms() + WAIT_MS));
     ddp_frame f = {0};
