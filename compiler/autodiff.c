@@ -349,6 +349,9 @@ static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
         b->range = op->range;
     if (kind == OP_COL2IM || kind == OP_MAXPOOL_BWD || kind == OP_AVGPOOL_BWD) /* one index per pixel */
         b->range = (IrDim){0, x->per_sample / x->shape.dim[x->shape.rank - 1]};
+    if (kind == OP_MAXPOOL_BWD &&
+        ir_windows_tile(b, x->shape.dim[0], x->shape.dim[1], y->shape.dim[0], y->shape.dim[1])) /* per window */
+        b->range = (IrDim){0, y->per_sample / y->shape.dim[y->shape.rank - 1]};
 }
 
 /* A library convolution's adjoints, on the library path: x's gradient from y's and

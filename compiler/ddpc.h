@@ -806,6 +806,9 @@ IrOp *ir_op_new(Ddpc *c, Phase phase, OpKind kind);        /* in no phase yet */
  * turned KRSC into a work tensor, and the scratch a convolution of `layer` may use. */
 Tensor *ir_filters_krsc(Ddpc *c, Ir *ir, Phase phase, Tensor *w, GNode *layer);
 Tensor *ir_conv_workspace(Ddpc *c, Ir *ir, GNode *layer, const char *what);
+/* A window op's windows tile its [h, w] input, every pixel in exactly one window: as
+ * wide as their stride, no padding, oh x ow of them covering it. */
+bool ir_windows_tile(const IrOp *op, int64_t h, int64_t w, int64_t oh, int64_t ow);
 /* The tensor whose memory t uses: itself, or the one a view (reshape, flatten) shares. */
 Tensor *tensor_storage(Tensor *t);
 XExpr *x_load(Ddpc *c, Tensor *t, Bcast bc);

@@ -300,6 +300,12 @@ static void lower_dense(Lower *L, GNode *n) {
     L->value[n->id] = activation_op(L, n, z, n->attrs.activation, p->bias);
 }
 
+bool ir_windows_tile(const IrOp *op, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+    return op->kernel[0] == op->stride[0] && op->kernel[1] == op->stride[1] && op->dilation[0] == 1 &&
+           op->dilation[1] == 1 && !op->pad[0] && !op->pad[1] && !op->pad[2] && !op->pad[3] &&
+           h == oh * op->kernel[0] && w == ow * op->kernel[1];
+}
+
 static void window_attrs(IrOp *op, const GNode *n) {
     memcpy(op->kernel, n->attrs.kernel, sizeof op->kernel);
     memcpy(op->stride, n->attrs.stride, sizeof op->stride);

@@ -1000,8 +1000,39 @@ static void maxpool_bwd_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow
     channels_end(cg, &ch);
 }
 
+/* A window's largest element and its gradient, spread over the window's elements. */
+typedef struct Spread {
+    LLVMValueRef where, grad;
+} Spread;
+
+static void spread_visit(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    Spread *a = arg;
+    LLVMValueRef v = sel(cg, eq(cg, a->where, idx), a->grad, F(cg, 0));
+    /* 0 + v: what adding v to a pixel zeroed first gives (-0 becomes +0), the bits of
+     * the pixel-by-pixel way */
+    store_f64(cg, op->out[0], idx, op->accumulate ? v : fadd(cg, F(cg, 0), v), op->accumulate);
+}
+
+/* One window (s, oh, ow) of a pooling whose windows tile its input (ir_windows_tile):
+ * its largest element found once, not once for each of its pixels, and every pixel
+ * of the window written. */
+static void gen_maxpool_bwd_by_window(Cg *cg, IrOp *op, Geo g, LLVMValueRef window) {
+    PoolBwd a = {NULL, window, g};
+    LLVMValueRef oh, ow;
+    pixel_coords(cg, window, g.oh, g.ow, &a.s, &oh, &ow);
+    Channels ch = channels_begin(cg, g.c);
+    Spread s = {window_argmax(cg, op, g, a.s, oh, ow, ch.c, NULL),
+                load_f64(cg, op->in[1], output_index(cg, &a, oh, ow, ch.c))};
+    window_elements(cg, op, g, a.s, oh, ow, ch.c, spread_visit, &s);
+    channels_end(cg, &ch);
+}
+
 static void gen_maxpool_bwd(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     Geo g = window_geometry(op);
+    if (ir_windows_tile(op, g.h, g.w, g.oh, g.ow)) {
+        gen_maxpool_bwd_by_window(cg, op, g, pixel);
+        return;
+    }
     PoolBwd a = {NULL, pixel, g};
     LLVMValueRef ih, iw;
     pixel_coords(cg, pixel, g.h, g.w, &a.s, &ih, &iw);
