@@ -61,6 +61,7 @@ typedef struct Item {
     char text[MAX_GROUPS + 1][MAX_NAME];
     Group group[MAX_GROUPS];
     int ngroups;
+    int64_t hosts;              /* the names it expands to */
 } Item;
 
 static void item_free(Item *it) {
@@ -164,6 +165,7 @@ static bool parse_item(const char **s, Item *it, const char *list, char *err, si
             return bad(err, len, list, "it names more than %d hosts", MAX_HOSTS);
         n = 0;
     }
+    it->hosts = total;
     *s = p;
     return true;
 }
@@ -214,10 +216,10 @@ bool ddp_hostlist_parse(const char *list, ddp_hostlist *out, char *err, size_t e
         }
         Item it;
         bool ok = parse_item(&p, &it, list, err, errlen);
+        if (ok && out->count + it.hosts > MAX_HOSTS) /* refused before a name is made */
+            ok = bad(err, errlen, list, "it names more than %d hosts", MAX_HOSTS);
         if (ok && !(ok = expand_item(&it, out)))
             bad(err, errlen, list, "out of memory");
-        if (ok && out->count > MAX_HOSTS)
-            ok = bad(err, errlen, list, "it names more than %d hosts", MAX_HOSTS);
         item_free(&it);
         if (!ok) {
             ddp_hostlist_free(out);

@@ -95,6 +95,7 @@ static void test_malformed(void) {
     refused("x[1[2]]", "expected `,` or `]`");
     refused("x[1234567890]", "must hold numbers");
     refused("x[0-999999]y[0-9]", "more than");
+    refused("x[0-599999],y[0-599999]", "more than 1048576 hosts"); /* each item within, the two not */
     refused("a[1-2]b[1-2]c[1-2]d[1-2]e[1-2]f[1-2]g[1-2]h[1-2]i[1-2]", "more than 8 bracket groups");
     char longname[400];
     memset(longname, 'n', sizeof longname - 1);
