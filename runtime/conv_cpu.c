@@ -243,6 +243,11 @@ static int64_t tiles_of(const Conv *v) {
     return (v->rows + v->tile - 1) / v->tile;
 }
 
+/* Worth the threads: smaller products run on one. */
+static bool worth_threads(const Conv *v) {
+    return v->rows * v->width * v->outputs >= MIN_PARALLEL_MACS;
+}
+
 /* The backward filter's parts: each its share of the pieces, a piece one block of dw
  * summed over one group's tiles of rows in order, into the group's own dw. */
 static void filter_part(void *ctx, int64_t first, int64_t last) {
@@ -347,8 +352,8 @@ static ddp_range_fn plan(Conv *v, const ddp_device_conv *c, char *x, char *filte
         v->tile = v->direct ? MAX_TILE_ROWS : tile_rows(min64(BLOCK, v->width), v->es);
         int64_t blocks = v->blocks_wide * ((v->outputs + BLOCK - 1) / BLOCK);
         int64_t fit = 1 + GROUP_COPIES_BYTES / (v->outputs * v->width * (int64_t)v->es);
-        bool big = v->rows * v->width * v->outputs >= MIN_PARALLEL_MACS; /* else one thread: one group */
-        v->groups = big ? max64(1, min64(min64((FILTER_PIECES + blocks - 1) / blocks, tiles_of(v)), fit)) : 1;
+        v->groups = worth_threads(v) ? max64(1, min64(min64((FILTER_PIECES + blocks - 1) / blocks, tiles_of(v)), fit))
+                                     : 1;
         *pieces = blocks * v->groups;
         return filter_part;
     }
@@ -374,8 +379,7 @@ bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_co
             memset(filters, 0, (size_t)(v.width * v.outputs) * v.es);
         return true;
     }
-    bool big = v.rows * v.width * v.outputs >= MIN_PARALLEL_MACS;
-    v.parts = big ? (int)min64(ddp_pool_threads(pool), pieces) : 1;
+    v.parts = worth_threads(&v) ? (int)min64(ddp_pool_threads(pool), pieces) : 1;
     int64_t slot_width = c->mode == DDP_CONV_BACKWARD_FILTER ? min64(BLOCK, v.width) : v.width;
     v.slot = v.direct ? 0 : ((size_t)(min64(v.tile, v.rows) * slot_width) * v.es + 63) / 64 * 64;
     size_t copies = v.groups > 1 ? ((size_t)((v.groups - 1) * v.outputs * v.width) * v.es + 63) / 64 * 64 : 0;
