@@ -385,8 +385,9 @@ bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_co
     size_t copies = v.groups > 1 ? ((size_t)((v.groups - 1) * v.outputs * v.width) * v.es + 63) / 64 * 64 : 0;
     if (!reserve(scratch, copies + v.slot * (size_t)v.parts))
         return false;
-    v.copies = scratch->base;
-    v.scratch = (char *)scratch->base + copies;
+    v.copies = v.scratch = scratch->base; /* NULL where no scratch is needed: no offset added then */
+    if (copies)
+        v.scratch += copies;
     ddp_pool_for(pool, run, &v, 0, v.parts, 2);
     if (v.groups > 1)
         ddp_pool_for(pool, add_copies, &v, 0, v.outputs * v.width, 1 << 14);
