@@ -196,13 +196,21 @@ static bool from_flags(const ddp_cluster_flags *f, ddp_cluster *c, char *err, si
     return true;
 }
 
+/* Where a source's world size was given, for messages. */
+static const char *world_given_by(const ddp_cluster *c) {
+    return strcmp(c->source, "env") == 0     ? "DDP_WORLD_SIZE"
+           : strcmp(c->source, "slurm") == 0 ? "SLURM_STEP_NUM_TASKS"
+           : strcmp(c->source, "flags") == 0 ? "--world-size"
+                                             : c->source;
+}
+
 /* The checks every source must pass. A world larger than any host list Slurm names
  * is refused here, rather than as memory the coordinator cannot find for it. */
 static bool consistent(const ddp_cluster *c, char *err, size_t len) {
     enum { MAX_WORLD = 1 << 20 };
     if (c->world > MAX_WORLD)
-        return ddp_fail(err, len, "a world of %lld workers (from %s) is more than ddp runs, %d", (long long)c->world,
-                        c->source, MAX_WORLD);
+        return ddp_fail(err, len, "%s is %lld: a world of more workers than ddp runs, %d", world_given_by(c),
+                        (long long)c->world, MAX_WORLD);
     if (c->rank >= c->world)
         return ddp_fail(err, len, "rank %lld from %s is not below the world size %lld", (long long)c->rank, c->source,
                     (long long)c->world);

@@ -39,11 +39,11 @@ static int default_threads(void) {
 }
 
 /* The CPU's convolutions unless --convolutions says (ddp_gpu_path): its own (the
- * library path, conv_cpu.c), which saves writing and reading back the column matrices, unless the
- * filters are large beside those: the library path turns every filter to KRSC and its
- * gradient back each step, and with many more filter elements than 1/16 of the
- * columns' that costs more than it saves (ResNet-50 at batch 16). bf16 has no
- * OpenBLAS product to take: the generated steps. */
+ * library path, conv_cpu.c), which saves writing and reading back the column
+ * matrices, unless the filters are large beside those: the library path turns every
+ * filter to KRSC and its gradient back each step, and with many more filter elements
+ * than 1/16 of the columns' that costs more than it saves (ResNet-50 at batch 16).
+ * bf16 has no OpenBLAS product to take: the generated steps. */
 static int cpu_conv_path(const ddp_program *p) {
     if (p->settings.precision == DDP_PRECISION_BF16)
         return DDP_PATH_GENERATED;

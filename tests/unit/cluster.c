@@ -219,7 +219,7 @@ static void test_variables_and_flags(void) {
     setenv("DDP_LOCAL_RANK", "0", 1);
     setenv("DDP_WORLD_SIZE", "9223372036854775807", 1);
     setenv("DDP_LOCAL_WORLD_SIZE", "9223372036854775807", 1);
-    refused(DDP_CLUSTER_ENV, "a world of 9223372036854775807 workers (from env) is more than ddp runs, 1048576");
+    refused(DDP_CLUSTER_ENV, "DDP_WORLD_SIZE is 9223372036854775807: a world of more workers than ddp runs, 1048576");
     setenv("DDP_WORLD_SIZE", "1048576", 1);
     setenv("DDP_LOCAL_WORLD_SIZE", "1", 1);
     CHECK(resolves(DDP_CLUSTER_ENV, NULL, &c) && c.world == 1048576);
@@ -227,8 +227,10 @@ static void test_variables_and_flags(void) {
     setenv("DDP_LOCAL_WORLD_SIZE", "65536", 1);
     refused(DDP_CLUSTER_ENV, "ports 1 to 65536 do not all exist");
     ddp_cluster_flags huge = {0, 1 << 21, -1, -1, "head:16000", 0};
-    CHECK(!ddp_cluster_resolve(&(ddp_settings){.port_base = -1, .port_range = {10000, 20000}}, &huge, &c,
-                               (char[256]){0}, 256));
+    char err[256] = "";
+    CHECK(!ddp_cluster_resolve(&(ddp_settings){.port_base = -1, .port_range = {10000, 20000}}, &huge, &c, err,
+                               sizeof err) &&
+          strstr(err, "--world-size is 2097152: a world of more workers"));
     clear();
     refused(DDP_CLUSTER_ENV, "cluster = env, but DDP_WORLD_SIZE is not set");
     CHECK(resolves(DDP_CLUSTER_AUTO, NULL, &c) && strcmp(c.source, "local") == 0 && c.world == 1 &&
