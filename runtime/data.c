@@ -1,10 +1,12 @@
 /* data.c: datasets in memory: opening one (the readers are data_idx.c, data_cifar10.c,
  * data_npy.c and data_csv.c), checking it against the program, and assembling batches.
  *
- * Files are read whole and kept as their files hold them: inputs in their own element
- * type, labels as doubles. A batch converts and scales only the rows it takes, so the
- * dataset costs its file's size in memory, not that of its f32 or f64 copy. Synthetic
- * data has no arrays at all: every value is a draw, made when a batch asks for it.
+ * Files are kept as their files hold them: inputs in their own element type (mapped
+ * where data_map.c can, else read whole), labels as doubles. A batch converts and
+ * scales only the rows it takes, so the dataset costs its file's size in memory, not
+ * that of its f32 or f64 copy, and a mapped file's one copy serves every worker of a
+ * node. Synthetic data has no arrays at all: every value is a draw, made when a batch
+ * asks for it.
  *
  * Also here: the helpers the readers share (data_read.h). */
 #include <errno.h>
@@ -76,11 +78,15 @@ bool data_join_path(char *out, size_t outlen, const char *dir, const char *name)
 /* ---------------------------------------------------------------- files */
 
 void data_bytes_free(data_bytes *b) {
+    if (b->mapped)
+        data_unmap(b);
     free(b->data);
     *b = (data_bytes){0};
 }
 
 void *data_take(data_bytes *b, size_t offset) {
+    if (!data_own(b))
+        return NULL;
     size_t n = b->len - offset;
     memmove(b->data, b->data + offset, n);
     void *shrunk = realloc(b->data, n ? n : 1);
@@ -430,7 +436,7 @@ bool ddp_data_open(const ddp_dataset *spec, const char *root, ddp_data *d, char 
 }
 
 void ddp_data_free(ddp_data *d) {
-    free(d->inputs);
+    data_free_inputs(d);
     free(d->labels);
     memset(d, 0, sizeof *d);
 }

@@ -111,17 +111,23 @@ static bool check_size(const char *path, const char *role, const idx_array *a, c
     return true;
 }
 
+/* Images are mapped where they can be (data_map.c); labels, converted anyway, are read. */
 static bool read_idx_file(const char *path, const ddp_dataset *spec, const char *role, int max_rank,
                           idx_array *a, char *err, size_t errlen) {
-    return data_read_file(path, spec, role, &a->bytes, err, errlen) &&
+    bool images = max_rank == IDX_MAX_RANK;
+    return (images ? data_map_file : data_read_file)(path, spec, role, &a->bytes, err, errlen) &&
            parse_header(path, role, max_rank, a, err, errlen) && check_size(path, role, a, err, errlen);
 }
 
-/* The values of a checked file, in the host's byte order. */
-static size_t native_values(idx_array *a) {
-    size_t count = a->bytes.len - a->offset, width = (size_t)data_elem_size[a->elem];
-    data_to_native(a->bytes.data + a->offset, count / width, (int)width, true);
-    return count / width;
+/* The values of a checked file, in the host's byte order (a mapped file of values wider
+ * than a byte is copied first); false: out of memory. */
+static bool native_values(idx_array *a, size_t *count) {
+    size_t width = (size_t)data_elem_size[a->elem];
+    *count = (a->bytes.len - a->offset) / width;
+    if (width > 1 && !data_own(&a->bytes))
+        return false;
+    data_to_native(a->bytes.data + a->offset, *count, (int)width, true);
+    return true;
 }
 
 static bool keep_arrays(ddp_data *d, idx_array *images, idx_array *labels, char *err, size_t errlen) {
@@ -129,12 +135,15 @@ static bool keep_arrays(ddp_data *d, idx_array *images, idx_array *labels, char 
     d->elem = images->elem;
     data_set_sample_shape(d, images->rank - 1, images->dims + 1);
     d->label_elems = labels->rank == 2 ? labels->dims[1] : 1;
-    size_t count = native_values(labels);
+    size_t count;
+    native_values(labels, &count); /* labels are read, never mapped: nothing to copy */
     d->labels = data_into_doubles(data_take(&labels->bytes, labels->offset), labels->elem, count);
     if (!d->labels)
         return data_fail(err, errlen, d->label_where, "out of memory for %zu labels", count);
-    native_values(images);
-    d->inputs = data_take(&images->bytes, images->offset);
+    if (native_values(images, &count))
+        d->inputs = data_keep_inputs(d, &images->bytes, images->offset, data_elem_size[images->elem]);
+    if (!d->inputs)
+        return data_fail(err, errlen, d->where, "out of memory for %zu values", count);
     return true;
 }
 

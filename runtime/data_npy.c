@@ -169,15 +169,19 @@ static bool parse_shape(const char *path, span v, npy_array *a, char *err, size_
         return damaged_header(path, v, err, errlen);
     while (!eat(&s, ')')) {
         skip_space(&s);
-        char *end = (char *)s.p;
-        long long size = s.len && *s.p >= '0' && *s.p <= '9' ? strtoll(s.p, &end, 10) : -1;
-        if (size < 0 || end > s.p + s.len || a->rank == NPY_MAX_RANK)
+        /* digits read within the header only: a mapped file has nothing after its end */
+        int64_t size = s.len && *s.p >= '0' && *s.p <= '9' ? 0 : -1;
+        size_t n = 0;
+        for (; size >= 0 && n < s.len && s.p[n] >= '0' && s.p[n] <= '9'; n++)
+            if (__builtin_mul_overflow(size, 10, &size) || __builtin_add_overflow(size, s.p[n] - '0', &size))
+                size = -1;
+        if (size < 0 || a->rank == NPY_MAX_RANK)
             return data_fail(err, errlen, path,
                              "the .npy shape %s is not a tuple of at most %d sizes; "
                              "save the array again with numpy.save",
                              data_excerpt(quoted, sizeof quoted, v.p, v.len), NPY_MAX_RANK);
         a->shape[a->rank++] = size;
-        s.len -= (size_t)(end - s.p), s.p = end;
+        s.p += n, s.len -= n;
         if (s.len && *s.p == 'L') /* Python 2 long integers */
             s.p++, s.len--;
         if (!eat(&s, ',') && !next_is(&s, ')'))
@@ -256,10 +260,12 @@ static bool check_size(const char *path, const char *role, const npy_array *a, i
     return true;
 }
 
+/* Inputs are mapped where they can be (data_map.c); labels, converted anyway, are read. */
 static bool read_npy(const char *path, const ddp_dataset *spec, const char *role, int max_rank, npy_array *a,
                      char *err, size_t errlen) {
-    return data_read_file(path, spec, role, &a->bytes, err, errlen) && parse_header(path, a, err, errlen) &&
-           check_size(path, role, a, max_rank, err, errlen);
+    bool inputs = max_rank == NPY_MAX_RANK;
+    return (inputs ? data_map_file : data_read_file)(path, spec, role, &a->bytes, err, errlen) &&
+           parse_header(path, a, err, errlen) && check_size(path, role, a, max_rank, err, errlen);
 }
 
 /* Fortran order (first axis fastest) to C order (last axis fastest). */
@@ -281,13 +287,17 @@ static void to_c_order(unsigned char *dst, const unsigned char *src, const npy_a
     }
 }
 
-/* The values, native and in C order, as a block the caller owns; NULL: out of memory. */
-static void *take_values(npy_array *a, size_t *count) {
+/* The values, native and in C order, as a block the caller owns, or for inputs (d not
+ * NULL) in the file's mapping where they need no rewriting; NULL: out of memory. */
+static void *take_values(npy_array *a, size_t *count, ddp_data *d) {
     size_t width = (size_t)data_elem_size[a->elem];
     *count = (a->bytes.len - a->offset) / width;
+    bool swapped = width > 1 && a->big_endian != (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+    if (swapped && !data_own(&a->bytes))
+        return NULL;
     data_to_native(a->bytes.data + a->offset, *count, (int)width, a->big_endian);
     if (!a->fortran || a->rank < 2)
-        return data_take(&a->bytes, a->offset);
+        return d ? data_keep_inputs(d, &a->bytes, a->offset, (int)width) : data_take(&a->bytes, a->offset);
     unsigned char *c_order = malloc(*count * width);
     if (c_order)
         to_c_order(c_order, a->bytes.data + a->offset, a, *count);
@@ -299,12 +309,12 @@ static bool keep_arrays(ddp_data *d, npy_array *inputs, npy_array *labels, char 
     d->samples = inputs->shape[0];
     d->elem = inputs->elem;
     data_set_sample_shape(d, inputs->rank - 1, inputs->shape + 1);
-    d->inputs = take_values(inputs, &count);
+    d->inputs = take_values(inputs, &count, d);
     if (!d->inputs)
         return data_fail(err, errlen, d->where, "out of memory for %zu values", count);
     d->label_elems = labels->rank == 2 ? labels->shape[1] : 1;
     /* apart: the count must be the labels' before it is passed on */
-    void *label_values = take_values(labels, &count);
+    void *label_values = take_values(labels, &count, NULL);
     d->labels = data_into_doubles(label_values, labels->elem, count);
     if (!d->labels)
         return data_fail(err, errlen, d->label_where, "out of memory for %zu labels", count);

@@ -7,11 +7,13 @@
 
 #include "runtime.h"
 
-/* A file's bytes, followed by one zero byte that len does not count (so text readers
- * may treat the buffer as a string). */
+/* A file's bytes: read into memory, followed by one zero byte that len does not count
+ * (so text readers may treat the buffer as a string); or mapped (data_map_file), then
+ * read-only and with nothing after the last byte. */
 typedef struct data_bytes {
     unsigned char *data;
     size_t len;
+    bool mapped;
 } data_bytes;
 
 /* Reads a file whole through zlib, which inflates gzip files and passes others through.
@@ -22,8 +24,22 @@ bool data_read_file(const char *path, const ddp_dataset *spec, const char *role,
 void data_bytes_free(data_bytes *b);
 /* The bytes from offset on, moved to the front of the block (so aligned for any element
  * type), which the caller now owns; b is left empty. Spares a large file's payload a
- * second copy. */
+ * second copy. A mapped b is copied out; NULL: out of memory. */
 void *data_take(data_bytes *b, size_t offset);
+
+/* data_map.c. A file of inputs mapped read-only where it is not gzip-compressed and
+ * mapping works, else read as data_read_file does (out->mapped says which). A reader
+ * that must rewrite the values (byte order, Fortran order) calls data_own first. */
+bool data_map_file(const char *path, const ddp_dataset *spec, const char *role, data_bytes *out, char *err,
+                   size_t errlen);
+void data_unmap(data_bytes *b);
+/* A mapped b made a copy in memory, writable; false: out of memory (b unchanged). */
+bool data_own(data_bytes *b);
+/* The values from offset on, for d->inputs: in place when b is mapped and offset is
+ * aligned for elements of width bytes (d then owns the mapping), else as data_take. */
+void *data_keep_inputs(ddp_data *d, data_bytes *b, size_t offset, int width);
+/* d's inputs freed or unmapped. */
+void data_free_inputs(ddp_data *d);
 
 /* Writes "FILE: message" into err; returns false, so a reader can `return data_fail(...)`. */
 bool data_fail(char *err, size_t errlen, const char *file, const char *fmt, ...)

@@ -19,7 +19,7 @@ static char shared_identity[512] = "ddp: ";
 static __thread char thread_identity[512]; /* "": the shared one */
 static __thread FILE *log_file;            /* the run folder's log of this worker; NULL before */
 
-static const char *identity(void) {
+const char *ddp_identity(void) {
     return thread_identity[0] ? thread_identity : shared_identity;
 }
 
@@ -48,9 +48,9 @@ void ddp_error(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s%s\n", identity(), line); /* one call: lines of threads do not mix */
+    fprintf(stderr, "%s%s\n", ddp_identity(), line); /* one call: lines of threads do not mix */
     if (log_file) {
-        fprintf(log_file, "%s%s\n", identity(), line);
+        fprintf(log_file, "%s%s\n", ddp_identity(), line);
         fflush(log_file);
     }
 }

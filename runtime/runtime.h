@@ -38,6 +38,8 @@ bool ddp_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format
 void ddp_set_identity(const char *prog, int64_t rank, const char *host, bool several);
 /* The calling thread's identity made the one of threads that set none. */
 void ddp_share_identity(void);
+/* That prefix, for a line written where ddp_error cannot be called (a signal handler). */
+const char *ddp_identity(void);
 /* One line to stderr, with that prefix. */
 void ddp_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The run folder's log of this worker (appended to): every ddp_error line from now on,
@@ -89,6 +91,8 @@ typedef struct ddp_data {
     int64_t elems;              /* per sample */
     int elem;                   /* ddp_elem of inputs */
     void *inputs;               /* samples x elems, native byte order, C order; NULL: synthetic */
+    unsigned char *mapping;     /* the mapped file inputs point into (data_map.c); NULL: read */
+    size_t mapping_len;
     int64_t label_elems;        /* values per sample's label (1 for a class index) */
     bool integral_labels;       /* every label value is a whole number (a class index) */
     double *labels;             /* samples x label_elems; NULL: synthetic */
@@ -130,10 +134,10 @@ static inline double ddp_synthetic_element(uint64_t sample_seed, int64_t e) {
     return 2 * ((double)(z >> 40) * 0x1p-24) - 1;
 }
 
-/* Reads a dataset's files into memory and checks them on their own (sizes, magic
- * numbers, truncation, NaN or infinite values, consistent counts). A relative path is
- * taken below root when root is not NULL. On failure: false, and err holds one
- * message naming the file and what is wrong with it, ending with what to do. */
+/* Reads a dataset's files (or maps them: data_map.c) and checks them on their own
+ * (sizes, magic numbers, truncation, NaN or infinite values, consistent counts). A
+ * relative path is taken below root when root is not NULL. On failure: false, and err
+ * holds one message naming the file and what is wrong with it, ending with what to do. */
 bool ddp_data_open(const ddp_dataset *spec, const char *root, ddp_data *d, char *err, size_t errlen);
 void ddp_data_free(ddp_data *d);
 /* Checks that the data fits the program: per-sample element count against the

@@ -7,13 +7,16 @@
  * f64, scaled, one-hot and synthetic. Every .npy input dtype with every label dtype
  * and label shape ([N] and [N, 1]), at CIFAR's 3,072 values a sample: arrays of
  * different sizes, so a reader that mixed up their counts reads past one (which the
- * sanitizers and valgrind catch, whatever order a compiler evaluates arguments in). */
+ * sanitizers and valgrind catch, whatever order a compiler evaluates arguments in).
+ * Last, an uncompressed file is mapped (opening it costs no memory of the process's
+ * own), and one cut short while mapped ends the worker with a line naming it. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -77,7 +80,8 @@ typedef struct bytes {
 } bytes;
 
 static void put(bytes *b, const void *p, size_t n) {
-    memcpy(b->data + b->len, p, n);
+    if (n) /* p may be NULL then */
+        memcpy(b->data + b->len, p, n);
     b->len += n;
 }
 
@@ -860,6 +864,131 @@ static void test_synthetic(void) {
     ddp_data_free(&d);
 }
 
+/* ------------------------------------------------------------- mapped files */
+
+/* This process's resident anonymous memory (malloc'd, not a file's pages), in bytes. */
+static long long anonymous_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+enum { BIG_SAMPLES = 2048, BIG_PER = 1024 }; /* 8 MiB of f32 */
+
+/* A large .npy of inputs (value of element e of sample i: i + e / 1024) and labels. */
+static void write_big_npy(const char *inputs, const char *labels, bool big_endian) {
+    static float values[BIG_SAMPLES * BIG_PER];
+    for (int i = 0; i < BIG_SAMPLES; i++)
+        for (int e = 0; e < BIG_PER; e++)
+            values[i * BIG_PER + e] = (float)i + (float)e / BIG_PER;
+    char dict[128];
+    snprintf(dict, sizeof dict, "{'descr': '%cf4', 'fortran_order': False, 'shape': (%d, %d), }",
+             big_endian ? '>' : '<', BIG_SAMPLES, BIG_PER);
+    static unsigned char file[128 + sizeof values];
+    bytes *head = npy(1, dict, NULL, 0); /* the header alone; the values are too many for a bytes */
+    memcpy(file, head->data, head->len);
+    memcpy(file + head->len, values, sizeof values);
+    if (big_endian)
+        for (size_t at = head->len; at < head->len + sizeof values; at += 4) {
+            unsigned char *v = file + at, t0 = v[0], t1 = v[1];
+            v[0] = v[3], v[1] = v[2], v[2] = t1, v[3] = t0;
+        }
+    write_file(inputs, file, head->len + sizeof values);
+    static uint8_t classes[BIG_SAMPLES];
+    for (int i = 0; i < BIG_SAMPLES; i++)
+        classes[i] = (uint8_t)(i % 10);
+    bytes *b = npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2048,), }", classes, sizeof classes);
+    write_file(labels, b->data, b->len);
+}
+
+/* Opens the dataset and reads a batch of its last rows: the anonymous memory opening it
+ * took, or -1 on a failure. */
+static long long open_and_read(const ddp_dataset *spec, ddp_data *d) {
+    long long before = anonymous_bytes();
+    if (!open_ok(spec, d))
+        return -1;
+    long long grown = anonymous_bytes() - before;
+    static const int64_t shape[] = {BIG_PER}, rows[] = {BIG_SAMPLES - 1, 7};
+    ddp_program p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 1, shape);
+    static float x[2 * BIG_PER];
+    int32_t y[2];
+    int64_t ids[2];
+    CHECK(fits(d, &p));
+    ddp_data_batch(d, &p, rows, 2, x, y, ids);
+    CHECK(x[0] == BIG_SAMPLES - 1 && x[BIG_PER - 1] == BIG_SAMPLES - 1 + 1023.0f / 1024);
+    CHECK(x[BIG_PER + 512] == 7.5f && y[0] == (BIG_SAMPLES - 1) % 10 && y[1] == 7);
+    return grown;
+}
+
+/* An uncompressed file is mapped, not read: opening it leaves the process's own memory
+ * as it was (the page cache holds the file, once for every worker of the machine); the
+ * same values in the other byte order must be rewritten, so are read, and cost their
+ * size (as a gzip file's do, which the tests above read). */
+static void test_mapped_npy(void) {
+    write_big_npy("wide.npy", "wide_y.npy", false);
+    write_big_npy("wide_be.npy", "wide_y2.npy", true);
+    ddp_dataset spec = dataset(DDP_DATA_NPY, "wide", "wide.npy", "wide_y.npy");
+    ddp_data d;
+    long long mapped = open_and_read(&spec, &d);
+    ddp_data_free(&d);
+    spec.path[0] = "wide_be.npy";
+    long long read = open_and_read(&spec, &d);
+    ddp_data_free(&d);
+    if (verbose)
+        printf("opening 8 MiB of inputs: %lld KiB mapped, %lld KiB read\n", mapped / 1024, read / 1024);
+    CHECK(mapped >= 0 && mapped < 2 << 20);
+    CHECK(read >= 8 << 20);
+}
+
+/* A mapped file cut short during the run: the worker ends with status 1 and a line
+ * naming the file, not a bare "Bus error". */
+static void test_mapped_file_cut_short(void) {
+    write_big_npy("cut.npy", "cut_y.npy", false);
+    ddp_dataset spec = dataset(DDP_DATA_NPY, "cut", "cut.npy", "cut_y.npy");
+    int out[2];
+    if (pipe(out) != 0) {
+        perror("pipe");
+        exit(2);
+    }
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(out[1], STDERR_FILENO);
+        close(out[0]);
+        ddp_set_identity("train", 0, "", false);
+        ddp_data d;
+        char err[1024];
+        if (!ddp_data_open(&spec, root, &d, err, sizeof err) || truncate(path_of("cut.npy"), 128) != 0)
+            _exit(3);
+        static const int64_t shape[] = {BIG_PER}, rows[] = {BIG_SAMPLES - 1};
+        ddp_program p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 1, shape);
+        static float x[BIG_PER];
+        int32_t y;
+        int64_t id;
+        ddp_data_batch(&d, &p, rows, 1, x, &y, &id);
+        _exit(4); /* the rows past the new end were read: not what a truncated mapping does */
+    }
+    close(out[1]);
+    char said[4096] = "";
+    size_t n = 0;
+    for (ssize_t k; n + 1 < sizeof said && (k = read(out[0], said + n, sizeof said - 1 - n)) > 0;)
+        n += (size_t)k;
+    said[n] = 0;
+    close(out[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (verbose)
+        printf("%s", said);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    CHECK(strstr(said, "train: ") == said && strstr(said, "cut.npy: the file was cut short while this worker read it"));
+}
+
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "--verbose") == 0;
     if (!mkdtemp(root)) {
@@ -877,6 +1006,8 @@ int main(int argc, char **argv) {
     test_csv_broken();
     test_fits_and_batches();
     test_synthetic();
+    test_mapped_npy();
+    test_mapped_file_cut_short();
     while (ncreated > 0)
         remove(path_of(created[--ncreated]));
     rmdir(root);
