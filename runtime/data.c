@@ -378,6 +378,12 @@ static bool check_finite(const char *file, const char *whose, const char *part, 
                      (long long)(bad % per_sample));
 }
 
+bool data_check_values(const ddp_data *d, char *err, size_t errlen) {
+    return check_finite(d->where, "sample", "element", d->inputs, d->elem, d->samples, d->elems, err, errlen) &&
+           check_finite(labels_file(d), "the label of sample", "value", d->labels, DDP_ELEM_F64, d->samples,
+                        d->label_elems, err, errlen);
+}
+
 static bool all_whole(const double *v, int64_t count) {
     for (int64_t i = 0; i < count; i++)
         if (v[i] != floor(v[i]))
@@ -404,11 +410,8 @@ static bool read_files(const ddp_dataset *spec, const char *root, ddp_data *d, c
     if (role[1] &&
         !resolve_path(spec, root, spec->path[1], role[1], d->label_where, sizeof d->label_where, err, errlen))
         return false;
-    if (!readers[spec->kind](d, err, errlen))
-        return false;
-    if (!check_finite(d->where, "sample", "element", d->inputs, d->elem, d->samples, d->elems, err, errlen) ||
-        !check_finite(labels_file(d), "the label of sample", "value", d->labels, DDP_ELEM_F64, d->samples,
-                      d->label_elems, err, errlen))
+    /* a dataset of several files had each checked as it was read */
+    if (!readers[spec->kind](d, err, errlen) || (!d->nshards && !data_check_values(d, err, errlen)))
         return false;
     d->integral_labels = all_whole(d->labels, d->samples * d->label_elems);
     return true;
@@ -464,7 +467,25 @@ static bool one_hot(const ddp_data *d, const ddp_program *p) {
 /* Whether some label falls outside [lo, hi] or, with whole, is not a whole number; what
  * then says which: the first such sample, or a synthetic dataset's classes (which its
  * samples may happen not to show, but could). */
-static bool label_outside(const ddp_data *d, double lo, double hi, bool whole, char *what, size_t len) {
+/* The shard of a dataset of several files that holds sample: the last whose first
+ * sample is at or before it. */
+static const ddp_data_shard *shard_of(const ddp_data *d, int64_t sample) {
+    int64_t lo = 0, hi = d->nshards - 1;
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (d->shards[mid].first <= sample)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &d->shards[lo];
+}
+
+/* The first label outside [lo, hi] (or not whole), said in what with the file that
+ * holds it (*file) and its index there; false when there is none. */
+static bool label_outside(const ddp_data *d, double lo, double hi, bool whole, char *what, size_t len,
+                          const char **file) {
+    *file = labels_file(d);
     if (is_synthetic(d)) {
         int64_t classes = d->spec->classes;
         if ((double)(classes - 1) <= hi)
@@ -475,11 +496,17 @@ static bool label_outside(const ddp_data *d, double lo, double hi, bool whole, c
     for (int64_t i = 0; i < d->samples * d->label_elems; i++) {
         double v = d->labels[i];
         if (v < lo || v > hi || (whole && v != floor(v))) {
+            int64_t sample = i / d->label_elems;
+            if (d->nshards) {
+                const ddp_data_shard *shard = shard_of(d, sample);
+                *file = shard->label_path;
+                sample -= shard->first;
+            }
             if (d->label_elems == 1)
-                snprintf(what, len, "sample %lld has the label %.17g", (long long)i, v);
+                snprintf(what, len, "sample %lld has the label %.17g", (long long)sample, v);
             else
                 snprintf(what, len, "sample %lld has the label value %.17g (value %lld of its label)",
-                         (long long)(i / d->label_elems), v, (long long)(i % d->label_elems));
+                         (long long)sample, v, (long long)(i % d->label_elems));
             return true;
         }
     }
@@ -494,14 +521,15 @@ static const char *loss_name(int64_t loss) {
 
 static bool class_indices_fit(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
     char what[160];
+    const char *file;
     if (d->label_elems != 1)
         return data_fail(err, errlen, labels_file(d),
                          "holds %lld values per label, but %s wants one class index per sample; use "
                          "categorical_crossentropy for one-hot or probability labels",
                          (long long)d->label_elems, loss_name(p->settings.loss));
-    if (label_outside(d, 0, (double)(p->output_elems - 1), true, what, sizeof what))
+    if (label_outside(d, 0, (double)(p->output_elems - 1), true, what, sizeof what, &file))
         return data_fail(
-            err, errlen, labels_file(d),
+            err, errlen, file,
             "%s, but the model `%s` has %lld outputs, so class indices run 0..%lld; give its last "
             "layer one unit per class",
             what, p->name ? p->name : "", (long long)p->output_elems, (long long)(p->output_elems - 1));
@@ -525,8 +553,9 @@ static bool labels_fit(const ddp_data *d, const ddp_program *p, char *err, size_
     if (!label_count_fits(d, p, err, errlen))
         return false;
     char what[160];
-    if (p->settings.loss == DDP_LOSS_BINARY && label_outside(d, 0, 1, false, what, sizeof what))
-        return data_fail(err, errlen, labels_file(d),
+    const char *file;
+    if (p->settings.loss == DDP_LOSS_BINARY && label_outside(d, 0, 1, false, what, sizeof what, &file))
+        return data_fail(err, errlen, file,
                          "%s, but binary_crossentropy needs targets in [0, 1]; rescale the labels or use "
                          "mean_squared_error",
                          what);
@@ -570,13 +599,23 @@ static void synthetic_inputs(int64_t sample, int64_t per, bool f64, void *row) {
     }
 }
 
+/* Where a sample's inputs are: in inputs, or in its shard's of a dataset of several
+ * files. */
+static const char *sample_inputs(const ddp_data *d, int64_t sample) {
+    size_t bytes = (size_t)d->elems * (size_t)data_elem_size[d->elem];
+    if (!d->nshards)
+        return (const char *)d->inputs + (size_t)sample * bytes;
+    const ddp_data_shard *shard = shard_of(d, sample);
+    return (const char *)shard->inputs + (size_t)(sample - shard->first) * bytes;
+}
+
 /* A sample's inputs in bf16 (precision = bf16): made f32 a piece at a time, as the
  * f32 program reads them, then each rounded once to nearest even. */
 static void bf16_inputs(const ddp_data *d, int64_t sample, int64_t per, uint16_t *to) {
     enum { PIECE = 1024 };
     float piece[PIECE];
     size_t elem = (size_t)data_elem_size[d->elem];
-    const char *from = (const char *)d->inputs + (size_t)sample * (size_t)d->elems * elem;
+    const char *from = is_synthetic(d) ? NULL : sample_inputs(d, sample);
     uint64_t seed = ddp_synthetic_seed(sample); /* a synthetic sample's values are one sequence */
     for (int64_t at = 0; at < per; at += PIECE) {
         int64_t count = per - at < PIECE ? per - at : PIECE;
@@ -606,10 +645,8 @@ static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t 
         return;
     }
     convert_fn convert = converters[d->elem][f64];
-    size_t sample_bytes = (size_t)d->elems * (size_t)data_elem_size[d->elem];
     for (int64_t r = 0; r < n; r++)
-        convert((char *)x + r * row_bytes, (const char *)d->inputs + indices[r] * sample_bytes, per,
-                d->spec->scale);
+        convert((char *)x + r * row_bytes, sample_inputs(d, indices[r]), per, d->spec->scale);
 }
 
 static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,

@@ -24,54 +24,72 @@
 
 /* ------------------------------------------------ files cut short while mapped */
 
-enum { WATCHED_MAX = 16 };
-/* The mapped files, with the line to print if one is cut short; written before the
- * handler can see an entry (len last), by the thread that opens or frees datasets. */
-static struct watched {
+/* The mapped files, grown and changed only while datasets are opened or freed (before
+ * and after training, by one thread), read by the handler. */
+typedef struct Watched {
     const unsigned char *start;
-    size_t len;
-    char message[2560];
-} watched[WATCHED_MAX];
+    size_t len;                  /* 0: a free entry */
+    char *path;
+} Watched;
+static Watched *watched;
+static size_t nwatched;
+static char whose[512];          /* the identity of messages, as the last file was mapped */
+
+static void say(const char *text) {
+    ssize_t written = write(STDERR_FILENO, text, strlen(text));
+    (void)written;
+}
 
 static void on_bus_error(int sig, siginfo_t *info, void *context) {
     (void)context;
     const unsigned char *at = info->si_addr;
-    for (int i = 0; i < WATCHED_MAX; i++) {
-        size_t len = __atomic_load_n(&watched[i].len, __ATOMIC_ACQUIRE);
-        if (len && at >= watched[i].start && at < watched[i].start + len) {
-            ssize_t written = write(STDERR_FILENO, watched[i].message, strlen(watched[i].message));
-            (void)written;
+    for (size_t i = 0; i < nwatched; i++)
+        if (watched[i].len && at >= watched[i].start && at < watched[i].start + watched[i].len) {
+            say(whose);
+            say(watched[i].path);
+            say(": the file was cut short while this worker read it (it was rewritten or truncated "
+                "during the run); a dataset's files must stay as they are until training ends: write a "
+                "new version to another path\n");
             _exit(1);
         }
-    }
     signal(sig, SIG_DFL); /* not a dataset's: the default action, when the access repeats */
 }
 
-static void watch(const unsigned char *start, size_t len, const char *path) {
-    static bool handling;
-    if (!handling) {
+/* false: out of memory (the file is then read instead) */
+static bool watch(const unsigned char *start, size_t len, const char *path) {
+    if (!watched) {
         struct sigaction sa = {.sa_sigaction = on_bus_error, .sa_flags = SA_SIGINFO};
         sigemptyset(&sa.sa_mask);
-        handling = sigaction(SIGBUS, &sa, NULL) == 0;
+        sigaction(SIGBUS, &sa, NULL);
     }
-    for (int i = 0; i < WATCHED_MAX; i++)
-        if (!watched[i].len) {
-            watched[i].start = start;
-            snprintf(watched[i].message, sizeof watched[i].message,
-                     "%s%s: the file was cut short while this worker read it (it was rewritten or "
-                     "truncated during the run); a dataset's files must stay as they are until "
-                     "training ends: write a new version to another path\n",
-                     ddp_identity(), path);
-            __atomic_store_n(&watched[i].len, len, __ATOMIC_RELEASE);
-            return;
+    snprintf(whose, sizeof whose, "%s", ddp_identity());
+    size_t free_entry = 0;
+    while (free_entry < nwatched && watched[free_entry].len)
+        free_entry++;
+    char *copy = strdup(path);
+    if (!copy)
+        return false;
+    if (free_entry == nwatched) {
+        size_t room = nwatched ? 2 * nwatched : 16;
+        Watched *grown = realloc(watched, room * sizeof *grown);
+        if (!grown) {
+            free(copy);
+            return false;
         }
-    /* more mappings than entries: such a fault is a plain SIGBUS */
+        memset(grown + nwatched, 0, (room - nwatched) * sizeof *grown);
+        watched = grown;
+        nwatched = room;
+    }
+    watched[free_entry] = (Watched){start, len, copy};
+    return true;
 }
 
 static void unwatch(const unsigned char *start) {
-    for (int i = 0; i < WATCHED_MAX; i++)
-        if (watched[i].len && watched[i].start == start)
-            __atomic_store_n(&watched[i].len, 0, __ATOMIC_RELEASE);
+    for (size_t i = 0; i < nwatched; i++)
+        if (watched[i].len && watched[i].start == start) {
+            free(watched[i].path);
+            watched[i] = (Watched){0};
+        }
 }
 
 /* --------------------------------------------------------------- mapping */
@@ -93,15 +111,21 @@ bool data_map_file(const char *path, const ddp_dataset *spec, const char *role, 
         close(fd);
     if (map == MAP_FAILED) /* and every failure is said the way reading says it */
         return data_read_file(path, spec, role, out, err, errlen);
-    /* read ahead in the background what the page cache can hold; a larger file comes
-     * in as batches touch it */
+    /* read ahead in the background the files that fit in half the memory together;
+     * the rest comes in as batches touch it */
+    static uint64_t advised;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && (uint64_t)st.st_size <= (uint64_t)pages * (uint64_t)page / 2)
+    if (pages > 0 && page > 0 && advised + (uint64_t)st.st_size <= (uint64_t)pages * (uint64_t)page / 2) {
         madvise(map, (size_t)st.st_size, MADV_WILLNEED);
+        advised += (uint64_t)st.st_size;
+    }
+    if (!watch(map, (size_t)st.st_size, path)) {
+        munmap(map, (size_t)st.st_size);
+        return data_read_file(path, spec, role, out, err, errlen);
+    }
     out->data = map;
     out->len = (size_t)st.st_size;
     out->mapped = true;
-    watch(out->data, out->len, path);
     return true;
 }
 
@@ -134,14 +158,26 @@ void *data_keep_inputs(ddp_data *d, data_bytes *b, size_t offset, int width) {
     return d->mapping + offset;
 }
 
-void data_free_inputs(ddp_data *d) {
-    if (d->mapping) {
-        data_bytes mapped = {d->mapping, d->mapping_len, true};
+static void free_block(void *inputs, unsigned char *mapping, size_t mapping_len) {
+    if (mapping) {
+        data_bytes mapped = {mapping, mapping_len, true};
         data_unmap(&mapped);
     } else {
-        free(d->inputs);
+        free(inputs);
     }
+}
+
+void data_free_inputs(ddp_data *d) {
+    free_block(d->inputs, d->mapping, d->mapping_len);
+    for (int64_t i = 0; i < d->nshards; i++) {
+        free_block(d->shards[i].inputs, d->shards[i].mapping, d->shards[i].mapping_len);
+        free(d->shards[i].path);
+        free(d->shards[i].label_path);
+    }
+    free(d->shards);
     d->inputs = NULL;
     d->mapping = NULL;
     d->mapping_len = 0;
+    d->shards = NULL;
+    d->nshards = 0;
 }

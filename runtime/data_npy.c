@@ -1,12 +1,15 @@
-/* data_npy.c: NumPy's .npy files (numpy.save): one array of inputs, one of labels.
+/* data_npy.c: NumPy's .npy files (numpy.save): one array of inputs, one of labels; or
+ * two patterns of several such files (x-*.npy, y-*.npy) whose files pair in order.
  *
  * A file is the magic "\x93NUMPY", a version (1.0: a u16 header length; 2.0 and 3.0: a
  * u32), a header that is a Python dict literal with 'descr' (the dtype), 'fortran_order'
  * and 'shape', and then the values. Other byte orders and Fortran order are converted
  * here, once, so that batches read the values as they are. */
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data_read.h"
 
@@ -321,7 +324,8 @@ static bool keep_arrays(ddp_data *d, npy_array *inputs, npy_array *labels, char 
     return true;
 }
 
-bool data_read_npy(ddp_data *d, char *err, size_t errlen) {
+/* One pair of files, d->where and d->label_where, into d. */
+static bool read_pair(ddp_data *d, char *err, size_t errlen) {
     npy_array inputs = {0}, labels = {0};
     bool ok = read_npy(d->where, d->spec, "inputs", NPY_MAX_RANK, &inputs, err, errlen) &&
               read_npy(d->label_where, d->spec, "labels", 2, &labels, err, errlen);
@@ -338,4 +342,119 @@ bool data_read_npy(ddp_data *d, char *err, size_t errlen) {
     data_bytes_free(&inputs.bytes);
     data_bytes_free(&labels.bytes);
     return ok;
+}
+
+/* ------------------------------------------------- datasets of several files */
+
+/* A path with *, ? or [ and no file of that very name is a pattern of several. */
+static bool is_pattern(const char *path) {
+    return strpbrk(path, "*?[") && access(path, F_OK) != 0;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The files a pattern matches, sorted by name byte by byte (whatever the locale, so
+ * every worker pairs and orders them alike); false with a message when none does. */
+static bool expand(const char *pattern, const char *role, const ddp_dataset *spec, glob_t *g, char *err,
+                   size_t errlen) {
+    char what[DATA_ROLE_MAX];
+    int got = glob(pattern, GLOB_NOSORT, NULL, g);
+    if (got == GLOB_NOMATCH || (got == 0 && g->gl_pathc == 0))
+        return data_fail(err, errlen, pattern, "no file matches this pattern (%s); check the path",
+                         data_role(what, sizeof what, spec, role));
+    if (got != 0)
+        return data_fail(err, errlen, pattern, "cannot list the files of this pattern (%s): %s",
+                         data_role(what, sizeof what, spec, role),
+                         got == GLOB_NOSPACE ? "out of memory" : "a folder cannot be read");
+    qsort(g->gl_pathv, g->gl_pathc, sizeof *g->gl_pathv, by_name);
+    return true;
+}
+
+/* part, one pair of the files, must hold samples like the first pair's (d's). */
+static bool like_first(const ddp_data *d, const ddp_data *part, char *err, size_t errlen) {
+    char first[128], its[128];
+    bool same_shape = part->rank == d->rank && memcmp(part->shape, d->shape, sizeof d->shape) == 0;
+    if (!same_shape || part->elem != d->elem)
+        return data_fail(err, errlen, part->where,
+                         "its samples are %s of %s, but those of %s, the pattern's first file, are %s of %s; "
+                         "every file of a dataset holds samples of one shape and type",
+                         ddp_shape_text(its, sizeof its, part->shape, part->rank), data_elem_name[part->elem],
+                         d->shards[0].path, ddp_shape_text(first, sizeof first, d->shape, d->rank),
+                         data_elem_name[d->elem]);
+    if (part->label_elems != d->label_elems)
+        return data_fail(err, errlen, part->label_where,
+                         "holds labels of %lld values, but the first file of the pattern %s holds labels "
+                         "of %lld; every file of a dataset holds labels of one shape",
+                         (long long)part->label_elems, d->label_where, (long long)d->label_elems);
+    return true;
+}
+
+/* part's inputs made shard i of d (which then owns them), its labels appended. */
+static bool add_shard(ddp_data *d, ddp_data *part, int64_t i, char *err, size_t errlen) {
+    size_t count = (size_t)((d->samples + part->samples) * part->label_elems);
+    double *labels = realloc(d->labels, count * sizeof *labels);
+    if (labels)
+        d->labels = labels;
+    char *path = strdup(part->where), *label_path = strdup(part->label_where);
+    if (!labels || !path || !label_path) {
+        free(path);
+        free(label_path);
+        return data_fail(err, errlen, part->where, "out of memory for its labels");
+    }
+    memcpy(labels + d->samples * part->label_elems, part->labels,
+           (size_t)(part->samples * part->label_elems) * sizeof *labels);
+    d->shards[i] = (ddp_data_shard){path, label_path, d->samples, part->inputs, part->mapping, part->mapping_len};
+    d->nshards = i + 1;
+    d->samples += part->samples;
+    part->inputs = NULL, part->mapping = NULL;
+    return true;
+}
+
+/* Inputs and labels given as two patterns: their files pair in order, each pair read
+ * and checked as a dataset of its own, the samples one after another. */
+static bool read_shards(ddp_data *d, char *err, size_t errlen) {
+    if (!is_pattern(d->where) || !is_pattern(d->label_where))
+        return data_fail(err, errlen, is_pattern(d->where) ? d->where : d->label_where,
+                         "the inputs or the labels are given as a pattern of several files and the other "
+                         "as one file; give both as patterns (x-*.npy and y-*.npy), whose files pair in order");
+    glob_t inputs = {0}, labels = {0};
+    bool ok = expand(d->where, "inputs", d->spec, &inputs, err, errlen) &&
+              expand(d->label_where, "labels", d->spec, &labels, err, errlen);
+    if (ok && inputs.gl_pathc != labels.gl_pathc)
+        ok = data_fail(err, errlen, d->label_where,
+                       "%zu files match the labels' pattern but %zu match the inputs' (%s); their files pair "
+                       "in order, one of labels for each of inputs",
+                       labels.gl_pathc, inputs.gl_pathc, d->where);
+    if (ok && !(d->shards = calloc(inputs.gl_pathc, sizeof *d->shards)))
+        ok = data_fail(err, errlen, d->where, "out of memory for %zu files", inputs.gl_pathc);
+    for (size_t i = 0; ok && i < inputs.gl_pathc; i++) {
+        ddp_data part = {.spec = d->spec};
+        const char *too_long = strlen(inputs.gl_pathv[i]) >= sizeof part.where     ? inputs.gl_pathv[i]
+                               : strlen(labels.gl_pathv[i]) >= sizeof part.where ? labels.gl_pathv[i]
+                                                                                 : NULL;
+        if (too_long) {
+            ok = data_fail(err, errlen, d->where, "it matches a path of over %zu characters, %.200s...",
+                           sizeof part.where - 1, too_long);
+            break;
+        }
+        snprintf(part.where, sizeof part.where, "%s", inputs.gl_pathv[i]);
+        snprintf(part.label_where, sizeof part.label_where, "%s", labels.gl_pathv[i]);
+        ok = read_pair(&part, err, errlen) && data_check_values(&part, err, errlen);
+        if (ok && i == 0) {
+            d->elem = part.elem, d->label_elems = part.label_elems;
+            data_set_sample_shape(d, part.rank, part.shape);
+        }
+        ok = ok && like_first(d, &part, err, errlen) && add_shard(d, &part, (int64_t)i, err, errlen);
+        ddp_data_free(&part);
+    }
+    globfree(&inputs);
+    globfree(&labels);
+    return ok;
+}
+
+bool data_read_npy(ddp_data *d, char *err, size_t errlen) {
+    return is_pattern(d->where) || is_pattern(d->label_where) ? read_shards(d, err, errlen)
+                                                              : read_pair(d, err, errlen);
 }

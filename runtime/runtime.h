@@ -81,6 +81,15 @@ enum ddp_elem { DDP_ELEM_U8, DDP_ELEM_I8, DDP_ELEM_U16, DDP_ELEM_I16, DDP_ELEM_U
                 DDP_ELEM_U64, DDP_ELEM_I64, DDP_ELEM_F16, DDP_ELEM_F32, DDP_ELEM_F64, DDP_ELEM_COUNT };
 
 /* A dataset in memory, as its files hold it. */
+/* One file of a dataset of several (.npy patterns): its samples, from first on. */
+typedef struct ddp_data_shard {
+    char *path, *label_path;    /* its inputs' and labels' files, for messages */
+    int64_t first;              /* the dataset's index of its first sample */
+    void *inputs;               /* its samples x elems, as ddp_data's */
+    unsigned char *mapping;     /* the mapped file inputs point into; NULL: read */
+    size_t mapping_len;
+} ddp_data_shard;
+
 typedef struct ddp_data {
     const ddp_dataset *spec;
     char where[1024];           /* the file or folder of the inputs, as opened, for messages */
@@ -90,9 +99,11 @@ typedef struct ddp_data {
     int64_t shape[8];           /* per sample, as the file says */
     int64_t elems;              /* per sample */
     int elem;                   /* ddp_elem of inputs */
-    void *inputs;               /* samples x elems, native byte order, C order; NULL: synthetic */
+    void *inputs;               /* samples x elems, native byte order, C order; NULL: synthetic, or shards */
     unsigned char *mapping;     /* the mapped file inputs point into (data_map.c); NULL: read */
     size_t mapping_len;
+    ddp_data_shard *shards;     /* a dataset of several files: their inputs (inputs is NULL) */
+    int64_t nshards;
     int64_t label_elems;        /* values per sample's label (1 for a class index) */
     bool integral_labels;       /* every label value is a whole number (a class index) */
     double *labels;             /* samples x label_elems; NULL: synthetic */

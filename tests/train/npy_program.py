@@ -3,7 +3,15 @@
 np.save writes them: float32 or uint8 or float64 inputs of shape (N, 32, 32, 3) with
 int64, uint8 or float32 labels of shape (N,) or (N, 1). Each run must train and
 validate (status 0, a `done:` line); before the labels were read with their own count,
-float32 inputs with int64 labels ended in a segmentation fault."""
+float32 inputs with int64 labels ended in a segmentation fault.
+
+Then the same samples as one pair of files and as three (of 37, 50 and 13 samples,
+the second compressed, named so that their order by name byte by byte is neither the
+order written nor the numbers' order): a program validating on the three must report
+the validation figures, to the last digit, of one validating on the one (which the
+samples in another order would miss in the last digits of the loss)."""
+import gzip
+import json
 import os
 import struct
 import subprocess
@@ -18,9 +26,47 @@ CASES = [("<f4", "f", "<i8", "q", False), ("<f4", "f", "<i8", "q", True), ("|u1"
          ("|u1", "B", "|u1", "B", True), ("<f8", "d", "<f4", "f", False), ("<f4", "f", "|u1", "B", True)]
 
 
+def write_pair(folder, name_x, name_y, first, count, compress=False):
+    """samples first .. first + count - 1: u8 pixels and their class"""
+    pixels = bytes((s * 7 + k) % 256 for s in range(first, first + count) for k in range(VALUES))
+    inputs = npy("|u1", [count, 32, 32, 3], pixels)
+    with open(os.path.join(folder, name_x), "wb") as f:
+        f.write(gzip.compress(inputs) if compress else inputs)
+    with open(os.path.join(folder, name_y), "wb") as f:
+        f.write(npy("|u1", [count], bytes(s % 10 for s in range(first, first + count))))
+
+
+def validation_figures(program, root):
+    """the metrics line's val_ figures of one epoch on root's files"""
+    metrics = os.path.join(root, "%s.json" % os.path.basename(program))
+    p = subprocess.run([program, "--data-root", root, "--threads", "1", "--metrics", metrics,
+                        "--run-dir", os.path.join(root, "run-%s" % os.path.basename(program))],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        print(p.stdout[-2000:])
+        return None
+    line = json.loads(open(metrics).readline())
+    return {k: v for k, v in line.items() if k.startswith("val_")}
+
+
+def several_files(programs):
+    root = scratch_folder()
+    os.mkdir(os.path.join(root, "parts"))
+    write_pair(root, "x.npy", "y.npy", 0, SAMPLES)
+    # in order of their names byte by byte (10 before 2), as the dataset takes them
+    write_pair(root, "parts/x-3.npy", "parts/y-3.npy", 87, 13)
+    write_pair(root, "parts/x-2.npy", "parts/y-2.npy", 37, 50, compress=True)
+    write_pair(root, "parts/x-10.npy", "parts/y-10.npy", 0, 37)
+    one = validation_figures(os.path.join(programs, "cifar_npy_validate_one"), root)
+    parts = validation_figures(os.path.join(programs, "cifar_npy_validate_parts"), root)
+    ok = one is not None and one == parts and "val_loss" in one
+    print("%s three files validate as the one: %s and %s" % ("ok  " if ok else "FAIL", one, parts))
+    return 0 if ok else 1
+
+
 def main():
     program = os.path.join(sys.argv[1], "cifar_npy")
-    failures = 0
+    failures = several_files(sys.argv[1])
     for x_descr, x_code, y_descr, y_code, column in CASES:
         root = scratch_folder()
         pixels = [(s * 7 + k) % 256 for s in range(SAMPLES) for k in range(VALUES)]

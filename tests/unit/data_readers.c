@@ -8,8 +8,9 @@
  * and label shape ([N] and [N, 1]), at CIFAR's 3,072 values a sample: arrays of
  * different sizes, so a reader that mixed up their counts reads past one (which the
  * sanitizers and valgrind catch, whatever order a compiler evaluates arguments in).
- * Last, an uncompressed file is mapped (opening it costs no memory of the process's
- * own), and one cut short while mapped ends the worker with a line naming it. */
+ * Then .npy datasets of several files, given as two patterns. Last, an uncompressed
+ * file is mapped (opening it costs no memory of the process's own), and one cut short
+ * while mapped ends the worker with a line naming it. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -864,6 +865,98 @@ static void test_synthetic(void) {
     ddp_data_free(&d);
 }
 
+/* ------------------------------------------------------------ several files */
+
+/* Inputs f32 [3], value 10 * sample + element over the whole dataset; the labels the
+ * sample's index. */
+static void write_shard(const char *inputs, const char *labels, int first, int samples, bool gzip) {
+    float values[16 * 3];
+    int64_t classes[16];
+    for (int i = 0; i < samples; i++) {
+        classes[i] = first + i;
+        for (int e = 0; e < 3; e++)
+            values[i * 3 + e] = (float)(10 * (first + i) + e);
+    }
+    char dict[128];
+    snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 3), }", samples);
+    bytes *b = npy(1, dict, values, (size_t)samples * 3 * sizeof *values);
+    (gzip ? write_gzip : write_file)(inputs, b->data, b->len);
+    snprintf(dict, sizeof dict, "{'descr': '<i8', 'fortran_order': False, 'shape': (%d,), }", samples);
+    b = npy(1, dict, classes, (size_t)samples * sizeof *classes);
+    write_file(labels, b->data, b->len);
+}
+
+/* A folder of two pairs of files, x-1/y-1 and x-2/y-2, whose second inputs ("x") or
+ * labels ("y") file is the given one instead; the dataset of their patterns. */
+static ddp_dataset second_pair_odd(const char *folder, const char *which, const char *dict, const void *values,
+                                   size_t len) {
+    static char x[3][64], y[3][64], odd[64], pattern_x[64], pattern_y[64];
+    make_folder(folder);
+    for (int i = 1; i <= 2; i++) {
+        snprintf(x[i], sizeof x[i], "%s/x-%d.npy", folder, i);
+        snprintf(y[i], sizeof y[i], "%s/y-%d.npy", folder, i);
+    }
+    write_shard(x[1], y[1], 0, 2, false);
+    write_shard(x[2], y[2], 2, 2, false);
+    snprintf(odd, sizeof odd, "%s/%s-2.npy", folder, which);
+    bytes *b = npy(1, dict, values, len);
+    write_file(odd, b->data, b->len);
+    snprintf(pattern_x, sizeof pattern_x, "%s/x-*.npy", folder);
+    snprintf(pattern_y, sizeof pattern_y, "%s/y-*.npy", folder);
+    return dataset(DDP_DATA_NPY, folder, pattern_x, pattern_y);
+}
+
+/* Three pairs of files of 2, 3 and 1 samples (the middle one gzip, so read where the
+ * others are mapped), named so that the order by bytes is not the order written. */
+static void test_npy_patterns(void) {
+    make_folder("parts");
+    write_shard("parts/x-b.npy", "parts/y-b.npy", 2, 3, true);
+    write_shard("parts/x-a.npy", "parts/y-a.npy", 0, 2, false);
+    write_shard("parts/x-c.npy", "parts/y-c.npy", 5, 1, false);
+    ddp_dataset spec = dataset(DDP_DATA_NPY, "parts", "parts/x-*.npy", "parts/y-?.npy");
+    ddp_data d;
+    if (open_ok(&spec, &d)) {
+        CHECK(d.samples == 6 && d.nshards == 3 && d.rank == 1 && d.shape[0] == 3 && d.elem == DDP_ELEM_F32);
+        static const int64_t shape[] = {3}, rows[] = {5, 0, 2, 4, 1, 3};
+        ddp_program p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 8, 1, shape);
+        CHECK(fits(&d, &p));
+        float x[6 * 3];
+        int32_t y[6];
+        int64_t ids[6];
+        ddp_data_batch(&d, &p, rows, 6, x, y, ids);
+        bool right = true;
+        for (int r = 0; r < 6; r++)
+            for (int e = 0; e < 3; e++)
+                right &= x[r * 3 + e] == (float)(10 * rows[r] + e) && y[r] == rows[r];
+        CHECK(right);
+        p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 4, 1, shape); /* sample 4: its file's third */
+        FITS_FAILS(&d, &p, "parts/y-b.npy: sample 2 has the label 4, but the model `net` has 4 outputs");
+        ddp_data_free(&d);
+    }
+    spec.path[1] = "parts/y-[ab].npy";
+    OPEN_FAILS(&spec, "parts/y-[ab].npy: 2 files match the labels' pattern but 3 match the inputs'",
+               "parts/x-*.npy");
+    spec.path[1] = "parts/z-*.npy";
+    OPEN_FAILS(&spec, "parts/z-*.npy: no file matches this pattern (the dataset `parts`, labels)");
+    spec.path[1] = "parts/y-a.npy";
+    OPEN_FAILS(&spec, "parts/x-*.npy: the inputs or the labels are given as a pattern of several files and "
+                      "the other as one file; give both as patterns");
+
+    float wide[4] = {0}, bad[6] = {1, 2, 3, 4, NAN, 6};
+    int64_t pairs[4] = {0, 1, 1, 0};
+    spec = second_pair_odd("odd", "x", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }", wide,
+                           sizeof wide);
+    OPEN_FAILS(&spec, "odd/x-2.npy: its samples are [2] of f32, but those of", "odd/x-1.npy",
+               "are [3] of f32; every file of a dataset holds samples of one shape and type");
+    spec = second_pair_odd("lab", "y", "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }", pairs,
+                           sizeof pairs);
+    OPEN_FAILS(&spec, "lab/y-2.npy: holds labels of 2 values, but the first file of the pattern", "lab/y-*.npy",
+               "holds labels of 1; every file of a dataset holds labels of one shape");
+    spec = second_pair_odd("nan", "x", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", bad,
+                           sizeof bad);
+    OPEN_FAILS(&spec, "nan/x-2.npy: sample 1 holds NaN (element 1)");
+}
+
 /* ------------------------------------------------------------- mapped files */
 
 /* This process's resident anonymous memory (malloc'd, not a file's pages), in bytes. */
@@ -1006,6 +1099,7 @@ int main(int argc, char **argv) {
     test_csv_broken();
     test_fits_and_batches();
     test_synthetic();
+    test_npy_patterns();
     test_mapped_npy();
     test_mapped_file_cut_short();
     while (ncreated > 0)
