@@ -438,6 +438,18 @@ bool ddp_data_open(const ddp_dataset *spec, const char *root, ddp_data *d, char 
     return ok;
 }
 
+void ddp_data_held(const ddp_data *d, int64_t *mapped, int64_t *in_memory) {
+    int64_t sample = is_synthetic(d) ? 0 : d->elems * data_elem_size[d->elem];
+    *mapped = 0;
+    *in_memory = d->labels ? d->samples * d->label_elems * (int64_t)sizeof *d->labels : 0;
+    for (int64_t i = 0; i < d->nshards; i++) {
+        int64_t end = i + 1 < d->nshards ? d->shards[i + 1].first : d->samples;
+        *(d->shards[i].mapping ? mapped : in_memory) += (end - d->shards[i].first) * sample;
+    }
+    if (!d->nshards)
+        *(d->mapping ? mapped : in_memory) += d->samples * sample;
+}
+
 void ddp_data_free(ddp_data *d) {
     data_free_inputs(d);
     free(d->labels);

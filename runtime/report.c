@@ -138,7 +138,15 @@ static void describe_data(const ddp_program *p, const ddp_data *d, char *out, si
         return;
     }
     ddp_shape_text(shape, sizeof shape, d->shape, (int)(d->rank));
-    snprintf(out, len, "%s: %s samples of %s from %s", d->spec->name, grouped(d->samples), shape, d->where);
+    int n = snprintf(out, len, "%s: %s samples of %s from %s", d->spec->name, grouped(d->samples), shape, d->where);
+    if (d->nshards && n >= 0 && (size_t)n < len)
+        n += snprintf(out + n, len - (size_t)n, " (%s)", counted(d->nshards, "file"));
+    int64_t mapped, in_memory;
+    ddp_data_held(d, &mapped, &in_memory);
+    if (mapped && n >= 0 && (size_t)n < len)
+        n += snprintf(out + n, len - (size_t)n, "; %s mapped (one copy for the node's workers)", bytes_text(mapped));
+    if (n >= 0 && (size_t)n < len)
+        snprintf(out + n, len - (size_t)n, "%s %s in memory", mapped ? "," : ";", bytes_text(in_memory));
 }
 
 /* The optimizer and its figures as this job uses them: expressions of replicas,

@@ -151,6 +151,9 @@ static inline double ddp_synthetic_element(uint64_t sample_seed, int64_t e) {
  * holds one message naming the file and what is wrong with it, ending with what to do. */
 bool ddp_data_open(const ddp_dataset *spec, const char *root, ddp_data *d, char *err, size_t errlen);
 void ddp_data_free(ddp_data *d);
+/* The bytes a dataset holds: its files' mapped (one copy in the page cache for every
+ * worker of the node) and those in this worker's own memory. */
+void ddp_data_held(const ddp_data *d, int64_t *mapped, int64_t *in_memory);
 /* Checks that the data fits the program: per-sample element count against the
  * model's input, labels against the loss and the model's output (class indices below
  * the number of outputs, binary targets in [0, 1], ...). */

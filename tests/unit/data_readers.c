@@ -1028,11 +1028,16 @@ static void test_mapped_npy(void) {
     write_big_npy("wide_be.npy", "wide_y2.npy", true);
     ddp_dataset spec = dataset(DDP_DATA_NPY, "wide", "wide.npy", "wide_y.npy");
     ddp_data d;
+    int64_t held[2][2], values = BIG_SAMPLES * BIG_PER * 4, labels = BIG_SAMPLES * 8;
     long long mapped = open_and_read(&spec, &d);
+    ddp_data_held(&d, &held[0][0], &held[0][1]);
     ddp_data_free(&d);
     spec.path[0] = "wide_be.npy";
     long long read = open_and_read(&spec, &d);
+    ddp_data_held(&d, &held[1][0], &held[1][1]);
     ddp_data_free(&d);
+    CHECK(held[0][0] == values && held[0][1] == labels); /* as the banner says them */
+    CHECK(held[1][0] == 0 && held[1][1] == values + labels);
     if (verbose)
         printf("opening 8 MiB of inputs: %lld KiB mapped, %lld KiB read\n", mapped / 1024, read / 1024);
     CHECK(mapped >= 0 && mapped < 2 << 20);
