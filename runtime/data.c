@@ -476,9 +476,6 @@ static bool one_hot(const ddp_data *d, const ddp_program *p) {
            p->output_elems > 1;
 }
 
-/* Whether some label falls outside [lo, hi] or, with whole, is not a whole number; what
- * then says which: the first such sample, or a synthetic dataset's classes (which its
- * samples may happen not to show, but could). */
 /* The shard of a dataset of several files that holds sample: the last whose first
  * sample is at or before it. */
 static const ddp_data_shard *shard_of(const ddp_data *d, int64_t sample) {
@@ -493,8 +490,10 @@ static const ddp_data_shard *shard_of(const ddp_data *d, int64_t sample) {
     return &d->shards[lo];
 }
 
-/* The first label outside [lo, hi] (or not whole), said in what with the file that
- * holds it (*file) and its index there; false when there is none. */
+/* Whether some label falls outside [lo, hi] or, with whole, is not a whole number; what
+ * then says which: the first such sample (its index in *file, the file that holds it),
+ * or a synthetic dataset's classes (which its samples may happen not to show, but
+ * could). */
 static bool label_outside(const ddp_data *d, double lo, double hi, bool whole, char *what, size_t len,
                           const char **file) {
     *file = labels_file(d);
