@@ -9,7 +9,8 @@
  *
  * A mapped file cut short while a program reads it makes the next access to the pages
  * past its new end fault (SIGBUS): the handler here names the file and ends the worker
- * with status 1, as any dataset error does, rather than leave a bare "Bus error". */
+ * with status 1, as any dataset error does, rather than leave a bare "Bus error". One
+ * changed in place is found at the end of an epoch (ddp_data_files_unchanged). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <signal.h>
@@ -30,6 +31,7 @@ typedef struct Watched {
     const unsigned char *start;
     size_t len;                  /* 0: a free entry */
     char *path;
+    struct stat as_mapped;       /* the file when it was mapped */
 } Watched;
 static Watched *watched;
 static size_t nwatched;
@@ -56,7 +58,7 @@ static void on_bus_error(int sig, siginfo_t *info, void *context) {
 }
 
 /* false: out of memory (the file is then read instead) */
-static bool watch(const unsigned char *start, size_t len, const char *path) {
+static bool watch(const unsigned char *start, size_t len, const char *path, const struct stat *st) {
     if (!watched) {
         struct sigaction sa = {.sa_sigaction = on_bus_error, .sa_flags = SA_SIGINFO};
         sigemptyset(&sa.sa_mask);
@@ -80,7 +82,7 @@ static bool watch(const unsigned char *start, size_t len, const char *path) {
         watched = grown;
         nwatched = room;
     }
-    watched[free_entry] = (Watched){start, len, copy};
+    watched[free_entry] = (Watched){start, len, copy, *st};
     return true;
 }
 
@@ -90,6 +92,28 @@ static void unwatch(const unsigned char *start) {
             free(watched[i].path);
             watched[i] = (Watched){0};
         }
+}
+
+/* A file changed in place keeps its size and pages: nothing faults, and batches would
+ * read the new bytes. Its time of modification says so; a path that now names another
+ * file (one written beside and renamed over it, or removed) leaves the mapping with the
+ * bytes the run began with. */
+bool ddp_data_files_unchanged(char *err, size_t errlen) {
+    for (size_t i = 0; i < nwatched; i++) {
+        const struct stat *then = &watched[i].as_mapped;
+        struct stat now;
+        if (!watched[i].len || stat(watched[i].path, &now) != 0 || now.st_dev != then->st_dev ||
+            now.st_ino != then->st_ino)
+            continue;
+        if (now.st_size != then->st_size || now.st_mtim.tv_sec != then->st_mtim.tv_sec ||
+            now.st_mtim.tv_nsec != then->st_mtim.tv_nsec)
+            return ddp_fail(err, errlen,
+                            "%s: the file was changed during the run, so its samples are no longer those the "
+                            "run began with; put it back as it was and resume from the last checkpoint, or "
+                            "write a new version to another path",
+                            watched[i].path);
+    }
+    return true;
 }
 
 /* --------------------------------------------------------------- mapping */
@@ -119,7 +143,7 @@ bool data_map_file(const char *path, const ddp_dataset *spec, const char *role, 
         madvise(map, (size_t)st.st_size, MADV_WILLNEED);
         advised += (uint64_t)st.st_size;
     }
-    if (!watch(map, (size_t)st.st_size, path)) {
+    if (!watch(map, (size_t)st.st_size, path, &st)) {
         munmap(map, (size_t)st.st_size);
         return data_read_file(path, spec, role, out, err, errlen);
     }

@@ -154,6 +154,9 @@ void ddp_data_free(ddp_data *d);
 /* The bytes a dataset holds: its files' mapped (one copy in the page cache for every
  * worker of the node) and those in this worker's own memory. */
 void ddp_data_held(const ddp_data *d, int64_t *mapped, int64_t *in_memory);
+/* Every file this process has mapped as it was then (a file changed in place since, of
+ * another size or time of modification, is named in err). */
+bool ddp_data_files_unchanged(char *err, size_t errlen);
 /* Checks that the data fits the program: per-sample element count against the
  * model's input, labels against the loss and the model's output (class indices below
  * the number of outputs, binary targets in [0, 1], ...). */

@@ -692,6 +692,11 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
         }
         epoch_validation = &r->last_validation;
     }
+    /* before the epoch's figures and checkpoint: none of them from changed data */
+    if (!ddp_data_files_unchanged(err, sizeof err)) {
+        snprintf(why, len, "the end of epoch %lld: %.900s", (long long)epoch + 1, err);
+        return false;
+    }
     ddp_epoch_result e = {epoch + 1, r->step, figures, epoch_validation, at_end,
                           rt->scalars[DDP_S_LEARNING_RATE].f, training > 0 ? (double)trained / training : 0,
                           now_seconds() - start};

@@ -9,7 +9,9 @@ Then the same samples as one pair of files and as three (of 37, 50 and 13 sample
 the second compressed, named so that their order by name byte by byte is neither the
 order written nor the numbers' order): a program validating on the three must report
 the validation figures, to the last digit, of one validating on the one (which the
-samples in another order would miss in the last digits of the loss)."""
+samples in another order would miss in the last digits of the loss). Last, the inputs
+file rewritten in place once training has begun: the run ends at the end of that
+epoch, with status 1 and the file named."""
 import gzip
 import json
 import os
@@ -70,9 +72,37 @@ def several_files(programs):
     return 0 if ok and shown else 1
 
 
+def changed_during_the_run(program):
+    """a mapped file rewritten in place once training has begun ends the run at the end
+    of the epoch, naming the file (of 50 epochs, so that the change comes before the
+    end however slow this side is; the run stops at the first epoch's end after it)"""
+    root = scratch_folder()
+    write_pair(root, "x.npy", "y.npy", 0, 2000)
+    p = subprocess.Popen([program, "--data-root", root, "--threads", "1", "--epochs", "50", "--log-every", "1",
+                          "--run-dir", os.path.join(root, "run")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    said = []
+    for line in p.stdout:
+        said.append(line)
+        if "step 1/" in line and len(said) < 20:
+            path = os.path.join(root, "x.npy")
+            with open(path, "r+b") as f:  # one byte of the last sample, in place
+                f.seek(-1, os.SEEK_END)
+                f.write(b"\x7f")
+            later = os.stat(path).st_mtime + 2  # past any tick of the file system's clock
+            os.utime(path, (later, later))
+    p.wait(timeout=300)
+    out = "".join(said)
+    ok = p.returncode == 1 and "x.npy: the file was changed during the run" in out and "the end of epoch" in out
+    print("%s a file changed in place during the run ends it: status %d" % ("ok  " if ok else "FAIL", p.returncode))
+    if not ok:
+        print(out[-2000:])
+    return 0 if ok else 1
+
+
 def main():
     program = os.path.join(sys.argv[1], "cifar_npy")
-    failures = several_files(sys.argv[1])
+    failures = several_files(sys.argv[1]) + changed_during_the_run(program)
     for x_descr, x_code, y_descr, y_code, column in CASES:
         root = scratch_folder()
         pixels = [(s * 7 + k) % 256 for s in range(SAMPLES) for k in range(VALUES)]

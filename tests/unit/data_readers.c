@@ -9,8 +9,10 @@
  * different sizes, so a reader that mixed up their counts reads past one (which the
  * sanitizers and valgrind catch, whatever order a compiler evaluates arguments in).
  * Then .npy datasets of several files, given as two patterns. Last, an uncompressed
- * file is mapped (opening it costs no memory of the process's own), and one cut short
- * while mapped ends the worker with a line naming it. */
+ * file is mapped (opening it costs no memory of the process's own), one changed in
+ * place while mapped is found, and one cut short while mapped ends the worker with a
+ * line naming it. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -1044,6 +1047,37 @@ static void test_mapped_npy(void) {
     CHECK(read >= 8 << 20);
 }
 
+/* A mapped file changed in place (its size kept) is found, and named; one replaced by
+ * another file of its name is not a change (the mapping keeps the old bytes). */
+static void test_mapped_file_changed(void) {
+    write_big_npy("kept.npy", "kept_y.npy", false);
+    write_big_npy("changed.npy", "changed_y.npy", false);
+    ddp_dataset kept = dataset(DDP_DATA_NPY, "kept", "kept.npy", "kept_y.npy"),
+                changed = dataset(DDP_DATA_NPY, "changed", "changed.npy", "changed_y.npy");
+    ddp_data a, b;
+    if (!open_ok(&kept, &a) || !open_ok(&changed, &b))
+        return;
+    char err[1024] = "";
+    CHECK(ddp_data_files_unchanged(err, sizeof err));
+    write_big_npy("kept.npy.new", "kept_y.npy", false);
+    CHECK(rename(path_of("kept.npy.new"), path_of("kept.npy")) == 0);
+    CHECK(ddp_data_files_unchanged(err, sizeof err));
+    /* a byte rewritten in place, its time a second on (a write in the same tick of the
+     * file system's clock may keep the time; a real one comes later than that) */
+    int fd = open(path_of("changed.npy"), O_WRONLY);
+    struct timespec later[2] = {{0, UTIME_OMIT}, {time(NULL) + 1, 0}};
+    CHECK(fd >= 0 && pwrite(fd, "\x7f", 1, 4096) == 1 && futimens(fd, later) == 0);
+    if (fd >= 0)
+        close(fd);
+    check_message(__LINE__, ddp_data_files_unchanged(err, sizeof err), err,
+                  "changed.npy: the file was changed during the run, so its samples are no longer those the run "
+                  "began with",
+                  NULL);
+    ddp_data_free(&b);
+    CHECK(ddp_data_files_unchanged(err, sizeof err)); /* no longer mapped */
+    ddp_data_free(&a);
+}
+
 /* A mapped file cut short during the run: the worker ends with status 1 and a line
  * naming the file, not a bare "Bus error". */
 static void test_mapped_file_cut_short(void) {
@@ -1106,6 +1140,7 @@ int main(int argc, char **argv) {
     test_synthetic();
     test_npy_patterns();
     test_mapped_npy();
+    test_mapped_file_changed();
     test_mapped_file_cut_short();
     while (ncreated > 0)
         remove(path_of(created[--ncreated]));
