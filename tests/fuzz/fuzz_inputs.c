@@ -18,7 +18,9 @@
  *     8-byte length (the bytes there are, when fewer) and those bytes;
  *   8 a worker's cluster variables: a byte choosing the program's cluster setting,
  *     then lines of text, the values of cluster_variables in order (a line "~"
- *     leaves its variable unset, as do the lines missing at the end).
+ *     leaves its variable unset, as do the lines missing at the end);
+ *   9 NumPy, a dataset of two pairs of files read through the patterns x-*.npy and
+ *     y-*.npy: three two-byte lengths (x-1, y-1, x-2), the files, y-2 the rest.
  * Files are written into a folder of this process's own, below TMPDIR. */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +42,7 @@ enum {
     KIND_TASKS,
     KIND_SAFETENSORS_SIZED,
     KIND_CLUSTER,
+    KIND_NPY_PARTS,
     KINDS
 };
 
@@ -68,9 +71,14 @@ static void open_dataset(const ddp_dataset *spec) {
     double sum = 0;
     for (int64_t i = 0; i < d.samples * d.label_elems; i++)
         sum += d.labels[i];
-    const unsigned char *inputs = d.inputs;
-    for (int64_t i = 0; i < d.samples * d.elems * data_elem_size[d.elem]; i++)
-        sum += inputs[i];
+    int64_t sample = d.elems * data_elem_size[d.elem];
+    for (int64_t s = 0; s < (d.nshards ? d.nshards : 1); s++) { /* each file's samples */
+        const unsigned char *inputs = d.nshards ? d.shards[s].inputs : d.inputs;
+        int64_t first = d.nshards ? d.shards[s].first : 0;
+        int64_t end = d.nshards && s + 1 < d.nshards ? d.shards[s + 1].first : d.samples;
+        for (int64_t i = 0; i < (end - first) * sample; i++)
+            sum += inputs[i];
+    }
     volatile double keep = sum;
     (void)keep;
     ddp_data_free(&d);
@@ -85,6 +93,22 @@ static void two_files(int64_t kind, const char *first, const char *second, const
     write_file(first, data + 2, split);
     write_file(second, data + 2 + split, rest - split);
     ddp_dataset spec = {.name = "fuzzed", .kind = kind, .path = {first, second}, .scale = 1};
+    open_dataset(&spec);
+}
+
+static void npy_parts(const uint8_t *data, size_t size) {
+    static const char *const names[] = {"x-1.npy", "y-1.npy", "x-2.npy", "y-2.npy"};
+    if (size < 6)
+        return;
+    size_t at = 6;
+    for (int i = 0; i < 4; i++) {
+        size_t n = i < 3 ? (size_t)(data[2 * i] | data[2 * i + 1] << 8) : size - at;
+        if (n > size - at)
+            n = size - at;
+        write_file(names[i], data + at, n);
+        at += n;
+    }
+    ddp_dataset spec = {.name = "fuzzed", .kind = DDP_DATA_NPY, .path = {"x-*.npy", "y-*.npy"}, .scale = 1};
     open_dataset(&spec);
 }
 
@@ -254,6 +278,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case KIND_TASKS: tasks_per_node(data + 1, size - 1); break;
     case KIND_SAFETENSORS_SIZED: sized_safetensors(data + 1, size - 1); break;
     case KIND_CLUSTER: cluster(data + 1, size - 1); break;
+    case KIND_NPY_PARTS: npy_parts(data + 1, size - 1); break;
     }
     return 0;
 }

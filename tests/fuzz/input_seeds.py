@@ -19,6 +19,11 @@ def two_files(kind, first, second):
     return bytes([kind]) + struct.pack("<H", len(first)) + first + second
 
 
+def npy_parts(files):
+    """kind 9: x-1, y-1, x-2 after their lengths, y-2 the rest"""
+    return bytes([9]) + b"".join(struct.pack("<H", len(f)) for f in files[:3]) + b"".join(files)
+
+
 def safetensors(tensors, metadata):
     header, data = {"__metadata__": metadata}, b""
     for name, dtype, shape, payload in tensors:
@@ -47,6 +52,8 @@ seeds = {
     "tasks": bytes([6]) + b"2(x3),1",
     "cluster_slurm": bytes([8, 0]) + b"4242\n3\n4\n3\n0\n1\nn[9-10]\n3,1\n",
     "cluster_env": bytes([8, 2]) + b"~\n~\n~\n~\n~\n~\n~\n~\n1\n4\n1\n2\nhost-0:29500\n",
+    "npy_parts": npy_parts([npy("|u1", "(2, 3)", bytes(range(6))), npy("<i8", "(2,)", struct.pack("<2q", 0, 1)),
+                            npy("|u1", "(1, 3)", bytes([7, 8, 9])), npy("|u1", "(1,)", bytes([1]))]),
 }
 os.makedirs(sys.argv[1], exist_ok=True)
 for name, data in seeds.items():
