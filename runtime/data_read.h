@@ -29,7 +29,8 @@ void *data_take(data_bytes *b, size_t offset);
 
 /* data_map.c. A file of inputs mapped read-only where it is not gzip-compressed and
  * mapping works, else read as data_read_file does (out->mapped says which). A reader
- * that must rewrite the values (byte order, Fortran order) calls data_own first. */
+ * that must rewrite the values in place (their byte order) calls data_own first; one
+ * that copies them into another order (Fortran's) reads the mapping as it is. */
 bool data_map_file(const char *path, const ddp_dataset *spec, const char *role, data_bytes *out, char *err,
                    size_t errlen);
 void data_unmap(data_bytes *b);
