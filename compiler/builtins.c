@@ -27,6 +27,8 @@ const char *const precision_words[] = {[DDP_PRECISION_FP32] = "fp32", [DDP_PRECI
                                        [DDP_PRECISION_TF32 + 1] = NULL};
 const char *const allreduce_words[] = {[DDP_ALLREDUCE_FP32] = "fp32", [DDP_ALLREDUCE_BF16] = "bf16",
                                        [DDP_ALLREDUCE_BF16 + 1] = NULL};
+const char *const flip_words[] = {[DDP_FLIP_HORIZONTAL] = "horizontal", [DDP_FLIP_VERTICAL] = "vertical",
+                                  [DDP_FLIP_BOTH] = "horizontal_and_vertical", [DDP_FLIP_BOTH + 1] = NULL};
 const char *const part_words[] = {[0] = "train", [1] = "test", [2] = NULL}; /* ddp_dataset.part */
 const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
 const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};
@@ -103,14 +105,19 @@ static const Param linear_params[] = {
 
 static const Param top_k_params[] = {INT("k", 5, P_POSITIVE)};
 
+static const Param random_flip_params[] = {WORD("mode", flip_words, "horizontal")};
+static const Param random_crop_params[] = {REQ("padding", K_INT, P_POSITIVE)};
+
+/* augment: the image datasets' (a list of random_flip and random_crop) */
+#define AUGMENT OPT("augment", K_AUGMENTS, 0)
 static const Param idx_params[] = {
-    REQ("images", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE),
+    REQ("images", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE), AUGMENT,
 };
 static const Param cifar10_params[] = {
-    REQ("dir", K_STR, 0), WORD("part", part_words, "train"), NUM("scale", 1, P_POSITIVE),
+    REQ("dir", K_STR, 0), WORD("part", part_words, "train"), NUM("scale", 1, P_POSITIVE), AUGMENT,
 };
 static const Param npy_params[] = {
-    REQ("inputs", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE),
+    REQ("inputs", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE), AUGMENT,
 };
 static const Param csv_params[] = {
     REQ("path", K_STR, 0), BOOL("header", 1), REQ("features", K_STR_LIST, 0),
@@ -194,6 +201,11 @@ const Builtin builtins[] = {
     OTHER0("loss", B_METRIC, DDP_METRIC_LOSS, "the training loss"),
     OTHER0("mae", B_METRIC, DDP_METRIC_MAE, "mean absolute error"),
 
+    OTHER("random_flip", B_AUGMENT, DDP_AUGMENT_FLIP, random_flip_params,
+          "mirrors a training sample with probability 1/2 along each axis mode names"),
+    OTHER("random_crop", B_AUGMENT, DDP_AUGMENT_CROP, random_crop_params,
+          "a training sample padded with zeros, cropped back to its size at a random place"),
+
     OTHER("idx", B_DATASET, DDP_DATA_IDX, idx_params, "MNIST-family IDX files, plain or .gz"),
     OTHER("cifar10", B_DATASET, DDP_DATA_CIFAR10, cifar10_params, "CIFAR-10 binary batches"),
     OTHER("npy", B_DATASET, DDP_DATA_NPY, npy_params, "NumPy .npy arrays"),
@@ -252,7 +264,7 @@ const char *builtin_kind_article(BuiltinKind k) {
 const char *builtin_kind_name(BuiltinKind k) {
     static const char *const names[] = {
         [B_LAYER] = "layer", [B_LOSS] = "loss", [B_OPTIMIZER] = "optimizer",
-        [B_SCHEDULE] = "schedule", [B_METRIC] = "metric", [B_DATASET] = "dataset",
+        [B_SCHEDULE] = "schedule", [B_METRIC] = "metric", [B_AUGMENT] = "augmentation", [B_DATASET] = "dataset",
         [B_CHECKPOINT] = "checkpoint", [B_CLUSTER] = "cluster", [B_SETTINGS] = "settings",
     };
     return names[k];
@@ -293,6 +305,8 @@ static const char *builtins_of_kind(BuiltinKind k) {
         return "constant, step, cosine or linear";
     case B_METRIC:
         return "accuracy, top_k_accuracy, loss or mae";
+    case B_AUGMENT:
+        return "random_flip or random_crop";
     default:
         return "";
     }
@@ -333,6 +347,9 @@ const char *kind_describe(const Param *p) {
         return buf;
     case K_METRICS:
         snprintf(buf, sizeof buf, "a list of metrics: %s", builtins_of_kind(B_METRIC));
+        return buf;
+    case K_AUGMENTS:
+        snprintf(buf, sizeof buf, "a list of augmentations: %s", builtins_of_kind(B_AUGMENT));
         return buf;
     case K_DATASET: return "a dataset";
     case K_CHECKPOINT: return "checkpoint(dir, every = ..., keep = ...)";

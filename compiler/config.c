@@ -93,6 +93,21 @@ static ddp_optimizer optimizer_of(Ddpc *c, Value opt) {
     return o;
 }
 
+/* The dataset's augmentations, in the order they apply. */
+static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
+    if (list.kind != V_LIST)
+        return;
+    ddp_augment *a = arena_alloc(c->arena, sizeof *a * (size_t)(list.len + 1));
+    for (int i = 0; i < list.len; i++) {
+        Value mode = object_arg(list.items[i], "mode");
+        a[i] = (ddp_augment){.kind = list.items[i].builtin->code,
+                             .mode = mode.kind == V_WORD ? word_code(flip_words, mode.str) : 0,
+                             .padding = (int64_t)num_arg(list.items[i], "padding", 0)};
+    }
+    d->augment = a;
+    d->naugment = list.len;
+}
+
 static ddp_dataset dataset_of(Ddpc *c, Value ds) {
     ddp_dataset d = {.name = "", .kind = -1, .scale = 1};
     if (ds.kind != V_OBJECT)
@@ -119,6 +134,7 @@ static ddp_dataset dataset_of(Ddpc *c, Value ds) {
     d.target = str_arg(ds, "target");
     d.classes = (int64_t)num_arg(ds, "classes", 0);
     d.samples = (int64_t)num_arg(ds, "samples", 0);
+    augments_of(c, object_arg(ds, "augment"), &d);
     return d;
 }
 

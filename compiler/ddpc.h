@@ -313,7 +313,7 @@ typedef enum {
     K_TENSOR,     /* a value of the model (add, concat) */
     K_LAYER,      /* a layer, block or model (user block parameters `: layer`) */
     K_LR,         /* a number or a schedule */
-    K_LOSS, K_OPTIMIZER, K_METRICS, K_DATASET, K_CHECKPOINT, K_CLUSTER,
+    K_LOSS, K_OPTIMIZER, K_METRICS, K_AUGMENTS, K_DATASET, K_CHECKPOINT, K_CLUSTER,
     K_STR_LIST,   /* ["a", "b"] */
     K_INT_RANGE,  /* [lo, hi] */
 } Kind;
@@ -348,7 +348,7 @@ typedef struct Param {
 } Param;
 
 typedef enum {
-    B_LAYER, B_LOSS, B_OPTIMIZER, B_SCHEDULE, B_METRIC, B_DATASET,
+    B_LAYER, B_LOSS, B_OPTIMIZER, B_SCHEDULE, B_METRIC, B_AUGMENT, B_DATASET,
     B_CHECKPOINT, B_CLUSTER, B_SETTINGS,
 } BuiltinKind;
 
@@ -375,7 +375,7 @@ extern const Builtin strategy_settings, train_settings, toplevel_train_settings;
 extern const char *const activation_words[], *const init_words[];
 /* lists whose index is the contract's code (ddp_cluster_kind, ddp_comm_kind, ...) */
 extern const char *const cluster_words[], *const communication_words[], *const precision_words[],
-    *const allreduce_words[], *const part_words[];
+    *const allreduce_words[], *const part_words[], *const flip_words[];
 extern const char *const runtime_scalars[];
 enum { RT_REPLICAS, RT_WORKERS, RT_GLOBAL_BATCH, RT_COUNT };
 extern const char *const strategy_kinds[];

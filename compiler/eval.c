@@ -584,6 +584,24 @@ static bool is_object_of(Value v, BuiltinKind kind) {
     return v.kind == V_OBJECT && v.builtin->kind == kind;
 }
 
+/* A list of built-ins of one kind (metrics, augmentations); one needs no list. */
+static Value check_builtin_list(Ddpc *c, Check *k, Value v, BuiltinKind kind) {
+    if (is_object_of(v, kind)) {
+        Value l = {.kind = V_LIST, .len = 1, .loc = v.loc};
+        l.items = arena_alloc(c->arena, sizeof(Value));
+        l.items[0] = v;
+        return l;
+    }
+    if (v.kind != V_LIST)
+        return wrong_kind(k, v);
+    for (int i = 0; i < v.len; i++)
+        if (!is_object_of(v.items[i], kind)) {
+            k->loc = v.items[i].loc;
+            return wrong_kind(k, v.items[i]);
+        }
+    return v;
+}
+
 Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) {
     Check k = {c, p, owner, loc};
     if (v.kind == V_POISON || (v.kind == V_NONE && p->def == DEF_NONE && !p->def_expr))
@@ -679,20 +697,9 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
     case K_CHECKPOINT:
         return is_object_of(v, B_CHECKPOINT) ? v : wrong_kind(&k, v);
     case K_METRICS:
-        if (is_object_of(v, B_METRIC)) { /* one metric needs no list */
-            Value l = {.kind = V_LIST, .len = 1, .loc = v.loc};
-            l.items = arena_alloc(c->arena, sizeof(Value));
-            l.items[0] = v;
-            return l;
-        }
-        if (v.kind != V_LIST)
-            return wrong_kind(&k, v);
-        for (int i = 0; i < v.len; i++)
-            if (!is_object_of(v.items[i], B_METRIC)) {
-                k.loc = v.items[i].loc;
-                return wrong_kind(&k, v.items[i]);
-            }
-        return v;
+        return check_builtin_list(c, &k, v, B_METRIC);
+    case K_AUGMENTS:
+        return check_builtin_list(c, &k, v, B_AUGMENT);
     case K_CLUSTER:
         if (is_object_of(v, B_CLUSTER))
             return v;

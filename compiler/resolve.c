@@ -288,6 +288,7 @@ static bool builtin_wanted(const Builtin *b, const Param *expect, Want want) {
     case K_OPTIMIZER: return b->kind == B_OPTIMIZER;
     case K_LR: return b->kind == B_SCHEDULE;
     case K_METRICS: return b->kind == B_METRIC;
+    case K_AUGMENTS: return b->kind == B_AUGMENT;
     case K_DATASET: return b->kind == B_DATASET;
     case K_CHECKPOINT: return b->kind == B_CHECKPOINT;
     case K_CLUSTER: return b->kind == B_CLUSTER;
@@ -475,7 +476,7 @@ static void resolve_expr(Resolver *r, Node *n, const Param *expect) {
         break;
     case N_LIST:
         for (int i = 0; i < n->list.len; i++)
-            resolve_expr(r, n->list.items[i], expect && expect->kind == K_METRICS ? expect : NULL);
+            resolve_expr(r, n->list.items[i], expect && (expect->kind == K_METRICS || expect->kind == K_AUGMENTS) ? expect : NULL);
         break;
     case N_BINARY:
         if (n->op == OP_EQ || n->op == OP_NE) {

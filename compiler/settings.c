@@ -97,6 +97,31 @@ static const char *dataset_name(Ddpc *c, Value ds) {
                    : arena_printf(c->arena, "this %s dataset", ds.builtin->name);
 }
 
+/* Augmentations change images, [h, w] or [h, w, channels]; a crop must keep some of
+ * the image at every place it can be cut. */
+static void check_augments(Ddpc *c, TrainSpec *spec, Value ds) {
+    Value list = object_arg(ds, "augment");
+    const Shape *in = &spec->graph->input;
+    for (int i = 0; list.kind == V_LIST && i < list.len; i++) {
+        Value a = list.items[i];
+        if (in->rank != 2 && in->rank != 3) {
+            diag_report(c, E_AUGMENT_MISMATCH, a.loc, "%s changes images, [height, width] or "
+                        "[height, width, channels], but `%s` takes %s", a.builtin->name,
+                        spec->graph->model, shape_text(c, in));
+            return;
+        }
+        int64_t padding = (int64_t)object_arg(a, "padding").num;
+        int64_t side = in->dim[0] < in->dim[1] ? in->dim[0] : in->dim[1];
+        if (is_named(a, "random_crop") && padding >= side) {
+            diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(padding = %lld) could cut a crop wholly "
+                        "out of the padding of `%s`'s %s images", (long long)padding, spec->graph->model,
+                        shape_text(c, in));
+            diag_note(c, a.loc, "the padding must be less than the image's height and width (%lld here)",
+                      (long long)side);
+        }
+    }
+}
+
 /* trained: the dataset trained on (else the validation one) */
 static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool trained) {
     if (ds.kind != V_OBJECT)
@@ -120,6 +145,14 @@ static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool t
     if (classes && categorical && out->rank == 1 && out->dim[0] != classes)
         diag_report(c, E_DATA_MISMATCH, ds.loc, "%s has %lld classes, but `%s` outputs %s",
                     dataset_name(c, ds), (long long)classes, g->model, shape_text(c, out));
+    Value augment = object_arg(ds, "augment");
+    if (trained)
+        check_augments(c, spec, ds);
+    else if (augment.kind == V_LIST && augment.len && !(ds.decl && ds.decl == spec->dataset.decl)) {
+        diag_report(c, W_AUGMENT_IN_VALIDATION, ds.loc, "%s is augmented, but it is only validated on, "
+                    "and validation reads samples as they are", dataset_name(c, ds));
+        diag_note(c, augment.loc, "remove `augment` here, or train on this dataset");
+    }
 }
 
 /* ------------------------------------------------------------- metrics */

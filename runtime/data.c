@@ -640,24 +640,120 @@ static void bf16_inputs(const ddp_data *d, int64_t sample, int64_t per, uint16_t
     }
 }
 
+/* ------------------------------------------------------------ augmentation */
+
+/* Swaps n bytes at a and b (distinct places). */
+static void swap_bytes(char *a, char *b, size_t n) {
+    char t[256];
+    for (size_t at = 0; at < n; at += sizeof t) {
+        size_t k = n - at < sizeof t ? n - at : sizeof t;
+        memcpy(t, a + at, k);
+        memcpy(a + at, b + at, k);
+        memcpy(b + at, t, k);
+    }
+}
+
+/* An image's rows of w pixels of `pixel` bytes each, h of them. */
+typedef struct Image {
+    char *at;
+    int64_t h, w;
+    size_t pixel;
+} Image;
+
+static char *pixel_at(const Image *m, int64_t y, int64_t x) {
+    return m->at + ((size_t)y * (size_t)m->w + (size_t)x) * m->pixel;
+}
+
+/* A row's n pixels in reverse order, pixels of one element (2, 4 or 8 bytes: a
+ * [h, w] image) as whole words, others byte by byte. */
+#define REVERSE_WORDS(T)                                                                                     \
+    for (int64_t i = 0, j = n - 1; i < j; i++, j--) {                                                      \
+        T t;                                                                                                 \
+        memcpy(&t, row + i * sizeof t, sizeof t);                                                            \
+        memcpy(row + i * sizeof t, row + j * sizeof t, sizeof t);                                            \
+        memcpy(row + j * sizeof t, &t, sizeof t);                                                            \
+    }
+static void reverse_pixels(char *row, int64_t n, size_t pixel) {
+    if (pixel == 2)
+        REVERSE_WORDS(uint16_t)
+    else if (pixel == 4)
+        REVERSE_WORDS(uint32_t)
+    else if (pixel == 8)
+        REVERSE_WORDS(uint64_t)
+    else
+        for (int64_t i = 0, j = n - 1; i < j; i++, j--)
+            swap_bytes(row + (size_t)i * pixel, row + (size_t)j * pixel, pixel);
+}
+#undef REVERSE_WORDS
+
+static void flip_across(Image *m, bool horizontal) {
+    if (horizontal)
+        for (int64_t y = 0; y < m->h; y++)
+            reverse_pixels(pixel_at(m, y, 0), m->w, m->pixel);
+    else
+        for (int64_t y = 0; y < m->h / 2; y++)
+            swap_bytes(pixel_at(m, y, 0), pixel_at(m, m->h - 1 - y, 0), (size_t)m->w * m->pixel);
+}
+
+/* The image moved by (dy, dx) in place: pixel (y, x) becomes (y + dy, x + dx) of the
+ * old one, zero where that is outside it. Rows are taken in the order that reads each
+ * before it is overwritten (memmove within a row). */
+static void shift_image(Image *m, int64_t dy, int64_t dx) {
+    size_t row = (size_t)m->w * m->pixel;
+    int64_t x0 = dx < 0 ? -dx : 0, x1 = dx > 0 ? m->w - dx : m->w; /* output columns with a source */
+    for (int64_t k = 0; k < m->h; k++) {
+        int64_t y = dy > 0 ? k : m->h - 1 - k, from = y + dy;
+        char *out = pixel_at(m, y, 0);
+        if (from < 0 || from >= m->h || x1 <= x0) {
+            memset(out, 0, row);
+            continue;
+        }
+        memmove(out + (size_t)x0 * m->pixel, pixel_at(m, from, x0 + dx), (size_t)(x1 - x0) * m->pixel);
+        memset(out, 0, (size_t)x0 * m->pixel);
+        memset(out + (size_t)x1 * m->pixel, 0, row - (size_t)x1 * m->pixel);
+    }
+}
+
+void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
+                        int64_t sample, void *row) {
+    Image m = {row, p->input_shape[0], p->input_rank > 1 ? p->input_shape[1] : 1, elem_size};
+    for (int d = 2; d < p->input_rank; d++)
+        m.pixel *= (size_t)p->input_shape[d];
+    for (int64_t i = 0; i < spec->naugment; i++) {
+        const ddp_augment *a = &spec->augment[i];
+        uint32_t w[4];
+        ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, 0, (uint32_t)key->epoch, w);
+        if (a->kind == DDP_AUGMENT_FLIP) {
+            if (a->mode != DDP_FLIP_VERTICAL && (w[0] & 1))
+                flip_across(&m, true);
+            if (a->mode != DDP_FLIP_HORIZONTAL && (w[1] & 1))
+                flip_across(&m, false);
+        } else {
+            int64_t places = 2 * a->padding + 1;
+            shift_image(&m, ddp_draw_below(w, places) - a->padding, ddp_draw_below(w + 2, places) - a->padding);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ batches */
+
 static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
-                         void *x) {
+                         const ddp_draw_key *augment, void *x) {
     int64_t per = model_input_elems(p);
-    bool f64 = p->dtype == DDP_F64;
-    if (ddp_input_dtype(p) == DDP_BF16) {
-        for (int64_t r = 0; r < n; r++)
-            bf16_inputs(d, indices[r], per, (uint16_t *)x + r * per);
-        return;
+    bool f64 = p->dtype == DDP_F64, bf16 = ddp_input_dtype(p) == DDP_BF16;
+    size_t elem = bf16 ? sizeof(uint16_t) : f64 ? sizeof(double) : sizeof(float), row_bytes = (size_t)per * elem;
+    convert_fn convert = bf16 || is_synthetic(d) ? NULL : converters[d->elem][f64];
+    for (int64_t r = 0; r < n; r++) {
+        char *row = (char *)x + (size_t)r * row_bytes;
+        if (bf16)
+            bf16_inputs(d, indices[r], per, (uint16_t *)row);
+        else if (is_synthetic(d))
+            synthetic_inputs(indices[r], per, f64, row);
+        else
+            convert(row, sample_inputs(d, indices[r]), per, d->spec->scale);
+        if (augment && d->spec->naugment)
+            ddp_augment_sample(d->spec, p, elem, augment, indices[r], row);
     }
-    size_t row_bytes = (size_t)per * (f64 ? sizeof(double) : sizeof(float));
-    if (is_synthetic(d)) {
-        for (int64_t r = 0; r < n; r++)
-            synthetic_inputs(indices[r], per, f64, (char *)x + r * row_bytes);
-        return;
-    }
-    convert_fn convert = converters[d->elem][f64];
-    for (int64_t r = 0; r < n; r++)
-        convert((char *)x + r * row_bytes, sample_inputs(d, indices[r]), per, d->spec->scale);
 }
 
 static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
@@ -681,10 +777,10 @@ static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t 
     }
 }
 
-void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n, void *x,
-                    void *y, int64_t *ids) {
+void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
+                    const ddp_draw_key *augment, void *x, void *y, int64_t *ids) {
     if (x)
-        batch_inputs(d, p, indices, n, x);
+        batch_inputs(d, p, indices, n, augment, x);
     if (y)
         batch_labels(d, p, indices, n, y);
     if (ids)

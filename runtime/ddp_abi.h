@@ -299,18 +299,21 @@ DDP_CONTRACT(ddp_rt_expr)
 
 /* --------------------------------------------------------- random draws */
 
-/* Every random draw (dropout, shuffling, initialisation, synthetic data) is
- * Philox4x32-10 with
+/* Every random draw (dropout, shuffling, initialisation, synthetic data,
+ * augmentation) is Philox4x32-10 with
  *   key     = {seed & 0xffffffff, (seed >> 32) ^ stream}
  *   counter = {element, sample & 0xffffffff, sample >> 32, step}
  * where stream names the use (DDP_STREAM_DROPOUT + layer key, DDP_STREAM_SHUFFLE,
- * DDP_STREAM_INIT, DDP_STREAM_DATA). A draw depends on nothing else: not on the
- * worker, the thread or the device. The first output word w gives the uniform number
- * (w >> 8) * 2^-24 in [0, 1) (two words, 53 bits, for f64 initialisation). A synthetic
- * dataset's sample i draws once (element 0); its words 0 and 1 seed a SplitMix64
- * sequence over the sample's elements (runtime/data.c). */
+ * DDP_STREAM_INIT, DDP_STREAM_DATA, DDP_STREAM_AUGMENT + the augmentation's place in
+ * its list). A draw depends on nothing else: not on the worker, the thread or the
+ * device. The first output word w gives the uniform number (w >> 8) * 2^-24 in [0, 1)
+ * (two words, 53 bits, for f64 initialisation). A synthetic dataset's sample i draws
+ * once (element 0); its words 0 and 1 seed a SplitMix64 sequence over the sample's
+ * elements (runtime/data.c). An augmentation draws once per sample and epoch (element
+ * 0, step the epoch from 0, as shuffling's), so the samples of an epoch change alike however the job
+ * is cut into workers, and a resumed run changes them as the uninterrupted one. */
 enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_INIT = 3 << 16,
-       DDP_STREAM_DATA = 4 << 16 };
+       DDP_STREAM_DATA = 4 << 16, DDP_STREAM_AUGMENT = 5 << 16 };
 
 /* ----------------------------------------------------------------- settings */
 
@@ -359,6 +362,19 @@ enum ddp_metric_kind { DDP_METRIC_LOSS, DDP_METRIC_ACCURACY, DDP_METRIC_TOP_K, D
     X##_I64(T, pair)        /* its (sum, count) in the accumulators */
 DDP_CONTRACT(ddp_metric)
 
+/* A random change of a training sample as its batch is assembled (the dataset's
+ * `augment` list, applied in order to samples [h, w] or [h, w, c]): a flip with
+ * probability 1/2 along each axis its mode names, or a crop of the sample's size at a
+ * uniform place in the sample padded with `padding` zeros on every side. */
+enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP };
+enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
+
+#define DDP_FIELDS_ddp_augment(X, T)                                                                         \
+    X##_I64(T, kind)        /* ddp_augment_kind */                                                           \
+    X##_I64(T, mode)        /* flip: ddp_flip_mode */                                                        \
+    X##_I64(T, padding)     /* crop */
+DDP_CONTRACT(ddp_augment)
+
 enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_CSV,
                         DDP_DATA_SYNTHETIC };
 
@@ -373,7 +389,9 @@ enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_C
     X##_I64(T, nfeatures)                                                                                    \
     X##_STR(T, target)                                                                                       \
     X##_I64(T, classes)     /* synthetic */                                                                  \
-    X##_I64(T, samples)
+    X##_I64(T, samples)                                                                                      \
+    X##_REFS(T, ddp_augment, augment, naugment) /* applied when trained on, never in validation */         \
+    X##_I64(T, naugment)
 DDP_CONTRACT(ddp_dataset)
 
 enum ddp_cluster_kind { DDP_CLUSTER_AUTO, DDP_CLUSTER_SLURM, DDP_CLUSTER_ENV, DDP_CLUSTER_LOCAL };

@@ -14,13 +14,6 @@
 
 /* ------------------------------------------------------------------ order */
 
-/* A whole number in [0, bound) from a draw's first two words: the high half of a
- * 64 x 64-bit product, whose bias (below 2^-40 for any dataset) no one can see. */
-static int64_t draw_below(const uint32_t w[4], int64_t bound) {
-    uint64_t r = ((uint64_t)w[0] << 32) | w[1];
-    return (int64_t)(((unsigned __int128)r * (uint64_t)bound) >> 64);
-}
-
 void ddp_epoch_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order) {
     for (int64_t i = 0; i < n; i++)
         order[i] = i;
@@ -31,7 +24,7 @@ void ddp_epoch_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int6
     for (int64_t i = n - 1; i > 0; i--) {
         uint32_t w[4];
         ddp_draw(seed, DDP_STREAM_SHUFFLE, (uint64_t)i, 0, (uint32_t)epoch, w);
-        int64_t j = draw_below(w, i + 1);
+        int64_t j = ddp_draw_below(w, i + 1);
         int64_t t = order[i];
         order[i] = order[j];
         order[j] = t;
@@ -94,6 +87,8 @@ struct ddp_loader {
     pthread_cond_t changed;
     /* the pass: batches filled and taken so far; batch b lives in slot b % SLOTS */
     const int64_t *order, *starts, *sizes;
+    ddp_draw_key key;
+    bool augment;
     int64_t batches, filled, taken;
     bool filling, quit;
 };
@@ -126,7 +121,7 @@ static void *loader_main(void *arg) {
         s->rows = l->sizes[b];
         l->filling = true;
         pthread_mutex_unlock(&l->mu);
-        ddp_data_batch(l->data, l->program, rows, s->rows, s->x, s->y, s->ids);
+        ddp_data_batch(l->data, l->program, rows, s->rows, l->augment ? &l->key : NULL, s->x, s->y, s->ids);
         pthread_mutex_lock(&l->mu);
         l->filling = false;
         l->filled++;
@@ -185,10 +180,13 @@ void ddp_loader_free(ddp_loader *l) {
 }
 
 void ddp_loader_begin(ddp_loader *l, const int64_t *order, const int64_t *starts, const int64_t *sizes,
-                      int64_t batches) {
+                      int64_t batches, const ddp_draw_key *augment) {
     pthread_mutex_lock(&l->mu);
     while (l->filling) /* a batch of the last pass is being written into a slot */
         pthread_cond_wait(&l->changed, &l->mu);
+    l->augment = augment != NULL;
+    if (augment)
+        l->key = *augment;
     l->order = order;
     l->starts = starts;
     l->sizes = sizes;

@@ -38,6 +38,13 @@ double ddp_uniform53(const uint32_t w[4]) {
     return ((double)(w[0] >> 5) * 67108864.0 + (double)(w[1] >> 6)) * (1.0 / 9007199254740992.0);
 }
 
+/* The high half of a 64 x 64-bit product, whose bias (below bound / 2^64) no one can
+ * see. */
+int64_t ddp_draw_below(const uint32_t w[2], int64_t bound) {
+    uint64_t r = ((uint64_t)w[0] << 32) | w[1];
+    return (int64_t)(((unsigned __int128)r * (uint64_t)bound) >> 64);
+}
+
 /* ------------------------------------------------ normal draws, portably */
 
 /* Initial parameters must be bit-identical on every machine, and libm's log and cos

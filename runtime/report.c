@@ -149,6 +149,21 @@ static void describe_data(const ddp_program *p, const ddp_data *d, char *out, si
         snprintf(out + n, len - (size_t)n, "%s %s in memory", mapped ? "," : ";", bytes_text(in_memory));
 }
 
+/* "; augmented: random_crop(padding = 4), random_flip(horizontal)", or "". */
+static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
+    static const char *const modes[] = {"horizontal", "vertical", "horizontal_and_vertical"};
+    size_t n = 0;
+    out[0] = 0;
+    for (int64_t i = 0; i < spec->naugment && n < len; i++) {
+        const ddp_augment *a = &spec->augment[i];
+        const char *sep = i ? ", " : "; augmented: ";
+        if (a->kind == DDP_AUGMENT_FLIP)
+            n += (size_t)snprintf(out + n, len - n, "%srandom_flip(%s)", sep, modes[a->mode]);
+        else
+            n += (size_t)snprintf(out + n, len - n, "%srandom_crop(padding = %lld)", sep, (long long)a->padding);
+    }
+}
+
 /* The optimizer and its figures as this job uses them: expressions of replicas,
  * workers or global_batch evaluated for this job, as ddp_prepare_step does. */
 static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp_runtime *rt, char *out,
@@ -227,8 +242,10 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
                ddp_wire_dtype(p) == DDP_BF16 ? "; in bf16 (allreduce_precision = bf16: half the bytes, each sum "
                                                "rounded to bf16)" : "");
     if (train && !cfg->evaluate) {
+        char augments[512];
         describe_data(p, train, line, sizeof line);
-        ddp_say("  data        %s\n", line);
+        describe_augments(train->spec, augments, sizeof augments);
+        ddp_say("  data        %s%s\n", line, augments);
     }
     if (validation) {
         describe_data(p, validation, line, sizeof line);

@@ -25,6 +25,8 @@ void ddp_philox4(const uint32_t key[2], const uint32_t ctr[4], uint32_t out[4]);
 void ddp_draw(uint64_t seed, uint32_t stream, uint64_t sample, uint32_t element, uint32_t step,
               uint32_t out[4]);
 double ddp_uniform53(const uint32_t w[4]); /* [0, 1) from words 0 and 1 */
+/* A whole number in [0, bound) from two words (w[0] the high one). */
+int64_t ddp_draw_below(const uint32_t w[2], int64_t bound);
 /* A standard normal number from all four words (Box-Muller), the same bits on every
  * machine. */
 double ddp_normal(const uint32_t w[4]);
@@ -161,11 +163,22 @@ bool ddp_data_files_unchanged(char *err, size_t errlen);
  * model's input, labels against the loss and the model's output (class indices below
  * the number of outputs, binary targets in [0, 1], ...). */
 bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen);
+/* What a training epoch's augmentations draw from: the run's seed and the epoch. */
+typedef struct ddp_draw_key {
+    uint64_t seed;
+    int64_t epoch; /* from 0 */
+} ddp_draw_key;
 /* Writes samples indices[0..n) as rows 0..n of a batch in the program's layout:
- * x (n x input elements, the program's dtype, inputs times the dataset's scale),
- * y (n labels as the program's label_dtype wants them) and ids (the sample indices). */
-void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n, void *x,
-                    void *y, int64_t *ids);
+ * x (n x input elements, the program's dtype, inputs times the dataset's scale, then
+ * changed by the dataset's augmentations when augment is given: training, not
+ * validation), y (n labels as the program's label_dtype wants them) and ids (the
+ * sample indices). */
+void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
+                    const ddp_draw_key *augment, void *x, void *y, int64_t *ids);
+/* The augmentations of a sample's inputs (a row of the program's input shape, elements
+ * of elem_size bytes), drawn from (key, sample) alone. */
+void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
+                        int64_t sample, void *row);
 
 /* -------------------------------------------------------------- profile.c */
 
@@ -602,11 +615,11 @@ void ddp_batch_span(const ddp_epoch_plan *plan, int64_t step, int64_t *begin, in
 typedef struct ddp_loader ddp_loader;
 ddp_loader *ddp_loader_new(const ddp_data *d, const ddp_program *p, int64_t max_rows);
 void ddp_loader_free(ddp_loader *l);
-/* Starts a pass: batch b holds samples order[starts[b] .. starts[b] + sizes[b]). The
- * arrays remain the caller's and must outlive the pass. A new pass may start before
- * the last one was consumed. */
+/* Starts a pass: batch b holds samples order[starts[b] .. starts[b] + sizes[b]),
+ * augmented with key's draws (NULL: as they are). The arrays remain the caller's and
+ * must outlive the pass. A new pass may start before the last one was consumed. */
 void ddp_loader_begin(ddp_loader *l, const int64_t *order, const int64_t *starts, const int64_t *sizes,
-                      int64_t batches);
+                      int64_t batches, const ddp_draw_key *augment);
 /* Waits for the pass's next batch and copies it into x, y and ids; returns its rows. */
 int64_t ddp_loader_next(ddp_loader *l, void *x, void *y, int64_t *ids);
 

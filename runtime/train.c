@@ -359,7 +359,7 @@ static bool validate(Run *r, char *err, size_t errlen) {
     ddp_zero_accumulators(rt);
     Pass *pass = &r->validation_pass;
     double begin = ddp_trace_clock();
-    ddp_loader_begin(r->validation_loader, pass->order, pass->starts, pass->sizes, pass->batches);
+    ddp_loader_begin(r->validation_loader, pass->order, pass->starts, pass->sizes, pass->batches, NULL);
     bool ok = true;
     for (int64_t b = 0; ok && b < pass->batches; b++)
         ok = next_batch(r, r->validation_loader, pass->global_sizes[b], "validation data wait", err, errlen) &&
@@ -651,7 +651,9 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
     char err[1024];
     Pass *pass = &r->train_pass;
     ddp_epoch_order(r->cfg->seed, epoch, rt->program->settings.shuffle, r->train->samples, pass->order);
-    ddp_loader_begin(r->train_loader, pass->order, pass->starts + first, pass->sizes + first, pass->batches - first);
+    ddp_draw_key augment = {r->cfg->seed, epoch};
+    ddp_loader_begin(r->train_loader, pass->order, pass->starts + first, pass->sizes + first, pass->batches - first,
+                     &augment);
     if (first == 0) /* else the checkpoint's sums of the epoch so far */
         ddp_zero_accumulators(rt);
     r->epoch_rate = 0;

@@ -473,7 +473,7 @@ static void test_npy_good(void) {
         double x[3];
         int32_t y[3];
         int64_t ids[3], rows[3] = {0, 1, 2};
-        ddp_data_batch(&d, &p, rows, 3, x, y, ids);
+        ddp_data_batch(&d, &p, rows, 3, NULL, x, y, ids);
         CHECK(x[0] == 1 && x[1] == -2 && x[2] == ldexp(1, -24));
         ddp_data_free(&d);
     }
@@ -649,7 +649,7 @@ static void test_npy_dtypes(void) {
                                    data.elem == npy_dtypes[in].elem && data.rank == 3;
                 bool batch_right = fits(&data, &p);
                 if (batch_right) {
-                    ddp_data_batch(&data, &p, rows, NPY_SAMPLES, x, classes, ids);
+                    ddp_data_batch(&data, &p, rows, NPY_SAMPLES, NULL, x, classes, ids);
                     for (int r = 0; r < NPY_SAMPLES; r++) {
                         batch_right &= classes[r] == label_value(rows[r], npy_dtypes[out].is_bool);
                         for (int k = 0; k < CIFAR_VALUES; k += 97)
@@ -777,14 +777,14 @@ static void test_fits_and_batches(void) {
     p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 3, 2, square);
     float x32[8];
     int32_t classes[2];
-    ddp_data_batch(&d, &p, rows, 2, x32, classes, ids);
+    ddp_data_batch(&d, &p, rows, 2, NULL, x32, classes, ids);
     CHECK(x32[0] == 100 && x32[3] == 127.5f && x32[4] == 0 && x32[7] == 1.5f);
     CHECK(classes[0] == 1 && classes[1] == 2 && ids[0] == 2 && ids[1] == 0);
 
     p = model(DDP_F64, DDP_LOSS_CATEGORICAL, 3, 2, square);
     CHECK(fits(&d, &p));
     double x64[8], hot[6];
-    ddp_data_batch(&d, &p, rows, 2, x64, hot, ids);
+    ddp_data_batch(&d, &p, rows, 2, NULL, x64, hot, ids);
     CHECK(x64[1] == 100.5 && x64[6] == 1);
     CHECK(hot[0] == 0 && hot[1] == 1 && hot[2] == 0 && hot[3] == 0 && hot[4] == 0 && hot[5] == 1);
     p = model(DDP_F64, DDP_LOSS_CATEGORICAL, 2, 2, square);
@@ -800,7 +800,7 @@ static void test_fits_and_batches(void) {
     CHECK(fits(&d, &p));
     float x[6], y[4];
     int64_t both[2] = {1, 0};
-    ddp_data_batch(&d, &p, both, 2, x, y, ids);
+    ddp_data_batch(&d, &p, both, 2, NULL, x, y, ids);
     CHECK(x[0] == -1 && x[1] == 32767 && x[3] == -300 && y[0] == 1 << 20 && y[1] == 0 && y[2] == 5 &&
           y[3] == -7);
     p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 2, 1, three);
@@ -836,8 +836,8 @@ static void test_synthetic(void) {
     static float a[N * PER], b[N * PER];
     int32_t ya[N], yb[N];
     int64_t ids[N];
-    ddp_data_batch(&d, &p, rows, N, a, ya, ids);
-    ddp_data_batch(&d, &p, rows, N, b, yb, ids);
+    ddp_data_batch(&d, &p, rows, N, NULL, a, ya, ids);
+    ddp_data_batch(&d, &p, rows, N, NULL, b, yb, ids);
     CHECK(memcmp(a, b, sizeof a) == 0 && memcmp(ya, yb, sizeof ya) == 0);
     bool in_range = true, seen[4] = {0};
     for (int i = 0; i < N * PER; i++)
@@ -862,7 +862,7 @@ static void test_synthetic(void) {
 
     p = model(DDP_F64, DDP_LOSS_CATEGORICAL, 4, 2, shape);
     static double x64[2 * PER], hot[8];
-    ddp_data_batch(&d, &p, rows + 5, 2, x64, hot, ids);
+    ddp_data_batch(&d, &p, rows + 5, 2, NULL, x64, hot, ids);
     CHECK(x64[7] == element7);
     CHECK(hot[ya[5]] == 1 && hot[0] + hot[1] + hot[2] + hot[3] == 1 && hot[4 + ya[6]] == 1);
     ddp_data_free(&d);
@@ -926,7 +926,7 @@ static void test_npy_patterns(void) {
         float x[6 * 3];
         int32_t y[6];
         int64_t ids[6];
-        ddp_data_batch(&d, &p, rows, 6, x, y, ids);
+        ddp_data_batch(&d, &p, rows, 6, NULL, x, y, ids);
         bool right = true;
         for (int r = 0; r < 6; r++)
             for (int e = 0; e < 3; e++)
@@ -1016,7 +1016,7 @@ static long long open_and_read(const ddp_dataset *spec, ddp_data *d) {
     int32_t y[2];
     int64_t ids[2];
     CHECK(fits(d, &p));
-    ddp_data_batch(d, &p, rows, 2, x, y, ids);
+    ddp_data_batch(d, &p, rows, 2, NULL, x, y, ids);
     CHECK(x[0] == BIG_SAMPLES - 1 && x[BIG_PER - 1] == BIG_SAMPLES - 1 + 1023.0f / 1024);
     CHECK(x[BIG_PER + 512] == 7.5f && y[0] == (BIG_SAMPLES - 1) % 10 && y[1] == 7);
     return grown;
@@ -1103,7 +1103,7 @@ static void test_mapped_file_cut_short(void) {
         static float x[BIG_PER];
         int32_t y;
         int64_t id;
-        ddp_data_batch(&d, &p, rows, 1, x, &y, &id);
+        ddp_data_batch(&d, &p, rows, 1, NULL, x, &y, &id);
         _exit(4); /* the rows past the new end were read: not what a truncated mapping does */
     }
     close(out[1]);

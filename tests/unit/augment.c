@@ -1,0 +1,234 @@
+/* augment.c: the random flips and crops of training samples (a dataset's `augment`).
+ *
+ * The images' values are all different and none is zero, so what an augmentation did
+ * can be read back: each result must be exactly one of the images it may give (the
+ * image mirrored or not along each axis its mode names, then moved to one of the
+ * (2p + 1)^2 places of a crop, zero where the crop is in the padding), written here
+ * from those definitions alone. Over thousands of samples every outcome must come
+ * about about as often as chance says. The draws depend on the seed, the epoch and the
+ * sample alone: a sample changes alike at any row of any batch, in f32, f64 and bf16
+ * (two-byte elements), [h, w] or [h, w, c]; another epoch or seed changes it otherwise;
+ * and validation (no key) reads it as it is. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "runtime.h"
+
+enum { H = 5, W = 7, C = 2, PER = H * W * C, SAMPLES = 4000, PAD = 2 };
+
+/* An outcome: the flips, then the crop's move (dy, dx in [-PAD, PAD]). */
+typedef struct Outcome {
+    int hflip, vflip, dy, dx;
+} Outcome;
+
+/* 1 .. 70: exact in every element type tried here, bf16's included. */
+static double original(int y, int x, int c) {
+    return 1 + (y * W + x) * C + c;
+}
+
+/* Pixel (y, x) of the outcome: the mirrored image's (y + dy, x + dx), or zero. */
+static double expected(Outcome o, int y, int x, int c) {
+    int sy = y + o.dy, sx = x + o.dx;
+    if (sy < 0 || sy >= H || sx < 0 || sx >= W)
+        return 0;
+    return original(o.vflip ? H - 1 - sy : sy, o.hflip ? W - 1 - sx : sx, c);
+}
+
+static ddp_program image_program(int64_t dtype, int rank) {
+    ddp_program p = {.name = "net", .dtype = dtype, .input_rank = rank, .input_slot = -1};
+    int64_t shape[] = {H, W, C};
+    memcpy(p.input_shape, shape, sizeof shape);
+    return p;
+}
+
+/* Values as elements of elem bytes: f32, f64, or two-byte integers standing for bf16
+ * (the augmentations move elements whole, whatever they hold). */
+static void store(void *row, size_t elem, int64_t i, double v) {
+    if (elem == 4)
+        ((float *)row)[i] = (float)v;
+    else if (elem == 8)
+        ((double *)row)[i] = v;
+    else
+        ((uint16_t *)row)[i] = (uint16_t)v;
+}
+
+static double load(const void *row, size_t elem, int64_t i) {
+    return elem == 4 ? ((const float *)row)[i] : elem == 8 ? ((const double *)row)[i] : ((const uint16_t *)row)[i];
+}
+
+static bool matches(const void *row, size_t elem, int channels, Outcome o) {
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < channels; c++)
+                if (load(row, elem, (y * W + x) * channels + c) != expected(o, y, x, c))
+                    return false;
+    return true;
+}
+
+/* The outcome index (flips and move) of sample `sample` augmented by spec, or -1 when
+ * the result is none of them or more than one. */
+static int augmented_outcome(const ddp_dataset *spec, const ddp_program *p, size_t elem, ddp_draw_key key,
+                             int64_t sample) {
+    int channels = p->input_rank == 3 ? C : 1;
+    double row[PER];
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < channels; c++)
+                store(row, elem, (y * W + x) * channels + c, original(y, x, c));
+    ddp_augment_sample(spec, p, elem, &key, sample, row);
+    int found = -1, count = 0;
+    for (int k = 0; k < 4 * (2 * PAD + 1) * (2 * PAD + 1); k++) {
+        Outcome o = {k & 1, (k >> 1) & 1, (k >> 2) % (2 * PAD + 1) - PAD, (k >> 2) / (2 * PAD + 1) - PAD};
+        if (matches(row, elem, channels, o)) {
+            found = k;
+            count++;
+        }
+    }
+    return count == 1 ? found : -1;
+}
+
+/* Each of `outcomes` equally likely: every count within 5 standard deviations. */
+static void check_uniform(const int *counts, int outcomes, int n, const char *what) {
+    double mean = (double)n / outcomes, sd = sqrt(mean * (1 - 1.0 / outcomes));
+    for (int k = 0; k < outcomes; k++)
+        if (fabs(counts[k] - mean) > 5 * sd) {
+            fprintf(stderr, "%s: outcome %d came %d times in %d, expected about %.0f\n", what, k, counts[k], n,
+                    mean);
+            failures++;
+        }
+}
+
+/* Outcome k's flips and move, from its index (bits 0 and 1: the flips). */
+static int move_of(int k) {
+    return k >> 2;
+}
+
+static void test_flip_then_crop(void) {
+    ddp_augment list[] = {{.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_BOTH}, {.kind = DDP_AUGMENT_CROP, .padding = PAD}};
+    ddp_dataset spec = {.name = "images", .augment = list, .naugment = 2};
+    ddp_program p = image_program(DDP_F32, 3);
+    enum { OUTCOMES = 4 * (2 * PAD + 1) * (2 * PAD + 1) };
+    int counts[OUTCOMES] = {0}, bad = 0;
+    for (int64_t s = 0; s < SAMPLES; s++) {
+        int k = augmented_outcome(&spec, &p, sizeof(float), (ddp_draw_key){11, 3}, s);
+        if (k < 0)
+            bad++;
+        else
+            counts[k]++;
+    }
+    CHECK(bad == 0);
+    check_uniform(counts, OUTCOMES, SAMPLES, "random_flip(horizontal_and_vertical), random_crop(padding = 2)");
+}
+
+/* One flip's mode: the axes it may mirror, each half the time; never the other. */
+static void test_flip_modes(void) {
+    static const struct {
+        int64_t mode;
+        bool h, v;
+    } modes[] = {{DDP_FLIP_HORIZONTAL, true, false}, {DDP_FLIP_VERTICAL, false, true}};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        ddp_augment flip = {.kind = DDP_AUGMENT_FLIP, .mode = modes[m].mode};
+        ddp_dataset spec = {.name = "images", .augment = &flip, .naugment = 1};
+        ddp_program p = image_program(DDP_F64, 3);
+        int counts[4] = {0}, bad = 0;
+        for (int64_t s = 0; s < SAMPLES; s++) {
+            int k = augmented_outcome(&spec, &p, sizeof(double), (ddp_draw_key){5, 0}, s);
+            if (k < 0 || move_of(k) != PAD * (2 * PAD + 1) + PAD) /* no move */
+                bad++;
+            else
+                counts[k & 3]++;
+        }
+        CHECK(bad == 0);
+        CHECK(modes[m].h || (counts[1] == 0 && counts[3] == 0));
+        CHECK(modes[m].v || (counts[2] == 0 && counts[3] == 0));
+        int two[2] = {counts[0], counts[modes[m].h ? 1 : 2]};
+        check_uniform(two, 2, SAMPLES, modes[m].h ? "random_flip(horizontal)" : "random_flip(vertical)");
+    }
+}
+
+/* The same flips and crop of each sample whatever a pixel's bytes: f32, f64 and bf16
+ * (two-byte elements), [h, w] and [h, w, c], so pixels of 2, 4, 8 and 16 bytes. */
+static void test_element_types(void) {
+    ddp_augment list[] = {{.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_BOTH}, {.kind = DDP_AUGMENT_CROP, .padding = PAD}};
+    ddp_dataset spec = {.name = "images", .augment = list, .naugment = 2};
+    static const struct {
+        int64_t dtype;
+        size_t elem;
+        int rank;
+    } kinds[] = {{DDP_F32, 4, 3}, {DDP_F32, 4, 2}, {DDP_F64, 8, 3}, {DDP_F64, 8, 2}, {DDP_BF16, 2, 3},
+                 {DDP_BF16, 2, 2}};
+    int differ = 0, moved = 0, flipped = 0;
+    for (int64_t s = 0; s < 500; s++) {
+        ddp_draw_key key = {3, 7};
+        ddp_program first = image_program(kinds[0].dtype, kinds[0].rank);
+        int a = augmented_outcome(&spec, &first, kinds[0].elem, key, s);
+        for (size_t k = 1; k < sizeof kinds / sizeof *kinds; k++) {
+            ddp_program p = image_program(kinds[k].dtype, kinds[k].rank);
+            differ += a < 0 || augmented_outcome(&spec, &p, kinds[k].elem, key, s) != a;
+        }
+        moved += move_of(a) != PAD * (2 * PAD + 1) + PAD;
+        flipped += (a & 3) != 0;
+    }
+    CHECK(differ == 0);
+    CHECK(moved > 400 && flipped > 300); /* 24 of 25 places move the image; 3 of 4 flip it */
+}
+
+/* Through batches of a synthetic dataset: a sample's row depends on its index, the
+ * seed and the epoch, not on its place in the batch; no key leaves it as it is. */
+static void test_batches(void) {
+    ddp_augment list[] = {{.kind = DDP_AUGMENT_CROP, .padding = 1}, {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_BOTH}};
+    ddp_dataset spec = {.name = "noise", .kind = DDP_DATA_SYNTHETIC, .scale = 1, .classes = 3, .samples = 100,
+                        .augment = list, .naugment = 2};
+    ddp_data d;
+    char err[512];
+    if (!ddp_data_open(&spec, ".", &d, err, sizeof err)) {
+        fprintf(stderr, "unexpected failure: %s\n", err);
+        failures++;
+        return;
+    }
+    ddp_program p = image_program(DDP_F32, 3);
+    p.label_dtype = DDP_I32;
+    p.output_elems = 3;
+    p.settings.loss = DDP_LOSS_SPARSE_CATEGORICAL;
+    static const int64_t rows_a[] = {5, 9, 2, 40}, rows_b[] = {2, 40, 9, 5};
+    static float a[4 * PER], b[4 * PER], plain[4 * PER], other_epoch[4 * PER], other_seed[4 * PER];
+    int32_t y[4];
+    int64_t ids[4];
+    ddp_data_batch(&d, &p, rows_a, 4, &(ddp_draw_key){1, 2}, a, y, ids);
+    ddp_data_batch(&d, &p, rows_b, 4, &(ddp_draw_key){1, 2}, b, y, ids);
+    static const int at_b[] = {3, 2, 0, 1}; /* where rows_a[i] is in rows_b */
+    for (int i = 0; i < 4; i++)
+        CHECK(memcmp(a + i * PER, b + at_b[i] * PER, sizeof(float) * PER) == 0);
+    ddp_data_batch(&d, &p, rows_a, 4, NULL, plain, y, ids);
+    ddp_data_batch(&d, &p, rows_a, 4, &(ddp_draw_key){1, 3}, other_epoch, y, ids);
+    ddp_data_batch(&d, &p, rows_a, 4, &(ddp_draw_key){2, 2}, other_seed, y, ids);
+    int changed = 0, epoch_differs = 0, seed_differs = 0;
+    for (int i = 0; i < 4; i++) {
+        float expect[PER];
+        for (int e = 0; e < PER; e++)
+            expect[e] = (float)ddp_synthetic_element(ddp_synthetic_seed(rows_a[i]), e);
+        CHECK(memcmp(plain + i * PER, expect, sizeof expect) == 0);
+        changed += memcmp(a + i * PER, expect, sizeof expect) != 0;
+        epoch_differs += memcmp(a + i * PER, other_epoch + i * PER, sizeof expect) != 0;
+        seed_differs += memcmp(a + i * PER, other_seed + i * PER, sizeof expect) != 0;
+    }
+    /* 4 samples, each left as it is with probability 1/9 * 1/4 */
+    CHECK(changed >= 3 && epoch_differs >= 3 && seed_differs >= 3);
+    ddp_data_free(&d);
+}
+
+int main(void) {
+    test_flip_then_crop();
+    test_flip_modes();
+    test_element_types();
+    test_batches();
+    if (failures) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("augment: all checks passed\n");
+    return 0;
+}
