@@ -108,20 +108,22 @@ static const Param top_k_params[] = {INT("k", 5, P_POSITIVE)};
 static const Param random_flip_params[] = {WORD("mode", flip_words, "horizontal")};
 static const Param random_crop_params[] = {REQ("padding", K_INT, P_POSITIVE)};
 
-/* augment: the image datasets' (a list of random_flip and random_crop) */
+/* mean, std: every file dataset's normalisation, after scale; augment: the image
+ * datasets' (a list of random_flip and random_crop) */
+#define NORMALIZE OPT("mean", K_NUMS, 0), OPT("std", K_NUMS, P_POSITIVE)
 #define AUGMENT OPT("augment", K_AUGMENTS, 0)
 static const Param idx_params[] = {
-    REQ("images", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE), AUGMENT,
+    REQ("images", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE), NORMALIZE, AUGMENT,
 };
 static const Param cifar10_params[] = {
-    REQ("dir", K_STR, 0), WORD("part", part_words, "train"), NUM("scale", 1, P_POSITIVE), AUGMENT,
+    REQ("dir", K_STR, 0), WORD("part", part_words, "train"), NUM("scale", 1, P_POSITIVE), NORMALIZE, AUGMENT,
 };
 static const Param npy_params[] = {
-    REQ("inputs", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE), AUGMENT,
+    REQ("inputs", K_STR, 0), REQ("labels", K_STR, 0), NUM("scale", 1, P_POSITIVE), NORMALIZE, AUGMENT,
 };
 static const Param csv_params[] = {
     REQ("path", K_STR, 0), BOOL("header", 1), REQ("features", K_STR_LIST, 0),
-    REQ("target", K_STR, 0), NUM("scale", 1, P_POSITIVE),
+    REQ("target", K_STR, 0), NUM("scale", 1, P_POSITIVE), NORMALIZE,
 };
 static const Param synthetic_params[] = {
     REQ("shape", K_SHAPE, P_POSITIVE), REQ("classes", K_INT, P_POSITIVE),
@@ -355,6 +357,8 @@ const char *kind_describe(const Param *p) {
     case K_CHECKPOINT: return "checkpoint(dir, every = ..., keep = ...)";
     case K_CLUSTER: return "auto, slurm, env, local or slurm(port_base = ...)";
     case K_STR_LIST: return "a list of strings";
+    case K_NUMS:
+        return p->flags & P_POSITIVE ? "a positive number or a list of them" : "a number or a list of numbers";
     case K_INT_RANGE: return "a range [low, high] of positive integers";
     }
     return "?";

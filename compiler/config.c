@@ -108,6 +108,21 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
     d->naugment = list.len;
 }
 
+/* mean and std, each one number or one per value of the last axis (the checker saw to
+ * it), as pairs: none when neither is given. */
+static void normalize_of(Ddpc *c, Value ds, ddp_dataset *d) {
+    Value mean = object_arg(ds, "mean"), std = object_arg(ds, "std");
+    int n = mean.kind == V_LIST ? mean.len : 0;
+    if (std.kind == V_LIST && std.len > n)
+        n = std.len;
+    ddp_channel *ch = arena_alloc(c->arena, sizeof *ch * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        ch[i] = (ddp_channel){.mean = mean.kind == V_LIST ? mean.items[mean.len == 1 ? 0 : i].num : 0,
+                              .std = std.kind == V_LIST ? std.items[std.len == 1 ? 0 : i].num : 1};
+    d->normalize = ch;
+    d->nnormalize = n;
+}
+
 static ddp_dataset dataset_of(Ddpc *c, Value ds) {
     ddp_dataset d = {.name = "", .kind = -1, .scale = 1};
     if (ds.kind != V_OBJECT)
@@ -134,6 +149,7 @@ static ddp_dataset dataset_of(Ddpc *c, Value ds) {
     d.target = str_arg(ds, "target");
     d.classes = (int64_t)num_arg(ds, "classes", 0);
     d.samples = (int64_t)num_arg(ds, "samples", 0);
+    normalize_of(c, ds, &d);
     augments_of(c, object_arg(ds, "augment"), &d);
     return d;
 }

@@ -35,7 +35,7 @@ struct ContractType {
 #define CONTRACT_TYPES(X)                                                                                    \
     X(ddp_dim) X(ddp_kernel) X(ddp_buffer) X(ddp_step) X(ddp_gemm) X(ddp_conv) X(ddp_phase) X(ddp_bucket) X(ddp_param)   \
     X(ddp_rt_instr) X(ddp_rt_expr) X(ddp_duration) X(ddp_schedule) X(ddp_optimizer) X(ddp_metric)            \
-    X(ddp_augment) X(ddp_dataset) X(ddp_settings) X(ddp_program)
+    X(ddp_augment) X(ddp_channel) X(ddp_dataset) X(ddp_settings) X(ddp_program)
 #define CONTRACT_EXTERN(T) extern const ContractType contract_##T;
 CONTRACT_TYPES(CONTRACT_EXTERN)
 #undef CONTRACT_EXTERN

@@ -315,6 +315,7 @@ typedef enum {
     K_LR,         /* a number or a schedule */
     K_LOSS, K_OPTIMIZER, K_METRICS, K_AUGMENTS, K_DATASET, K_CHECKPOINT, K_CLUSTER,
     K_STR_LIST,   /* ["a", "b"] */
+    K_NUMS,       /* a number or a list of numbers, made a list */
     K_INT_RANGE,  /* [lo, hi] */
 } Kind;
 

@@ -584,14 +584,18 @@ static bool is_object_of(Value v, BuiltinKind kind) {
     return v.kind == V_OBJECT && v.builtin->kind == kind;
 }
 
+/* [v], where one value stands for a list of it. */
+static Value list_of_one(Ddpc *c, Value v) {
+    Value l = {.kind = V_LIST, .len = 1, .loc = v.loc};
+    l.items = arena_alloc(c->arena, sizeof(Value));
+    l.items[0] = v;
+    return l;
+}
+
 /* A list of built-ins of one kind (metrics, augmentations); one needs no list. */
 static Value check_builtin_list(Ddpc *c, Check *k, Value v, BuiltinKind kind) {
-    if (is_object_of(v, kind)) {
-        Value l = {.kind = V_LIST, .len = 1, .loc = v.loc};
-        l.items = arena_alloc(c->arena, sizeof(Value));
-        l.items[0] = v;
-        return l;
-    }
+    if (is_object_of(v, kind))
+        return list_of_one(c, v);
     if (v.kind != V_LIST)
         return wrong_kind(k, v);
     for (int i = 0; i < v.len; i++)
@@ -706,6 +710,22 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
         if (v.kind == V_WORD && word_in(p->words, v.str))
             return v;
         return wrong_kind(&k, v);
+    case K_NUMS: {
+        if (v.kind == V_NUM)
+            return in_range(&k, v) ? list_of_one(c, v) : poison;
+        if (v.kind != V_LIST || v.len == 0)
+            return wrong_kind(&k, v);
+        for (int i = 0; i < v.len; i++) {
+            if (v.items[i].kind != V_NUM) {
+                k.loc = v.items[i].loc;
+                return wrong_kind(&k, v.items[i]);
+            }
+            k.loc = v.items[i].loc;
+            if (!in_range(&k, v.items[i]))
+                return poison;
+        }
+        return v;
+    }
     case K_STR_LIST:
         if (v.kind != V_LIST || v.len == 0)
             return wrong_kind(&k, v);

@@ -122,6 +122,21 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds) {
     }
 }
 
+/* mean and std: one number, or one per value of the model input's last axis. */
+static void check_normalization(Ddpc *c, TrainSpec *spec, Value ds) {
+    const Shape *in = &spec->graph->input;
+    int64_t last = in->rank ? in->dim[in->rank - 1] : 1;
+    static const char *const names[] = {"mean", "std"};
+    for (int i = 0; i < 2; i++) {
+        Value v = object_arg(ds, names[i]);
+        if (v.kind == V_LIST && v.len != 1 && v.len != last)
+            diag_report(c, E_DATA_MISMATCH, v.loc, "`%s` of %s has %d values, but `%s` takes %s, whose last axis "
+                        "has %lld: give one number, or one per value of that axis (an image's channels, a table's "
+                        "features)", names[i], dataset_name(c, ds), v.len, spec->graph->model, shape_text(c, in),
+                        (long long)last);
+    }
+}
+
 /* trained: the dataset trained on (else the validation one) */
 static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool trained) {
     if (ds.kind != V_OBJECT)
@@ -145,6 +160,7 @@ static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool t
     if (classes && categorical && out->rank == 1 && out->dim[0] != classes)
         diag_report(c, E_DATA_MISMATCH, ds.loc, "%s has %lld classes, but `%s` outputs %s",
                     dataset_name(c, ds), (long long)classes, g->model, shape_text(c, out));
+    check_normalization(c, spec, ds);
     Value augment = object_arg(ds, "augment");
     if (trained)
         check_augments(c, spec, ds);

@@ -71,6 +71,7 @@ TEXT_FOR(ddp_schedule)
 TEXT_FOR(ddp_optimizer)
 TEXT_FOR(ddp_metric)
 TEXT_FOR(ddp_augment)
+TEXT_FOR(ddp_channel)
 TEXT_FOR(ddp_dataset)
 TEXT_FOR(ddp_settings)
 

@@ -620,8 +620,25 @@ static const char *sample_inputs(const ddp_data *d, int64_t sample) {
     return (const char *)shard->inputs + (size_t)(sample - shard->first) * bytes;
 }
 
+/* ----------------------------------------------------------- normalisation */
+
+/* (x - mean) / std for values [first, first + count) of a sample held as floats or
+ * doubles (f64), each with the pair of its place along the last axis; computed in
+ * double and rounded once. */
+static void normalize_values(const ddp_dataset *spec, void *values, int64_t first, int64_t count, bool f64) {
+    int64_t n = spec->nnormalize, c = n ? first % n : 0;
+    for (int64_t e = 0; n && e < count; e++) {
+        const ddp_channel *ch = &spec->normalize[c];
+        if (f64)
+            ((double *)values)[e] = (((double *)values)[e] - ch->mean) / ch->std;
+        else
+            ((float *)values)[e] = (float)(((double)((float *)values)[e] - ch->mean) / ch->std);
+        c = c + 1 == n ? 0 : c + 1;
+    }
+}
+
 /* A sample's inputs in bf16 (precision = bf16): made f32 a piece at a time, as the
- * f32 program reads them, then each rounded once to nearest even. */
+ * f32 program reads them (normalised too), then each rounded once to nearest even. */
 static void bf16_inputs(const ddp_data *d, int64_t sample, int64_t per, uint16_t *to) {
     enum { PIECE = 1024 };
     float piece[PIECE];
@@ -635,6 +652,7 @@ static void bf16_inputs(const ddp_data *d, int64_t sample, int64_t per, uint16_t
                 piece[e] = (float)ddp_synthetic_element(seed, at + e);
         else
             converters[d->elem][0](piece, from + (size_t)at * elem, count, d->spec->scale);
+        normalize_values(d->spec, piece, at, count, false);
         for (int64_t e = 0; e < count; e++)
             to[at + e] = ddp_bf16_from_float(piece[e]);
     }
@@ -653,12 +671,44 @@ static void swap_bytes(char *a, char *b, size_t n) {
     }
 }
 
-/* An image's rows of w pixels of `pixel` bytes each, h of them. */
+/* An image's rows of w pixels of `pixel` bytes each, h of them; elements of elem
+ * bytes (2: bf16), normalised as spec says. */
 typedef struct Image {
     char *at;
     int64_t h, w;
-    size_t pixel;
+    size_t pixel, elem;
+    const ddp_dataset *spec;
 } Image;
+
+/* The padding over elements [first, first + count) of the image: zero as the file
+ * holds it, normalised as every other value was. */
+static void pad_values(const Image *m, int64_t first, int64_t count) {
+    char *at = m->at + (size_t)first * m->elem;
+    if (!m->spec->nnormalize) {
+        memset(at, 0, (size_t)count * m->elem);
+        return;
+    }
+    for (int64_t e = 0; e < count; e++) {
+        double zero = 0;
+        float zero32 = 0;
+        if (m->elem == sizeof(double)) {
+            normalize_values(m->spec, &zero, first + e, 1, true);
+            memcpy(at + (size_t)e * m->elem, &zero, sizeof zero);
+            continue;
+        }
+        normalize_values(m->spec, &zero32, first + e, 1, false);
+        if (m->elem == sizeof(float))
+            memcpy(at + (size_t)e * m->elem, &zero32, sizeof zero32);
+        else
+            ((uint16_t *)m->at)[first + e] = ddp_bf16_from_float(zero32);
+    }
+}
+
+/* Pixels [x0, x1) of row y as padding. */
+static void pad_pixels(const Image *m, int64_t y, int64_t x0, int64_t x1) {
+    int64_t per_pixel = (int64_t)(m->pixel / m->elem);
+    pad_values(m, (y * m->w + x0) * per_pixel, (x1 - x0) * per_pixel);
+}
 
 static char *pixel_at(const Image *m, int64_t y, int64_t x) {
     return m->at + ((size_t)y * (size_t)m->w + (size_t)x) * m->pixel;
@@ -696,27 +746,25 @@ static void flip_across(Image *m, bool horizontal) {
 }
 
 /* The image moved by (dy, dx) in place: pixel (y, x) becomes (y + dy, x + dx) of the
- * old one, zero where that is outside it. Rows are taken in the order that reads each
- * before it is overwritten (memmove within a row). */
+ * old one, padding where that is outside it. Rows are taken in the order that reads
+ * each before it is overwritten (memmove within a row). */
 static void shift_image(Image *m, int64_t dy, int64_t dx) {
-    size_t row = (size_t)m->w * m->pixel;
     int64_t x0 = dx < 0 ? -dx : 0, x1 = dx > 0 ? m->w - dx : m->w; /* output columns with a source */
     for (int64_t k = 0; k < m->h; k++) {
         int64_t y = dy > 0 ? k : m->h - 1 - k, from = y + dy;
-        char *out = pixel_at(m, y, 0);
         if (from < 0 || from >= m->h || x1 <= x0) {
-            memset(out, 0, row);
+            pad_pixels(m, y, 0, m->w);
             continue;
         }
-        memmove(out + (size_t)x0 * m->pixel, pixel_at(m, from, x0 + dx), (size_t)(x1 - x0) * m->pixel);
-        memset(out, 0, (size_t)x0 * m->pixel);
-        memset(out + (size_t)x1 * m->pixel, 0, row - (size_t)x1 * m->pixel);
+        memmove(pixel_at(m, y, x0), pixel_at(m, from, x0 + dx), (size_t)(x1 - x0) * m->pixel);
+        pad_pixels(m, y, 0, x0);
+        pad_pixels(m, y, x1, m->w);
     }
 }
 
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
                         int64_t sample, void *row) {
-    Image m = {row, p->input_shape[0], p->input_rank > 1 ? p->input_shape[1] : 1, elem_size};
+    Image m = {row, p->input_shape[0], p->input_rank > 1 ? p->input_shape[1] : 1, elem_size, elem_size, spec};
     for (int d = 2; d < p->input_rank; d++)
         m.pixel *= (size_t)p->input_shape[d];
     for (int64_t i = 0; i < spec->naugment; i++) {
@@ -749,8 +797,10 @@ static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t 
             bf16_inputs(d, indices[r], per, (uint16_t *)row);
         else if (is_synthetic(d))
             synthetic_inputs(indices[r], per, f64, row);
-        else
+        else {
             convert(row, sample_inputs(d, indices[r]), per, d->spec->scale);
+            normalize_values(d->spec, row, 0, per, f64);
+        }
         if (augment && d->spec->naugment)
             ddp_augment_sample(d->spec, p, elem, augment, indices[r], row);
     }

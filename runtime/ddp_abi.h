@@ -375,6 +375,14 @@ enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
     X##_I64(T, padding)     /* crop */
 DDP_CONTRACT(ddp_augment)
 
+/* A dataset's normalisation of one value of its samples' last axis (an image's
+ * channel, a table's feature): (x - mean) / std, after scale and before any
+ * augmentation, whose padding is then the normalised zero. */
+#define DDP_FIELDS_ddp_channel(X, T)                                                                         \
+    X##_F64(T, mean)                                                                                         \
+    X##_F64(T, std)
+DDP_CONTRACT(ddp_channel)
+
 enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_CSV,
                         DDP_DATA_SYNTHETIC };
 
@@ -391,7 +399,9 @@ enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_C
     X##_I64(T, classes)     /* synthetic */                                                                  \
     X##_I64(T, samples)                                                                                      \
     X##_REFS(T, ddp_augment, augment, naugment) /* applied when trained on, never in validation */         \
-    X##_I64(T, naugment)
+    X##_I64(T, naugment)                                                                                     \
+    X##_REFS(T, ddp_channel, normalize, nnormalize) /* none, one for every value, or one per last-axis value */ \
+    X##_I64(T, nnormalize)
 DDP_CONTRACT(ddp_dataset)
 
 enum ddp_cluster_kind { DDP_CLUSTER_AUTO, DDP_CLUSTER_SLURM, DDP_CLUSTER_ENV, DDP_CLUSTER_LOCAL };

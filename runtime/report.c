@@ -129,6 +129,29 @@ static void figures_text(char *out, size_t len, const ddp_program *p, const ddp_
 
 /* ----------------------------------------------------------------- banner */
 
+/* "; normalised: mean [0.49, 0.48, 0.45], std [0.25, 0.24, 0.26]" (up to four
+ * channels; beyond, their count), or "". */
+static void describe_normalization(const ddp_dataset *spec, char *out, size_t len) {
+    enum { SHOWN = 4 };
+    int64_t n = spec->nnormalize;
+    out[0] = 0;
+    if (!n)
+        return;
+    if (n > SHOWN) {
+        snprintf(out, len, "; normalised: %lld means and stds, one per value of the last axis", (long long)n);
+        return;
+    }
+    size_t at = (size_t)snprintf(out, len, "; normalised: mean [");
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t i = 0; i < n && at < len; i++) {
+            const ddp_channel *c = &spec->normalize[i];
+            at += (size_t)snprintf(out + at, len - at, "%s%.6g", i ? ", " : "", pass ? c->std : c->mean);
+        }
+        if (at < len)
+            at += (size_t)snprintf(out + at, len - at, pass ? "]" : "], std [");
+    }
+}
+
 static void describe_data(const ddp_program *p, const ddp_data *d, char *out, size_t len) {
     char shape[96];
     if (d->spec->kind == DDP_DATA_SYNTHETIC) {
@@ -146,7 +169,9 @@ static void describe_data(const ddp_program *p, const ddp_data *d, char *out, si
     if (mapped && n >= 0 && (size_t)n < len)
         n += snprintf(out + n, len - (size_t)n, "; %s mapped (one copy for the node's workers)", bytes_text(mapped));
     if (n >= 0 && (size_t)n < len)
-        snprintf(out + n, len - (size_t)n, "%s %s in memory", mapped ? "," : ";", bytes_text(in_memory));
+        n += snprintf(out + n, len - (size_t)n, "%s %s in memory", mapped ? "," : ";", bytes_text(in_memory));
+    if (n >= 0 && (size_t)n < len)
+        describe_normalization(d->spec, out + n, len - (size_t)n);
 }
 
 /* "; augmented: random_crop(padding = 4), random_flip(horizontal)", or "". */

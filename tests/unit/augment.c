@@ -8,7 +8,8 @@
  * about about as often as chance says. The draws depend on the seed, the epoch and the
  * sample alone: a sample changes alike at any row of any batch, in f32, f64 and bf16
  * (two-byte elements), [h, w] or [h, w, c]; another epoch or seed changes it otherwise;
- * and validation (no key) reads it as it is. */
+ * and validation (no key) reads it as it is. A normalised dataset's padding is the
+ * normalised zero of each channel. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,17 +25,29 @@ typedef struct Outcome {
     int hflip, vflip, dy, dx;
 } Outcome;
 
+/* The normalisation of the dataset under test (none: NULL), each channel's pair. */
+static const ddp_channel *normalized;
+
+/* A value of the image as the batch holds it, normalised as the runtime does (in
+ * double, rounded once to f32 where f32). */
+static double as_held(double v, int c, size_t elem) {
+    if (!normalized)
+        return v;
+    double n = (v - normalized[c].mean) / normalized[c].std;
+    return elem == 4 ? (float)n : n;
+}
+
 /* 1 .. 70: exact in every element type tried here, bf16's included. */
 static double original(int y, int x, int c) {
     return 1 + (y * W + x) * C + c;
 }
 
-/* Pixel (y, x) of the outcome: the mirrored image's (y + dy, x + dx), or zero. */
-static double expected(Outcome o, int y, int x, int c) {
+/* Pixel (y, x) of the outcome: the mirrored image's (y + dy, x + dx), or the padding. */
+static double expected(Outcome o, int y, int x, int c, size_t elem) {
     int sy = y + o.dy, sx = x + o.dx;
     if (sy < 0 || sy >= H || sx < 0 || sx >= W)
-        return 0;
-    return original(o.vflip ? H - 1 - sy : sy, o.hflip ? W - 1 - sx : sx, c);
+        return as_held(0, c, elem);
+    return as_held(original(o.vflip ? H - 1 - sy : sy, o.hflip ? W - 1 - sx : sx, c), c, elem);
 }
 
 static ddp_program image_program(int64_t dtype, int rank) {
@@ -63,7 +76,7 @@ static bool matches(const void *row, size_t elem, int channels, Outcome o) {
     for (int y = 0; y < H; y++)
         for (int x = 0; x < W; x++)
             for (int c = 0; c < channels; c++)
-                if (load(row, elem, (y * W + x) * channels + c) != expected(o, y, x, c))
+                if (load(row, elem, (y * W + x) * channels + c) != expected(o, y, x, c, elem))
                     return false;
     return true;
 }
@@ -77,7 +90,7 @@ static int augmented_outcome(const ddp_dataset *spec, const ddp_program *p, size
     for (int y = 0; y < H; y++)
         for (int x = 0; x < W; x++)
             for (int c = 0; c < channels; c++)
-                store(row, elem, (y * W + x) * channels + c, original(y, x, c));
+                store(row, elem, (y * W + x) * channels + c, as_held(original(y, x, c), c, elem));
     ddp_augment_sample(spec, p, elem, &key, sample, row);
     int found = -1, count = 0;
     for (int k = 0; k < 4 * (2 * PAD + 1) * (2 * PAD + 1); k++) {
@@ -176,6 +189,23 @@ static void test_element_types(void) {
     CHECK(moved > 400 && flipped > 300); /* 24 of 25 places move the image; 3 of 4 flip it */
 }
 
+/* A normalised dataset pads with each channel's normalised zero, in f32 and f64. */
+static void test_normalized_padding(void) {
+    static const ddp_channel pairs[C] = {{.mean = 0.5, .std = 0.25}, {.mean = -3, .std = 7}};
+    ddp_augment crop = {.kind = DDP_AUGMENT_CROP, .padding = PAD};
+    ddp_dataset spec = {.name = "images", .augment = &crop, .naugment = 1, .normalize = pairs, .nnormalize = C};
+    normalized = pairs;
+    ddp_program f32 = image_program(DDP_F32, 3), f64 = image_program(DDP_F64, 3);
+    int bad = 0, padded = 0;
+    for (int64_t s = 0; s < 300; s++) {
+        int a = augmented_outcome(&spec, &f32, 4, (ddp_draw_key){9, 1}, s);
+        bad += a < 0 || augmented_outcome(&spec, &f64, 8, (ddp_draw_key){9, 1}, s) != a;
+        padded += move_of(a) != PAD * (2 * PAD + 1) + PAD;
+    }
+    normalized = NULL;
+    CHECK(bad == 0 && padded > 250);
+}
+
 /* Through batches of a synthetic dataset: a sample's row depends on its index, the
  * seed and the epoch, not on its place in the batch; no key leaves it as it is. */
 static void test_batches(void) {
@@ -224,6 +254,7 @@ int main(void) {
     test_flip_then_crop();
     test_flip_modes();
     test_element_types();
+    test_normalized_padding();
     test_batches();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);

@@ -25,6 +25,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "bf16.h"
 #include "runtime.h"
 
 static bool verbose; /* --verbose: print every message checked */
@@ -789,6 +790,24 @@ static void test_fits_and_batches(void) {
     CHECK(hot[0] == 0 && hot[1] == 1 && hot[2] == 0 && hot[3] == 0 && hot[4] == 0 && hot[5] == 1);
     p = model(DDP_F64, DDP_LOSS_CATEGORICAL, 2, 2, square);
     FITS_FAILS(&d, &p, "lbl.idx: sample 0 has the label 2", "class indices run 0..1");
+
+    /* normalised after scale, each value by the pair of its place on the last axis: in
+     * f32, f64, and bf16 rounded once from the f32 result (259 -> 260) */
+    static const ddp_channel pairs[] = {{.mean = 10, .std = 4}, {.mean = -2, .std = 0.5}};
+    spec.normalize = pairs;
+    spec.nnormalize = 2;
+    p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 3, 2, square);
+    ddp_data_batch(&d, &p, rows, 2, NULL, x32, classes, ids);
+    CHECK(x32[0] == 22.5f && x32[1] == 205 && x32[3] == 259 && x32[4] == -2.5f && x32[7] == 7);
+    p = model(DDP_F64, DDP_LOSS_CATEGORICAL, 3, 2, square);
+    ddp_data_batch(&d, &p, rows, 2, NULL, x64, hot, ids);
+    CHECK(x64[1] == 205 && x64[6] == -2.25);
+    p = model(DDP_BF16, DDP_LOSS_SPARSE_CATEGORICAL, 3, 2, square);
+    uint16_t x16[8];
+    ddp_data_batch(&d, &p, rows, 2, NULL, x16, classes, ids);
+    CHECK(ddp_bf16_to_float(x16[0]) == 22.5f && ddp_bf16_to_float(x16[3]) == 260 &&
+          ddp_bf16_to_float(x16[4]) == -2.5f && ddp_bf16_to_float(x16[7]) == 7);
+    spec.nnormalize = 0;
     ddp_data_free(&d);
 
     /* labels of two values, copied */
