@@ -714,32 +714,37 @@ static char *pixel_at(const Image *m, int64_t y, int64_t x) {
     return m->at + ((size_t)y * (size_t)m->w + (size_t)x) * m->pixel;
 }
 
-/* A row's n pixels in reverse order, pixels of one element (2, 4 or 8 bytes: a
- * [h, w] image) as whole words, others byte by byte. */
+/* n elements of 2, 4 or 8 bytes in reverse order, as whole words. */
 #define REVERSE_WORDS(T)                                                                                     \
     for (int64_t i = 0, j = n - 1; i < j; i++, j--) {                                                      \
         T t;                                                                                                 \
-        memcpy(&t, row + i * sizeof t, sizeof t);                                                            \
-        memcpy(row + i * sizeof t, row + j * sizeof t, sizeof t);                                            \
-        memcpy(row + j * sizeof t, &t, sizeof t);                                                            \
+        memcpy(&t, at + i * sizeof t, sizeof t);                                                             \
+        memcpy(at + i * sizeof t, at + j * sizeof t, sizeof t);                                              \
+        memcpy(at + j * sizeof t, &t, sizeof t);                                                             \
     }
-static void reverse_pixels(char *row, int64_t n, size_t pixel) {
-    if (pixel == 2)
+static void reverse_elements(char *at, int64_t n, size_t elem) {
+    if (elem == 2)
         REVERSE_WORDS(uint16_t)
-    else if (pixel == 4)
+    else if (elem == 4)
         REVERSE_WORDS(uint32_t)
-    else if (pixel == 8)
-        REVERSE_WORDS(uint64_t)
     else
-        for (int64_t i = 0, j = n - 1; i < j; i++, j--)
-            swap_bytes(row + (size_t)i * pixel, row + (size_t)j * pixel, pixel);
+        REVERSE_WORDS(uint64_t)
 }
 #undef REVERSE_WORDS
+
+/* A row of pixels mirrored: its elements reversed, then each pixel's channels put
+ * back in their order. */
+static void reverse_pixels(const Image *m, char *row) {
+    int64_t channels = (int64_t)(m->pixel / m->elem);
+    reverse_elements(row, m->w * channels, m->elem);
+    for (int64_t x = 0; channels > 1 && x < m->w; x++)
+        reverse_elements(row + (size_t)x * m->pixel, channels, m->elem);
+}
 
 static void flip_across(Image *m, bool horizontal) {
     if (horizontal)
         for (int64_t y = 0; y < m->h; y++)
-            reverse_pixels(pixel_at(m, y, 0), m->w, m->pixel);
+            reverse_pixels(m, pixel_at(m, y, 0));
     else
         for (int64_t y = 0; y < m->h / 2; y++)
             swap_bytes(pixel_at(m, y, 0), pixel_at(m, m->h - 1 - y, 0), (size_t)m->w * m->pixel);
