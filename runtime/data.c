@@ -624,16 +624,36 @@ static const char *sample_inputs(const ddp_data *d, int64_t sample) {
 
 /* (x - mean) / std for values [first, first + count) of a sample held as floats or
  * doubles (f64), each with the pair of its place along the last axis; computed in
- * double and rounded once. */
+ * double and rounded once. The pairs are laid out over a span of whole periods (up to
+ * SPAN values) so that the loop over each span has no index to wrap, and vectorises. */
 static void normalize_values(const ddp_dataset *spec, void *values, int64_t first, int64_t count, bool f64) {
-    int64_t n = spec->nnormalize, c = n ? first % n : 0;
-    for (int64_t e = 0; n && e < count; e++) {
-        const ddp_channel *ch = &spec->normalize[c];
-        if (f64)
-            ((double *)values)[e] = (((double *)values)[e] - ch->mean) / ch->std;
-        else
-            ((float *)values)[e] = (float)(((double)((float *)values)[e] - ch->mean) / ch->std);
-        c = c + 1 == n ? 0 : c + 1;
+    enum { SPAN = 64 };
+    int64_t n = spec->nnormalize;
+    if (!n)
+        return;
+    int64_t span = n <= SPAN ? SPAN / n * n : 1;
+    double mean[SPAN], std[SPAN];
+    for (int64_t e = 0; span > 1 && e < span; e++) {
+        const ddp_channel *ch = &spec->normalize[(first + e) % n];
+        mean[e] = ch->mean;
+        std[e] = ch->std;
+    }
+    for (int64_t at = 0; at < count; at += span) {
+        int64_t k = count - at < span ? count - at : span;
+        if (span == 1) { /* more pairs than a span holds: one value at a time */
+            const ddp_channel *ch = &spec->normalize[(first + at) % n];
+            mean[0] = ch->mean;
+            std[0] = ch->std;
+        }
+        if (f64) {
+            double *v = (double *)values + at;
+            for (int64_t e = 0; e < k; e++)
+                v[e] = (v[e] - mean[e]) / std[e];
+        } else {
+            float *v = (float *)values + at;
+            for (int64_t e = 0; e < k; e++)
+                v[e] = (float)(((double)v[e] - mean[e]) / std[e]);
+        }
     }
 }
 
@@ -681,23 +701,21 @@ typedef struct Image {
 } Image;
 
 /* The padding over elements [first, first + count) of the image: zero as the file
- * holds it, normalised as every other value was. */
+ * holds it, normalised as every other value was ((0 - mean) / std in double, rounded
+ * once to the element's type). */
 static void pad_values(const Image *m, int64_t first, int64_t count) {
     char *at = m->at + (size_t)first * m->elem;
-    if (!m->spec->nnormalize) {
+    int64_t n = m->spec->nnormalize;
+    if (!n) {
         memset(at, 0, (size_t)count * m->elem);
         return;
     }
-    for (int64_t e = 0; e < count; e++) {
-        double zero = 0;
-        float zero32 = 0;
-        if (m->elem == sizeof(double)) {
-            normalize_values(m->spec, &zero, first + e, 1, true);
+    for (int64_t e = 0, c = (first % n); e < count; e++, c = c + 1 == n ? 0 : c + 1) {
+        double zero = (0.0 - m->spec->normalize[c].mean) / m->spec->normalize[c].std;
+        float zero32 = (float)zero;
+        if (m->elem == sizeof(double))
             memcpy(at + (size_t)e * m->elem, &zero, sizeof zero);
-            continue;
-        }
-        normalize_values(m->spec, &zero32, first + e, 1, false);
-        if (m->elem == sizeof(float))
+        else if (m->elem == sizeof(float))
             memcpy(at + (size_t)e * m->elem, &zero32, sizeof zero32);
         else
             ((uint16_t *)m->at)[first + e] = ddp_bf16_from_float(zero32);

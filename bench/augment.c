@@ -1,0 +1,123 @@
+/* augment.c: how fast the loader assembles training batches from an image dataset,
+ * as it is and with each of a dataset's preprocessing steps, in one thread (the loader's).
+ *
+ * bench_augment INPUTS.npy LABELS.npy [--batch N] [--seconds S]
+ *
+ * INPUTS holds images [N, h, w, c] (any dtype the npy reader takes; CIFAR-10's uint8
+ * [N, 32, 32, 3] in bench/augment.sh). For each variant (scaled only; normalised; scaled,
+ * cropped with padding 4 and flipped; all three) it assembles f32 batches of --batch
+ * (128) samples drawn at random, as ddp_data_batch does for a training step, for
+ * about --seconds (1) after one warm-up batch, and prints samples per second, the
+ * median over the batches. Each variant's batch is also checked: normalised values
+ * must be ((x / 255) - mean) / std of some value x of the file or of the padding. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "measure.h"
+#include "runtime.h"
+
+enum { MAX_BATCHES = 100000 };
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static const ddp_channel cifar_channels[] = {{0.4914, 0.2470}, {0.4822, 0.2435}, {0.4465, 0.2616}};
+static const ddp_augment crop_and_flip[] = {{.kind = DDP_AUGMENT_CROP, .padding = 4},
+                                            {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
+
+/* Whether every value of the batch is an 8-bit value (or zero) scaled and normalised. */
+static bool values_plausible(const float *x, int64_t n, int64_t channels, const ddp_dataset *spec) {
+    for (int64_t e = 0; e < n; e++) {
+        double v = x[e];
+        if (spec->nnormalize) {
+            const ddp_channel *c = &spec->normalize[e % channels % spec->nnormalize];
+            v = v * c->std + c->mean;
+        }
+        double byte = v * 255;
+        if (!(byte > -0.01 && byte < 255.01) || fabs(byte - round(byte)) > 1e-3)
+            return false;
+    }
+    return true;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_augment INPUTS.npy LABELS.npy [--batch N] [--seconds S]\n");
+        return 2;
+    }
+    int64_t batch = 128;
+    double seconds = 1;
+    for (int i = 3; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--batch") == 0)
+            batch = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--seconds") == 0)
+            seconds = atof(argv[i + 1]);
+    }
+    if (batch < 1) {
+        fprintf(stderr, "bench_augment: --batch must be positive\n");
+        return 2;
+    }
+    ddp_dataset spec = {.name = "images", .kind = DDP_DATA_NPY, .path = {argv[1], argv[2]}, .scale = 1.0 / 255};
+    ddp_data d;
+    char err[1024];
+    if (!ddp_data_open(&spec, ".", &d, err, sizeof err)) {
+        fprintf(stderr, "bench_augment: %s\n", err);
+        return 1;
+    }
+    if (d.rank != 3 || d.samples < 1) {
+        fprintf(stderr, "bench_augment: %s holds no images [N, h, w, c]\n", argv[1]);
+        return 1;
+    }
+    ddp_program p = {.name = "bench", .dtype = DDP_F32, .input_rank = 3, .input_slot = -1,
+                     .label_dtype = DDP_I32, .output_elems = 1 << 30};
+    p.settings.loss = DDP_LOSS_SPARSE_CATEGORICAL;
+    memcpy(p.input_shape, d.shape, sizeof(int64_t) * 3);
+    int64_t per = d.shape[0] * d.shape[1] * d.shape[2];
+    float *x = malloc(sizeof(float) * (size_t)(per * batch));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)batch);
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)batch), *ids = malloc(sizeof(int64_t) * (size_t)batch);
+    double *took = malloc(sizeof(double) * MAX_BATCHES);
+    if (!x || !y || !rows || !ids || !took) {
+        fprintf(stderr, "bench_augment: out of memory\n");
+        return 1;
+    }
+    bool cifar = d.shape[2] == 3;
+    printf("%lld samples of [%lld, %lld, %lld], batches of %lld, one thread\n", (long long)d.samples,
+           (long long)d.shape[0], (long long)d.shape[1], (long long)d.shape[2], (long long)batch);
+    printf("%-36s %14s\n", "variant", "samples/s");
+    static const char *const names[] = {"scaled", "scaled, normalised", "scaled, cropped and flipped",
+                                        "scaled, normalised, cropped, flipped"};
+    int status = 0;
+    srand(1);
+    for (int v = 0; v < 4; v++) {
+        spec.normalize = v & 1 && cifar ? cifar_channels : NULL;
+        spec.nnormalize = v & 1 && cifar ? 3 : 0;
+        spec.augment = v & 2 ? crop_and_flip : NULL;
+        spec.naugment = v & 2 ? 2 : 0;
+        ddp_draw_key key = {1, 0};
+        int n = 0;
+        for (double start = now_s(); n < MAX_BATCHES && (n < MIN_REPS + 1 || now_s() - start < seconds); n++) {
+            for (int64_t r = 0; r < batch; r++)
+                rows[r] = rand() % d.samples;
+            double t = now_s();
+            ddp_data_batch(&d, &p, rows, batch, &key, x, y, ids);
+            took[n] = now_s() - t;
+            key.epoch++;
+        }
+        if (!values_plausible(x, per * batch, d.shape[2], &spec)) {
+            fprintf(stderr, "bench_augment: %s: a value of the last batch is no scaled byte\n", names[v]);
+            status = 1;
+        }
+        printf("%-36s %14.0f\n", names[v], (double)batch / median(took + 1, n - 1));
+    }
+    free(x), free(y), free(rows), free(ids), free(took);
+    ddp_data_free(&d);
+    return status;
+}
