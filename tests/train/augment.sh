@@ -1,0 +1,37 @@
+#!/bin/sh
+# augment.sh DDPC PROGRAM: a training dataset's augmentations reach the steps. PROGRAM
+# (tests/cluster/equivalence.ddp: Fashion-MNIST cropped with padding 3 and flipped)
+# against the same program built here without its `augment` line, 3 steps each: the
+# banner names the augmentations; two augmented runs give the same loss at every step
+# (the draws repeat); the augmented run's loss differs from the plain one's from the
+# first step on, before any update (its first batch holds other values).
+set -u
+ddpc=$1 program=$2
+source=$(dirname "$0")/../cluster/equivalence.ddp
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+grep -q "^    augment = " "$source" || fail "$source has no augment line to remove"
+grep -v "^    augment = " "$source" | sed 's/scale   = 1 \/ 255,/scale   = 1 \/ 255)/' > "$dir/plain.ddp"
+"$ddpc" build "$dir/plain.ddp" -o "$dir/plain_program" > "$dir/out" 2>&1 || { cat "$dir/out"; fail "building the plain twin"; }
+run() { # run NAME PROGRAM ARGS...: its losses, one a line
+    name=$1 prog=$2
+    shift 2
+    "$prog" --epochs 3 --threads 1 --run-dir "$dir/$name" --metrics "$dir/$name.json" "$@" > "$dir/$name.out" 2>&1 ||
+        { cat "$dir/$name.out"; fail "$name"; }
+    sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$dir/$name.json" > "$dir/$name.losses"
+    [ "$(wc -l < "$dir/$name.losses")" -eq 3 ] || fail "$name: not 3 losses in its metrics"
+}
+run augmented "$program"
+run again "$program"
+run plain "$dir/plain_program"
+grep -q "augmented: random_crop(padding = 3), random_flip(horizontal)" "$dir/augmented.out" ||
+    fail "the banner does not name the augmentations: $(grep '  data ' "$dir/augmented.out")"
+echo "ok: the banner names the augmentations"
+cmp -s "$dir/augmented.losses" "$dir/again.losses" || fail "two augmented runs differ"
+echo "ok: two augmented runs give the same losses: $(tr '\n' ' ' < "$dir/augmented.losses")"
+first() { head -n 1 "$dir/$1.losses"; }
+[ "$(first augmented)" != "$(first plain)" ] || fail "the first batch's loss is the same augmented or not"
+paste "$dir/augmented.losses" "$dir/plain.losses" | awk -F'\t' '$1 == $2 { exit 1 }' ||
+    fail "a step's loss is the same augmented or not"
+echo "ok: every step's loss differs from the plain program's: $(tr '\n' ' ' < "$dir/plain.losses")"
