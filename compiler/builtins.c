@@ -107,6 +107,7 @@ static const Param top_k_params[] = {INT("k", 5, P_POSITIVE)};
 
 static const Param random_flip_params[] = {WORD("mode", flip_words, "horizontal")};
 static const Param random_crop_params[] = {REQ("padding", K_INT, P_POSITIVE)};
+static const Param random_cutout_params[] = {REQ("size", K_INT, P_POSITIVE)};
 
 /* mean, std: every file dataset's normalisation, after scale; augment: the image
  * datasets' (a list of random_flip and random_crop) */
@@ -207,6 +208,8 @@ const Builtin builtins[] = {
           "mirrors a training sample with probability 1/2 along each axis mode names"),
     OTHER("random_crop", B_AUGMENT, DDP_AUGMENT_CROP, random_crop_params,
           "a training sample padded with zeros, cropped back to its size at a random place"),
+    OTHER("random_cutout", B_AUGMENT, DDP_AUGMENT_CUTOUT, random_cutout_params,
+          "a size x size square of a training sample, centred at a random place, set to zero"),
 
     OTHER("idx", B_DATASET, DDP_DATA_IDX, idx_params, "MNIST-family IDX files, plain or .gz"),
     OTHER("cifar10", B_DATASET, DDP_DATA_CIFAR10, cifar10_params, "CIFAR-10 binary batches"),
@@ -308,7 +311,7 @@ static const char *builtins_of_kind(BuiltinKind k) {
     case B_METRIC:
         return "accuracy, top_k_accuracy, loss or mae";
     case B_AUGMENT:
-        return "random_flip or random_crop";
+        return "random_flip, random_crop or random_cutout";
     default:
         return "";
     }

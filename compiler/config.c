@@ -102,7 +102,8 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
         Value mode = object_arg(list.items[i], "mode");
         a[i] = (ddp_augment){.kind = list.items[i].builtin->code,
                              .mode = mode.kind == V_WORD ? word_code(flip_words, mode.str) : 0,
-                             .padding = (int64_t)num_arg(list.items[i], "padding", 0)};
+                             .padding = (int64_t)num_arg(list.items[i], "padding", 0),
+                             .size = (int64_t)num_arg(list.items[i], "size", 0)};
     }
     d->augment = a;
     d->naugment = list.len;

@@ -98,7 +98,7 @@ static const char *dataset_name(Ddpc *c, Value ds) {
 }
 
 /* Augmentations change images, [h, w] or [h, w, channels]; a crop must keep some of
- * the image at every place it can be cut. */
+ * the image at every place it can be cut, and a cutout must leave some of it. */
 static void check_augments(Ddpc *c, TrainSpec *spec, Value ds) {
     Value list = object_arg(ds, "augment");
     const Shape *in = &spec->graph->input;
@@ -119,6 +119,11 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds) {
             diag_note(c, a.loc, "the padding must be less than the image's height and width (%lld here)",
                       (long long)side);
         }
+        int64_t size = (int64_t)object_arg(a, "size").num;
+        if (is_named(a, "random_cutout") && size >= side)
+            diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_cutout(size = %lld) could erase the whole of `%s`'s "
+                        "%s images: the size must be less than their height and width (%lld)", (long long)size,
+                        spec->graph->model, shape_text(c, in), (long long)side);
     }
 }
 

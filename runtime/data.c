@@ -785,6 +785,13 @@ static void shift_image(Image *m, int64_t dy, int64_t dx) {
     }
 }
 
+/* The square of size x size pixels from (y0, x0), clipped to the image, as padding. */
+static void cut_out(Image *m, int64_t y0, int64_t x0, int64_t size) {
+    int64_t x1 = x0 + size < m->w ? x0 + size : m->w;
+    for (int64_t y = y0 < 0 ? 0 : y0; y < y0 + size && y < m->h; y++)
+        pad_pixels(m, y, x0 < 0 ? 0 : x0, x1);
+}
+
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
                         int64_t sample, void *row) {
     Image m = {row, p->input_shape[0], p->input_rank > 1 ? p->input_shape[1] : 1, elem_size, elem_size, spec};
@@ -799,9 +806,11 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
                 flip_across(&m, true);
             if (a->mode != DDP_FLIP_HORIZONTAL && (w[1] & 1))
                 flip_across(&m, false);
-        } else {
+        } else if (a->kind == DDP_AUGMENT_CROP) {
             int64_t places = 2 * a->padding + 1;
             shift_image(&m, ddp_draw_below(w, places) - a->padding, ddp_draw_below(w + 2, places) - a->padding);
+        } else {
+            cut_out(&m, ddp_draw_below(w, m.h) - a->size / 2, ddp_draw_below(w + 2, m.w) - a->size / 2, a->size);
         }
     }
 }

@@ -184,8 +184,10 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
         const char *sep = i ? ", " : "; augmented: ";
         if (a->kind == DDP_AUGMENT_FLIP)
             n += (size_t)snprintf(out + n, len - n, "%srandom_flip(%s)", sep, modes[a->mode]);
-        else
+        else if (a->kind == DDP_AUGMENT_CROP)
             n += (size_t)snprintf(out + n, len - n, "%srandom_crop(padding = %lld)", sep, (long long)a->padding);
+        else
+            n += (size_t)snprintf(out + n, len - n, "%srandom_cutout(size = %lld)", sep, (long long)a->size);
     }
 }
 

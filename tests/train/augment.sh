@@ -1,6 +1,6 @@
 #!/bin/sh
 # augment.sh DDPC PROGRAM: a training dataset's augmentations reach the steps. PROGRAM
-# (tests/cluster/equivalence.ddp: Fashion-MNIST cropped with padding 3 and flipped)
+# (tests/cluster/equivalence.ddp: Fashion-MNIST cropped, flipped and cut out)
 # against the same program built here without its `augment` line, 3 steps each: the
 # banner names the augmentations; two augmented runs give the same loss at every step
 # (the draws repeat); the augmented run's loss differs from the plain one's from the
@@ -25,7 +25,7 @@ run() { # run NAME PROGRAM ARGS...: its losses, one a line
 run augmented "$program"
 run again "$program"
 run plain "$dir/plain_program"
-grep -q "augmented: random_crop(padding = 3), random_flip(horizontal)" "$dir/augmented.out" ||
+grep -q "augmented: random_crop(padding = 3), random_flip(horizontal), random_cutout(size = 8)" "$dir/augmented.out" ||
     fail "the banner does not name the augmentations: $(grep '  data ' "$dir/augmented.out")"
 echo "ok: the banner names the augmentations"
 cmp -s "$dir/augmented.losses" "$dir/again.losses" || fail "two augmented runs differ"

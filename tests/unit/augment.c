@@ -8,8 +8,8 @@
  * about about as often as chance says. The draws depend on the seed, the epoch and the
  * sample alone: a sample changes alike at any row of any batch, in f32, f64 and bf16
  * (two-byte elements), [h, w] or [h, w, c]; another epoch or seed changes it otherwise;
- * and validation (no key) reads it as it is. A normalised dataset's padding is the
- * normalised zero of each channel. */
+ * and validation (no key) reads it as it is. A cutout erases a square centred on any
+ * pixel alike. A normalised dataset's padding is the normalised zero of each channel. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,6 +189,45 @@ static void test_element_types(void) {
     CHECK(moved > 400 && flipped > 300); /* 24 of 25 places move the image; 3 of 4 flip it */
 }
 
+/* A cutout of size 3: the image as it was but for the square of 3 x 3 pixels centred on
+ * one of its 35 pixels (clipped at the edges), zero; each centre as likely. */
+static void test_cutout(void) {
+    enum { SIZE = 3 };
+    ddp_augment cutout = {.kind = DDP_AUGMENT_CUTOUT, .size = SIZE};
+    ddp_dataset spec = {.name = "images", .augment = &cutout, .naugment = 1};
+    ddp_program p = image_program(DDP_F32, 3);
+    int counts[H * W] = {0}, bad = 0;
+    for (int64_t s = 0; s < SAMPLES; s++) {
+        float row[PER];
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++)
+                for (int c = 0; c < C; c++)
+                    row[(y * W + x) * C + c] = (float)original(y, x, c);
+        ddp_augment_sample(&spec, &p, sizeof(float), &(ddp_draw_key){4, 2}, s, row);
+        int found = -1, matches = 0;
+        for (int centre = 0; centre < H * W; centre++) {
+            int y0 = centre / W - SIZE / 2, x0 = centre % W - SIZE / 2;
+            bool same = true;
+            for (int y = 0; y < H; y++)
+                for (int x = 0; x < W; x++)
+                    for (int c = 0; c < C; c++) {
+                        bool erased = y >= y0 && y < y0 + SIZE && x >= x0 && x < x0 + SIZE;
+                        same &= row[(y * W + x) * C + c] == (erased ? 0 : (float)original(y, x, c));
+                    }
+            if (same) {
+                found = centre;
+                matches++;
+            }
+        }
+        if (matches == 1)
+            counts[found]++;
+        else
+            bad++;
+    }
+    CHECK(bad == 0);
+    check_uniform(counts, H * W, SAMPLES, "random_cutout(size = 3)");
+}
+
 /* A normalised dataset pads with each channel's normalised zero, in f32 and f64. */
 static void test_normalized_padding(void) {
     static const ddp_channel pairs[C] = {{.mean = 0.5, .std = 0.25}, {.mean = -3, .std = 7}};
@@ -254,6 +293,7 @@ int main(void) {
     test_flip_then_crop();
     test_flip_modes();
     test_element_types();
+    test_cutout();
     test_normalized_padding();
     test_batches();
     if (failures) {
