@@ -4,7 +4,10 @@
 # against the same program built here without its `augment` line, 3 steps each: the
 # banner names the augmentations; two augmented runs give the same loss at every step
 # (the draws repeat); the augmented run's loss differs from the plain one's from the
-# first step on, before any update (its first batch holds other values).
+# first step on, before any update (its first batch holds other values). Then a run
+# stopped by SIGUSR1 in mid-epoch and resumed saves the very parameters of the run
+# never stopped (the draws follow the epoch, not the resume), and the plain program
+# refuses that checkpoint, naming the augmentations.
 set -u
 ddpc=$1 program=$2
 source=$(dirname "$0")/../cluster/equivalence.ddp
@@ -35,3 +38,24 @@ first() { head -n 1 "$dir/$1.losses"; }
 paste "$dir/augmented.losses" "$dir/plain.losses" | awk -F'\t' '$1 == $2 { exit 1 }' ||
     fail "a step's loss is the same augmented or not"
 echo "ok: every step's loss differs from the plain program's: $(tr '\n' ' ' < "$dir/plain.losses")"
+
+# stopped after step 4 of 2 epochs of 3 steps, and resumed
+long() { # long NAME PROGRAM [ARGS...]: status kept in $status, output in NAME.out
+    name=$1 prog=$2
+    shift 2
+    "$prog" --epochs 2 --steps-per-epoch 3 --threads 1 --run-dir "$dir/$name" "$@" > "$dir/$name.out" 2>&1
+    status=$?
+}
+long whole "$program" --save "$dir/whole.safetensors"
+[ "$status" -eq 0 ] || { cat "$dir/whole.out"; fail "the run never stopped"; }
+DDP_TEST_SIGNAL=USR1@4 long stopped "$program"
+[ "$status" -eq 4 ] || { cat "$dir/stopped.out"; fail "SIGUSR1 after step 4: status $status, not 4"; }
+long stopped "$program" --resume --save "$dir/stopped.safetensors"
+[ "$status" -eq 0 ] || { cat "$dir/stopped.out"; fail "resuming"; }
+cmp -s "$dir/whole.safetensors" "$dir/stopped.safetensors" || fail "stopped after step 4 and resumed, the parameters differ"
+echo "ok: stopped after step 4 and resumed, the same parameters as the run never stopped"
+DDP_TEST_SIGNAL=USR1@4 long other "$program"
+long other "$dir/plain_program" --resume
+[ "$status" -eq 1 ] && grep -q "augment" "$dir/other.out" ||
+    { cat "$dir/other.out"; fail "the plain program resumes an augmented run's checkpoint (status $status)"; }
+echo "ok: the plain program refuses the checkpoint: $(grep -o 'program.train.naugment[^;]*' "$dir/other.out")"
