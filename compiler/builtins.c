@@ -110,7 +110,7 @@ static const Param random_crop_params[] = {REQ("padding", K_INT, P_POSITIVE)};
 static const Param random_cutout_params[] = {REQ("size", K_INT, P_POSITIVE)};
 
 /* mean, std: every file dataset's normalisation, after scale; augment: the image
- * datasets' (a list of random_flip and random_crop) */
+ * datasets' (a list of random_flip, random_crop and random_cutout) */
 #define NORMALIZE OPT("mean", K_NUMS, 0), OPT("std", K_NUMS, P_POSITIVE)
 #define AUGMENT OPT("augment", K_AUGMENTS, 0)
 static const Param idx_params[] = {
