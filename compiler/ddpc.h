@@ -770,6 +770,7 @@ typedef struct Ir {
     TensorList tensors;
     OpList ops[PH_COUNT];
     Tensor *input, *label, *sample_id, *output;
+    Tensor *eval_output;        /* the model's output in evaluation: kept to the phase's end */
     Tensor *accum;            /* [2 * (1 + metrics)]: loss (sum, count), then each metric */
     /* [1] f64, beside the accumulators: 0 while every summed gradient and the loss are
      * finite; else 1 + the index of the first gradient element that is not, or 1 +

@@ -714,5 +714,6 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
     }
 
     lower_pass(L, PH_EVAL);
-    lower_loss_and_metrics(L, L->value[ir->graph->output->id], NULL);
+    ir->eval_output = L->value[ir->graph->output->id];
+    lower_loss_and_metrics(L, ir->eval_output, NULL);
 }

@@ -9,7 +9,8 @@
  * training step (forward, loss, backward): a value occupies its bytes from its first
  * use to its last, views share their base's bytes, and two values share bytes only
  * when their lifetimes do not overlap. Evaluation is planned into the same regions
- * on its own, since it never runs during a training step. */
+ * on its own, since it never runs during a training step; its model outputs live to
+ * the phase's end, for the runtime to read. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -372,6 +373,11 @@ void plan(Ddpc *c, Ir *ir) {
     static const Phase eval[] = {PH_EVAL};
     liveness(ir, train, 3, 1);
     liveness(ir, eval, 1, 2);
+    /* the runtime reads the outputs once the evaluation phase is done (--predict):
+     * they live past its last op, so nothing takes or poisons their bytes */
+    Tensor *kept = tensor_storage(ir->eval_output);
+    if (in_arena(kept))
+        kept->last_use = ir->ops[PH_EVAL].len;
     ir->arena_bytes = place_kind(c, ir, false, false, ir->no_reuse);
     ir->workspace_bytes = place_kind(c, ir, false, true, ir->no_reuse);
     int64_t eval_arena = place_kind(c, ir, true, false, ir->no_reuse);

@@ -300,6 +300,10 @@ static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const c
                      .settings = *c->config};
     for (int i = 0; i < ir->graph->input.rank && i < 8; i++)
         p.input_shape[i] = ir->graph->input.dim[i];
+    const Shape *out = &ir->graph->output->out;
+    p.output_rank = out->rank;
+    for (int i = 0; i < out->rank && i < 8; i++)
+        p.output_shape[i] = out->dim[i];
     int64_t elem = dtype_size(ir->dtype);
     int64_t regions[DDP_REGION_COUNT] = {
         [DDP_REGION_PARAMS] = ir->param_count * elem, [DDP_REGION_GRADS] = ir->grads_bytes,
@@ -317,6 +321,7 @@ static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const c
     p.label_slot = ir->label->slot;
     p.sample_id_slot = ir->sample_id->slot;
     p.accum_slot = ir->accum->slot;
+    p.eval_output_slot = ir->eval_output->slot;
     p.kernels = kernels_table(c, ir);
     p.nkernels = ir->kernel_ops.len;
     p.gemms = gemms_table(c, ir, &p.ngemms);

@@ -405,9 +405,10 @@ static bool read_files(const ddp_dataset *spec, const char *root, ddp_data *d, c
         [DDP_DATA_CSV] = data_read_csv,
     };
     const char *const *role = roles[spec->kind];
+    d->unlabelled = spec->kind == DDP_DATA_NPY && !(spec->path[1] && *spec->path[1]);
     if (!resolve_path(spec, root, spec->path[0], role[0], d->where, sizeof d->where, err, errlen))
         return false;
-    if (role[1] &&
+    if (role[1] && !d->unlabelled &&
         !resolve_path(spec, root, spec->path[1], role[1], d->label_where, sizeof d->label_where, err, errlen))
         return false;
     /* a dataset of several files had each checked as it was read */
@@ -467,6 +468,8 @@ static int64_t synthetic_class(const ddp_data *d, int64_t sample) {
 static double label_value(const ddp_data *d, int64_t sample, int64_t j) {
     if (is_synthetic(d))
         return (double)synthetic_class(d, sample);
+    if (d->unlabelled) /* any value will do: no figure is reported */
+        return 0;
     return d->labels[sample * d->label_elems + j];
 }
 
@@ -585,7 +588,7 @@ bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t er
                          ddp_dims_text(theirs, sizeof theirs, p->input_shape, (int)p->input_rank, ", "),
                          (long long)want);
     }
-    return labels_fit(d, p, err, errlen);
+    return d->unlabelled || labels_fit(d, p, err, errlen);
 }
 
 /* --------------------------------------------------------------- batches */

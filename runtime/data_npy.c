@@ -1,5 +1,6 @@
 /* data_npy.c: NumPy's .npy files (numpy.save): one array of inputs, one of labels; or
- * two patterns of several such files (x-*.npy, y-*.npy) whose files pair in order.
+ * two patterns of several such files (x-*.npy, y-*.npy) whose files pair in order; or
+ * inputs alone, for predictions (--predict-inputs).
  *
  * A file is the magic "\x93NUMPY", a version (1.0: a u16 header length; 2.0 and 3.0: a
  * u32), a header that is a Python dict literal with 'descr' (the dtype), 'fortran_order'
@@ -307,6 +308,7 @@ static void *take_values(npy_array *a, size_t *count, ddp_data *d) {
     return c_order;
 }
 
+/* The arrays' values into d; without labels (an unlabelled dataset), zeros. */
 static bool keep_arrays(ddp_data *d, npy_array *inputs, npy_array *labels, char *err, size_t errlen) {
     size_t count;
     d->samples = inputs->shape[0];
@@ -315,7 +317,11 @@ static bool keep_arrays(ddp_data *d, npy_array *inputs, npy_array *labels, char 
     d->inputs = take_values(inputs, &count, d);
     if (!d->inputs)
         return data_fail(err, errlen, d->where, "out of memory for %zu values", count);
-    d->label_elems = labels->rank == 2 ? labels->shape[1] : 1;
+    d->label_elems = labels && labels->rank == 2 ? labels->shape[1] : 1;
+    if (!labels) {
+        d->labels = calloc((size_t)d->samples + 1, sizeof *d->labels);
+        return d->labels || data_fail(err, errlen, d->where, "out of memory for its labels");
+    }
     /* apart: the count must be the labels' before it is passed on */
     void *label_values = take_values(labels, &count, NULL);
     d->labels = data_into_doubles(label_values, labels->elem, count);
@@ -324,8 +330,19 @@ static bool keep_arrays(ddp_data *d, npy_array *inputs, npy_array *labels, char 
     return true;
 }
 
+/* Inputs alone: every label 0, one value a sample. */
+static bool read_unlabelled(ddp_data *d, char *err, size_t errlen) {
+    npy_array inputs = {0};
+    bool ok = read_npy(d->where, d->spec, "inputs", NPY_MAX_RANK, &inputs, err, errlen);
+    ok = ok && keep_arrays(d, &inputs, NULL, err, errlen);
+    data_bytes_free(&inputs.bytes);
+    return ok;
+}
+
 /* One pair of files, d->where and d->label_where, into d. */
 static bool read_pair(ddp_data *d, char *err, size_t errlen) {
+    if (d->unlabelled)
+        return read_unlabelled(d, err, errlen);
     npy_array inputs = {0}, labels = {0};
     bool ok = read_npy(d->where, d->spec, "inputs", NPY_MAX_RANK, &inputs, err, errlen) &&
               read_npy(d->label_where, d->spec, "labels", 2, &labels, err, errlen);
@@ -413,16 +430,17 @@ static bool add_shard(ddp_data *d, ddp_data *part, int64_t i, char *err, size_t 
 }
 
 /* Inputs and labels given as two patterns: their files pair in order, each pair read
- * and checked as a dataset of its own, the samples one after another. */
+ * and checked as a dataset of its own, the samples one after another. An unlabelled
+ * dataset's inputs alone. */
 static bool read_shards(ddp_data *d, char *err, size_t errlen) {
-    if (!is_pattern(d->where) || !is_pattern(d->label_where))
+    if (!d->unlabelled && (!is_pattern(d->where) || !is_pattern(d->label_where)))
         return data_fail(err, errlen, is_pattern(d->where) ? d->where : d->label_where,
                          "the inputs or the labels are given as a pattern of several files and the other "
                          "as one file; give both as patterns (x-*.npy and y-*.npy), whose files pair in order");
     glob_t inputs = {0}, labels = {0};
     bool ok = expand(d->where, "inputs", d->spec, &inputs, err, errlen) &&
-              expand(d->label_where, "labels", d->spec, &labels, err, errlen);
-    if (ok && inputs.gl_pathc != labels.gl_pathc)
+              (d->unlabelled || expand(d->label_where, "labels", d->spec, &labels, err, errlen));
+    if (ok && !d->unlabelled && inputs.gl_pathc != labels.gl_pathc)
         ok = data_fail(err, errlen, d->label_where,
                        "%zu files match the labels' pattern but %zu match the inputs' (%s); their files pair "
                        "in order, one of labels for each of inputs",
@@ -430,17 +448,18 @@ static bool read_shards(ddp_data *d, char *err, size_t errlen) {
     if (ok && !(d->shards = calloc(inputs.gl_pathc, sizeof *d->shards)))
         ok = data_fail(err, errlen, d->where, "out of memory for %zu files", inputs.gl_pathc);
     for (size_t i = 0; ok && i < inputs.gl_pathc; i++) {
-        ddp_data part = {.spec = d->spec};
-        const char *too_long = strlen(inputs.gl_pathv[i]) >= sizeof part.where     ? inputs.gl_pathv[i]
-                               : strlen(labels.gl_pathv[i]) >= sizeof part.where ? labels.gl_pathv[i]
-                                                                                 : NULL;
+        ddp_data part = {.spec = d->spec, .unlabelled = d->unlabelled};
+        const char *label_path = d->unlabelled ? "" : labels.gl_pathv[i];
+        const char *too_long = strlen(inputs.gl_pathv[i]) >= sizeof part.where ? inputs.gl_pathv[i]
+                               : strlen(label_path) >= sizeof part.where      ? label_path
+                                                                              : NULL;
         if (too_long) {
             ok = data_fail(err, errlen, d->where, "it matches a path of over %zu characters, %.200s...",
                            sizeof part.where - 1, too_long);
             break;
         }
         snprintf(part.where, sizeof part.where, "%s", inputs.gl_pathv[i]);
-        snprintf(part.label_where, sizeof part.label_where, "%s", labels.gl_pathv[i]);
+        snprintf(part.label_where, sizeof part.label_where, "%s", label_path);
         ok = read_pair(&part, err, errlen) && data_check_values(&part, err, errlen);
         if (ok && i == 0) {
             d->elem = part.elem, d->label_elems = part.label_elems;

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 6
+#define DDP_ABI_VERSION 7
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -463,6 +463,8 @@ enum ddp_phase_kind { DDP_PHASE_FORWARD, DDP_PHASE_BACKWARD, DDP_PHASE_OPTIMIZER
     X##_I64(T, input_rank)                                                                                   \
     X##_I64S(T, input_shape, 8)     /* per sample */                                                         \
     X##_I64(T, output_elems)        /* per sample */                                                         \
+    X##_I64(T, output_rank)                                                                                  \
+    X##_I64S(T, output_shape, 8)    /* per sample */                                                         \
     X##_I64(T, label_dtype)         /* DDP_I32 class indices, else the output's dtype */                     \
     X##_I64(T, param_count)                                                                                  \
     X##_I64(T, stats_count)                                                                                  \
@@ -475,6 +477,7 @@ enum ddp_phase_kind { DDP_PHASE_FORWARD, DDP_PHASE_BACKWARD, DDP_PHASE_OPTIMIZER
     X##_I64(T, label_slot)                                                                                   \
     X##_I64(T, sample_id_slot)                                                                               \
     X##_I64(T, accum_slot)                                                                                   \
+    X##_I64(T, eval_output_slot)    /* the model's outputs at the evaluation phase's end (--predict) */      \
     X##_REFS(T, ddp_kernel, kernels, nkernels)                                                               \
     X##_I64(T, nkernels)                                                                                     \
     X##_FNS(T, cpu_baseline, 0)     /* one per kernel: any x86-64 */                                         \

@@ -427,6 +427,16 @@ double *ddp_accumulators(ddp_runtime *rt) {
     return rt->buffers[rt->program->accum_slot];
 }
 
+bool ddp_eval_outputs(ddp_runtime *rt, int64_t rows, void *host) {
+    const ddp_program *p = rt->program;
+    const ddp_buffer *b = &p->buffers[p->eval_output_slot];
+    int64_t bytes = rows * p->output_elems * ddp_dtype_size(b->dtype);
+    if (rt->gpu) /* the arena has no host mirror there */
+        return ddp_gpu_exchange(rt, (int)b->region, b->offset, bytes, host, false);
+    memcpy(host, rt->buffers[p->eval_output_slot], (size_t)bytes);
+    return true;
+}
+
 double ddp_nonfinite_flag(const ddp_runtime *rt) {
     return *(const double *)rt->buffers[rt->program->nonfinite_slot];
 }

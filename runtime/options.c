@@ -48,6 +48,11 @@ static const char usage[] =
     "  --resume-changed      resume even when the program or its settings changed\n"
     "  --requeue-on-signal   after a checkpoint written on a signal, requeue the Slurm job\n"
     "  --evaluate            only evaluate on the validation dataset\n"
+    "  --predict FILE        evaluate, and write the model's outputs for every validation\n"
+    "                        sample to FILE (.npy or .csv), in the dataset's order\n"
+    "  --predict-inputs X    with --predict: the samples of the .npy file X (or the files\n"
+    "                        of a pattern) instead, without labels, preprocessed as the\n"
+    "                        validation data are\n"
     "  --synthetic           train on random samples of the model's shapes instead of the\n"
     "                        program's datasets (to measure speed without reading files)\n"
     "  --log-every N         steps between progress lines when stdout is not a terminal\n"
@@ -137,10 +142,10 @@ static int default_threads(char *from, size_t len) {
 /* ------------------------------------------------------------------ flags */
 
 typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_METRICS, F_SAVE, F_LOAD,
-               F_EVALUATE, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD, F_LOCAL_RANK, F_LOCAL_WORLD,
-               F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT, F_INTERFACE, F_TRACE, F_PROFILE,
-               F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS, F_CONVOLUTIONS, F_CONV_SEARCH,
-               F_HELP } Flag;
+               F_EVALUATE, F_PREDICT, F_PREDICT_INPUTS, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD,
+               F_LOCAL_RANK, F_LOCAL_WORLD, F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT,
+               F_INTERFACE, F_TRACE, F_PROFILE, F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS,
+               F_CONVOLUTIONS, F_CONV_SEARCH, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -151,6 +156,7 @@ static const struct {
     {"--lr", F_LR, true},               {"--device", F_DEVICE, true},         {"--threads", F_THREADS, true},
     {"--data-root", F_ROOT, true},      {"--metrics", F_METRICS, true},       {"--save", F_SAVE, true},
     {"--load", F_LOAD, true},           {"--evaluate", F_EVALUATE, false},    {"--synthetic", F_SYNTHETIC, false},
+    {"--predict-inputs", F_PREDICT_INPUTS, true}, {"--predict", F_PREDICT, true},
     {"--log-every", F_LOG_EVERY, true},
     {"--baseline-cpu", F_BASELINE, false}, {"--rank", F_RANK, true},         {"--world-size", F_WORLD, true},
     {"--local-rank", F_LOCAL_RANK, true}, {"--local-world-size", F_LOCAL_WORLD, true},
@@ -191,6 +197,31 @@ static int int_flag(ddp_config *cfg, const char *name, const char *v, int64_t lo
         return -1;
     }
     return bad_usage(cfg, "%s wants %s, not `%s`", name, wants, v);
+}
+
+/* --predict-inputs: the path made absolute, since --data-root moves the program's
+ * datasets, not the command line's files. */
+static int predict_inputs(ddp_config *cfg, const char *v) {
+    char here[2048];
+    bool fits = v[0] == '/' ? snprintf(cfg->predict_inputs, sizeof cfg->predict_inputs, "%s", v) <
+                                  (int)sizeof cfg->predict_inputs
+                            : getcwd(here, sizeof here) &&
+                                  snprintf(cfg->predict_inputs, sizeof cfg->predict_inputs, "%s/%s", here, v) <
+                                      (int)sizeof cfg->predict_inputs;
+    if (!*v || !fits)
+        return bad_usage(cfg, "--predict-inputs wants the path of a .npy file of inputs, or a pattern of several");
+    return -1;
+}
+
+void ddp_predict_spec(const ddp_config *cfg, const ddp_program *p, ddp_dataset *out) {
+    const ddp_settings *s = &p->settings;
+    *out = s->validation.kind >= 0 ? s->validation : s->train;
+    out->name = "--predict-inputs";
+    out->kind = DDP_DATA_NPY;
+    out->path[0] = cfg->predict_inputs;
+    out->path[1] = NULL;
+    out->augment = NULL;
+    out->naugment = 0;
 }
 
 static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) {
@@ -258,6 +289,13 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
     case F_SAVE: cfg->save_path = v; return -1;
     case F_LOAD: cfg->load_path = v; return -1;
     case F_EVALUATE: cfg->evaluate = true; return -1;
+    case F_PREDICT:
+        if (!ddp_predictions_format_known(v))
+            return bad_usage(cfg, "--predict %s: the file's name ends in .npy (a NumPy array) or .csv", v);
+        cfg->predict_path = v;
+        cfg->evaluate = true;
+        return -1;
+    case F_PREDICT_INPUTS: return predict_inputs(cfg, v);
     case F_SYNTHETIC: cfg->synthetic = true; return -1;
     case F_BASELINE: cfg->exec.baseline_cpu = true; return -1;
     case F_NO_GRAPHS: cfg->exec.no_graphs = true; return -1;
@@ -314,18 +352,24 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
         cfg->exec.threads = default_threads(cfg->threads_from, sizeof cfg->threads_from);
     if (cfg->cluster_flags.world == 0 && cfg->cluster_flags.rank >= 0)
         return bad_usage(cfg, "--rank needs --world-size");
+    const char *evaluating = cfg->predict_path ? "--predict" : "--evaluate";
     if (cfg->evaluate && (cfg->resume || cfg->run_dir))
-        return bad_usage(cfg, "--evaluate does not go with %s: evaluation trains nothing and keeps no run folder "
-                              "(give a checkpoint to --load instead)", cfg->resume ? "--resume" : "--run-dir");
+        return bad_usage(cfg, "%s does not go with %s: evaluation trains nothing and keeps no run folder "
+                              "(give a checkpoint to --load instead)",
+                         evaluating, cfg->resume ? "--resume" : "--run-dir");
     if (cfg->resume_changed && !cfg->resume)
         return bad_usage(cfg, "--resume-changed goes with --resume");
     if (cfg->evaluate && cfg->profile)
-        return bad_usage(cfg, "--evaluate and --profile do not go together: the profile is of training steps");
+        return bad_usage(cfg, "%s and --profile do not go together: the profile is of training steps", evaluating);
     if (cfg->evaluate && cfg->synthetic)
-        return bad_usage(cfg, "--evaluate and --synthetic do not go together: evaluation reads the validation data");
-    if (cfg->evaluate && s->validation.kind < 0)
-        return bad_usage(cfg, "--evaluate needs a validation dataset, and the program's train block has "
-                              "none: add `validation = DATASET`");
+        return bad_usage(cfg, "%s and --synthetic do not go together: evaluation reads the validation data",
+                         evaluating);
+    if (cfg->predict_inputs[0] && !cfg->predict_path)
+        return bad_usage(cfg, "--predict-inputs goes with --predict FILE, the file the outputs go to");
+    if (cfg->evaluate && s->validation.kind < 0 && !cfg->predict_inputs[0])
+        return bad_usage(cfg, "%s needs a validation dataset, and the program's train block has "
+                              "none: add `validation = DATASET`%s", evaluating,
+                         cfg->predict_path ? ", or give --predict-inputs" : "");
     return -1;
 }
 

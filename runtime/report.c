@@ -223,8 +223,9 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     const ddp_program *p = r->program;
     const ddp_settings *s = &p->settings;
     char line[2048];
-    ddp_say("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, cfg->evaluate ? "evaluating" : "training",
-           p->name, p->source, (unsigned long long)p->hash);
+    const char *doing = cfg->predict_inputs[0] ? "predicting with" : cfg->evaluate ? "evaluating" : "training";
+    ddp_say("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, doing, p->name, p->source,
+            (unsigned long long)p->hash);
     const ddp_device_info *gpu = ddp_gpu_info(rt);
     /* precision = tf32 changes the f32 products of a GPU only */
     bool tf32 = s->precision == DDP_PRECISION_TF32 && p->dtype == DDP_F32;
@@ -276,7 +277,7 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     }
     if (validation) {
         describe_data(p, validation, line, sizeof line);
-        ddp_say("  validation  %s", line);
+        ddp_say(validation->unlabelled ? "  inputs      %s, no labels" : "  validation  %s", line);
         if (!cfg->evaluate)
             ddp_say(", every %lld %s%s", (long long)s->validate_every.value,
                    s->validate_every.unit == DDP_UNIT_STEPS ? "step" : "epoch", s->validate_every.value == 1 ? "" : "s");
@@ -300,9 +301,15 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     } else if (cfg->evaluate) {
         /* legitimate (a baseline, or checking the validation data), but never silent */
         ddp_say("  parameters  the initial ones, drawn from seed %llu (no --load)\n", (unsigned long long)cfg->seed);
-        fprintf(stderr, "warning: --evaluate without --load evaluates the initial parameters (drawn from seed %llu), "
+        fprintf(stderr, "warning: %s without --load evaluates the initial parameters (drawn from seed %llu), "
                         "not trained ones: give --load FILE to evaluate saved parameters\n",
-                (unsigned long long)cfg->seed);
+                cfg->predict_path ? "--predict" : "--evaluate", (unsigned long long)cfg->seed);
+    }
+    if (cfg->predict_path) {
+        char shape[256];
+        ddp_shape_text(shape, sizeof shape, p->output_shape, (int)p->output_rank);
+        ddp_say("  predict     %s: one row of %s per %s sample, %s\n", cfg->predict_path, shape,
+                cfg->predict_inputs[0] ? "input" : "validation", p->dtype == DDP_F64 ? "float64" : "float32");
     }
     fflush(stdout);
 }
@@ -501,10 +508,18 @@ void ddp_report_epoch(ddp_report *r, const ddp_epoch_result *e) {
 void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_figures *v, double seconds) {
     if (r->quiet)
         return;
+    if (validation->unlabelled) { /* no figures: the labels the loss saw were none */
+        ddp_say("predictions for %s samples written to %s  %s\n", grouped(v->samples), r->cfg->predict_path,
+                duration_text(seconds));
+        fflush(stdout);
+        return;
+    }
     char figs[512];
     figures_text(figs, sizeof figs, r->program, v, "val_");
     ddp_say("evaluation on %s (%s samples)%s  %s\n", validation->spec->name, grouped(v->samples), figs,
            duration_text(seconds));
+    if (r->cfg->predict_path)
+        ddp_say("predictions written to %s\n", r->cfg->predict_path);
     fflush(stdout);
     write_json(r, NULL, v, 0, 0, NAN, seconds > 0 ? (double)v->samples / seconds : NAN, seconds);
 }

@@ -141,19 +141,6 @@ bool ddp_run_place_find(const ddp_config *cfg, const ddp_program *p, ddp_ring *r
     return !place->refused || ddp_fail(err, len, "worker 0 refused the run folder (it says why)");
 }
 
-bool ddp_write_text(const char *path, const char *text, char *err, size_t len) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    bool ok = f && fputs(text, f) >= 0;
-    ok = f && fclose(f) == 0 && ok && rename(tmp, path) == 0;
-    if (!ok) {
-        unlink(tmp);
-        return ddp_fail(err, len, "%s: cannot write: %s", path, strerror(errno));
-    }
-    return true;
-}
-
 bool ddp_requeue_job(const ddp_cluster *c, char *err, size_t len) {
     if (c->job <= 0)
         return ddp_fail(err, len, "--requeue-on-signal: not in a Slurm job (no SLURM_JOB_ID)");

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "conv.h"
 #include "ddp_abi.h"
@@ -109,6 +110,7 @@ typedef struct ddp_data {
     int64_t label_elems;        /* values per sample's label (1 for a class index) */
     bool integral_labels;       /* every label value is a whole number (a class index) */
     double *labels;             /* samples x label_elems; NULL: synthetic */
+    bool unlabelled;            /* inputs alone (--predict-inputs): every label reads 0 */
 } ddp_data;
 
 /* dims joined by sep: "28x28" with "x", "28, 28" with ", " (every shape in messages). */
@@ -287,6 +289,10 @@ double *ddp_accumulators(ddp_runtime *rt);
 /* The flag beside them (ddp_abi.h's nonfinite_slot): 0 while every summed gradient and
  * the loss were finite; else 1 + the first bad gradient element, or 1 + param_count
  * for the loss. */
+/* The model's outputs for the first `rows` samples of the batch the evaluation phase
+ * ran on, output_elems each, of the eval_output buffer's dtype, copied into host
+ * (from a GPU once the phase is done). False with rt->device_error. */
+bool ddp_eval_outputs(ddp_runtime *rt, int64_t rows, void *host);
 double ddp_nonfinite_flag(const ddp_runtime *rt);
 void *ddp_buffer_ptr(ddp_runtime *rt, int64_t slot);
 
@@ -638,7 +644,10 @@ typedef struct ddp_config {
     double learning_rate;       /* NAN: the program's */
     int device;                 /* ddp_device_kind */
     const char *data_root, *metrics_path, *save_path, *load_path;
-    bool evaluate;
+    bool evaluate;              /* --evaluate, or --predict */
+    const char *predict_path;   /* --predict: where the validation samples' outputs go */
+    char predict_inputs[4096];  /* --predict-inputs: unlabelled .npy inputs instead (an absolute
+                                   path, or a pattern); "": the validation dataset */
     bool synthetic;             /* random data of the model's shapes, no validation */
     int64_t log_every;          /* steps between progress lines when not on a terminal */
     bool progress_bar;          /* stdout is a terminal */
@@ -659,12 +668,56 @@ typedef struct ddp_config {
     char communication[1600];   /* how the gradients travel, for the banner */
 } ddp_config;
 
+/* --predict-inputs as a dataset, into out: the program's validation dataset (or, with
+ * none, its training dataset) with those files in place of its own, no labels, scaled
+ * and normalised alike, never augmented. out points into cfg. */
+void ddp_predict_spec(const ddp_config *cfg, const ddp_program *p, ddp_dataset *out);
+
 /* Fills cfg from the program's settings and argv. Returns -1 to go on, else the exit
  * status to end with (0 after --help, 2 on bad usage, the message printed). */
 int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv);
 /* Refuses what the program asks that this runtime cannot do yet (checkpoints, GPUs,
  * reduced precision): false with a message saying what to change. */
 bool ddp_check_supported(const ddp_config *cfg, const ddp_program *p, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ files.c */
+
+/* A file replaced whole: written to a temporary file beside path, then synced and
+ * renamed over it (commit), or removed (abandon). A reader sees the old file or the
+ * whole new one; durable: the folder synced too, so the rename survives a crash of
+ * the machine. Write errors are kept by the FILE and reported by the commit. */
+typedef struct ddp_replacement {
+    FILE *f;
+    const char *path;
+    char tmp[4200];
+} ddp_replacement;
+
+bool ddp_replace_open(ddp_replacement *w, const char *path, char *err, size_t len);
+bool ddp_replace_commit(ddp_replacement *w, bool durable, char *err, size_t len);
+void ddp_replace_abandon(ddp_replacement *w);
+/* A small text file, replaced whole. */
+bool ddp_write_text(const char *path, const char *text, char *err, size_t len);
+bool ddp_sync_folder(const char *path); /* the folder that holds path */
+/* Ends the process at the point named by DDP_CRASH_AT, for the tests of what survives
+ * a crash there ("before-rename", "before-folder-sync", "during-pruning"). */
+void ddp_crash_point(const char *name);
+
+/* ---------------------------------------------------------------- predict.c */
+
+/* --predict FILE: the model's outputs, one row of output_elems per sample, written by
+ * worker 0 as .npy (float32, or float64 for an f64 program; shape [samples, *output
+ * shape]) or .csv (a header output_0,..., then one line per sample). */
+typedef struct ddp_predictions ddp_predictions;
+
+bool ddp_predictions_format_known(const char *path); /* ends in .npy or .csv */
+/* The file begun beside path for `samples` rows: NULL with why in err. */
+ddp_predictions *ddp_predictions_open(const char *path, const ddp_program *p, int64_t samples, char *err,
+                                      size_t len);
+/* n more rows in the dataset's order; false once a write failed (finish says why). */
+bool ddp_predictions_add(ddp_predictions *w, const double *rows, int64_t n);
+/* Every row in: the file replaces its target. Frees w; false with why in err. */
+bool ddp_predictions_finish(ddp_predictions *w, char *err, size_t len);
+void ddp_predictions_abandon(ddp_predictions *w); /* the file left as it was; frees w */
 
 /* ---------------------------------------------------------- safetensors.c */
 
@@ -682,15 +735,9 @@ typedef struct ddp_tensor_out {
     int64_t bytes;
 } ddp_tensor_out;
 
-/* Writes a safetensors file atomically: a temporary file beside path, synced, renamed
- * over it, so a reader sees the old file or the whole new one; durable: the folder
- * synced too, so the rename survives a crash of the machine. */
+/* Writes a safetensors file, replaced whole (above). */
 bool ddp_tensors_write(const char *path, const ddp_meta *meta, int nmeta, const ddp_tensor_out *t, int64_t n,
                        bool durable, char *err, size_t errlen);
-bool ddp_sync_folder(const char *path); /* the folder that holds path */
-/* Ends the process at the point named by DDP_CRASH_AT, for the tests of what survives
- * a crash there ("before-rename", "before-folder-sync", "during-pruning"). */
-void ddp_crash_point(const char *name);
 
 /* A tensor of a file read, its bytes [begin, end) of the data. */
 typedef struct ddp_tensor_in {
@@ -847,8 +894,6 @@ typedef struct ddp_run_place {
 
 bool ddp_run_place_find(const ddp_config *cfg, const ddp_program *p, ddp_ring *ring, ddp_run_place *place, char *err,
                         size_t len);
-/* A small text file, replaced atomically. */
-bool ddp_write_text(const char *path, const char *text, char *err, size_t len);
 /* `scontrol requeue JOBID`: false with why it failed. */
 bool ddp_requeue_job(const ddp_cluster *c, char *err, size_t len);
 

@@ -2,9 +2,9 @@
  * and Hugging Face read: 8 bytes of header length (little-endian), a JSON header
  * naming each tensor's dtype, shape and byte range, then the raw little-endian data.
  *
- * Saving writes a temporary file beside the target, syncs it and renames it over the
- * target, so a crash leaves the old file or the new one, never half of one. Loading
- * checks every tensor by name, dtype and shape before anything is copied. */
+ * Saving replaces the target whole (files.c), so a crash leaves the old file or the
+ * new one, never half of one. Loading checks every tensor by name, dtype and shape
+ * before anything is copied. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -58,34 +58,6 @@ static ddp_text header_for(const ddp_meta *meta, int nmeta, const ddp_tensor_out
     return h;
 }
 
-/* A test's crash at a named point of a write (DDP_CRASH_AT): the process ends there, as
- * a node that loses power would, so the tests can show what survives. */
-void ddp_crash_point(const char *name) {
-    const char *at = getenv("DDP_CRASH_AT");
-    if (at && strcmp(at, name) == 0) {
-        fprintf(stderr, "crashing at %s (DDP_CRASH_AT)\n", name);
-        _exit(9);
-    }
-}
-
-bool ddp_sync_folder(const char *path) {
-    char folder[4096];
-    snprintf(folder, sizeof folder, "%s", path);
-    char *slash = strrchr(folder, '/');
-    if (!slash)
-        snprintf(folder, sizeof folder, ".");
-    else if (slash == folder)
-        folder[1] = 0;
-    else
-        *slash = 0;
-    int fd = open(folder, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return false;
-    bool ok = fsync(fd) == 0;
-    close(fd);
-    return ok;
-}
-
 bool ddp_tensors_write(const char *path, const ddp_meta *meta, int nmeta, const ddp_tensor_out *t, int64_t n,
                        bool durable, char *err, size_t errlen) {
     ddp_text header = header_for(meta, nmeta, t, n);
@@ -93,37 +65,20 @@ bool ddp_tensors_write(const char *path, const ddp_meta *meta, int nmeta, const 
         free(header.s);
         return ddp_fail(err, errlen, "%s: out of memory writing the header", path);
     }
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
+    ddp_replacement w;
+    if (!ddp_replace_open(&w, path, err, errlen)) {
         free(header.s);
-        return ddp_fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        return false;
     }
     unsigned char len[8];
     for (int i = 0; i < 8; i++)
         len[i] = (unsigned char)((uint64_t)header.len >> (8 * i));
-    bool ok = fwrite(len, 1, 8, f) == 8 && fwrite(header.s, 1, header.len, f) == header.len;
-    for (int64_t i = 0; ok && i < n; i++)
-        ok = fwrite(t[i].data, 1, (size_t)t[i].bytes, f) == (size_t)t[i].bytes;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved = errno;
-    ok = (fclose(f) == 0) && ok;
+    fwrite(len, 1, 8, w.f);
+    fwrite(header.s, 1, header.len, w.f);
+    for (int64_t i = 0; i < n; i++)
+        fwrite(t[i].data, 1, (size_t)t[i].bytes, w.f);
     free(header.s);
-    if (ok)
-        ddp_crash_point("before-rename");
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok)
-            saved = errno;
-        unlink(tmp);
-        return ddp_fail(err, errlen, "%s: cannot write: %s (the file, if any, is as it was)", path, strerror(saved));
-    }
-    if (durable) {
-        ddp_crash_point("before-folder-sync");
-        if (!ddp_sync_folder(path))
-            return ddp_fail(err, errlen, "%s: written, but its folder cannot be synced: %s", path, strerror(errno));
-    }
-    return true;
+    return ddp_replace_commit(&w, durable, err, errlen);
 }
 
 const char *ddp_dtype_name(const ddp_program *p) {

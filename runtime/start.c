@@ -231,12 +231,14 @@ static int join_text(char *out, size_t len, const ddp_config *cfg, const ddp_pro
     return snprintf(out, len,
                     "rank %lld\nport %d\naddress %s\nsetting program %016llx\nsetting epochs %lld\n"
                     "setting steps_per_epoch %lld\nsetting seed %llu\nsetting learning_rate %s\n"
-                    "setting evaluate %s\nsetting synthetic %s\nsetting load %s\nsetting trace %s\nsetting resume %s\n"
+                    "setting evaluate %s\nsetting predict %s\nsetting synthetic %s\nsetting load %s\n"
+                    "setting trace %s\nsetting resume %s\n"
                     "setting peer_timeout %lld\nsetting train_samples %lld\nsetting validation_samples %lld\n"
                     "setting device %s\nsetting communication %s",
                     (long long)cfg->cluster.rank, port, address, (unsigned long long)p->hash, (long long)cfg->epochs,
                     (long long)cfg->steps_per_epoch, (unsigned long long)cfg->seed, rate,
-                    cfg->evaluate ? "yes" : "no", cfg->synthetic ? "yes" : "no", cfg->load_path ? "yes" : "no",
+                    cfg->evaluate ? "yes" : "no", cfg->predict_path ? "yes" : "no", cfg->synthetic ? "yes" : "no",
+                    cfg->load_path ? "yes" : "no",
                     cfg->trace_path ? "yes" : "no", cfg->resume ? "yes" : "no", (long long)cfg->peer_timeout, (long long)train->samples,
                     (long long)validation->samples, devices[cfg->device], cfg->nccl ? "nccl" : "ring");
 }
@@ -373,11 +375,17 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
         fail(&job, "out of memory");
         goto done;
     }
-    bool has_validation = p->settings.validation.kind >= 0 && !cfg.synthetic;
+    bool has_validation = (p->settings.validation.kind >= 0 || cfg.predict_inputs[0]) && !cfg.synthetic;
     ddp_dataset noise;
     const ddp_dataset *train_spec = cfg.synthetic ? synthetic_like(p, &cfg, &noise) : &p->settings.train;
+    ddp_dataset inputs_alone;
+    const ddp_dataset *validation_spec = &p->settings.validation;
+    if (cfg.predict_inputs[0]) {
+        ddp_predict_spec(&cfg, p, &inputs_alone);
+        validation_spec = &inputs_alone;
+    }
     if ((!cfg.evaluate && !open_dataset(&cfg, p, train_spec, &train, &job)) ||
-        (has_validation && !open_dataset(&cfg, p, &p->settings.validation, &validation, &job)))
+        (has_validation && !open_dataset(&cfg, p, validation_spec, &validation, &job)))
         goto done;
     /* several workers, or NCCL: the gradients are summed between backward and optimizer */
     cfg.exec.step_graph = c->world == 1 && !cfg.nccl;

@@ -28,6 +28,7 @@
  * to: the batch goes up as it is ready, and the accumulators, gradients (several
  * workers), statistics and parameters come down (or go back up) where the host reads
  * or changes them; every such crossing is a call of gpu.c, a no-op on the CPU. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "runtime.h"
 
 /* A step as the host remembers it until its figures are read: where it was, and the
@@ -83,6 +85,10 @@ typedef struct Run {
     int64_t test_step;
     char stopped_checkpoint[4096];
     double checkpoint_seconds;  /* the last checkpoint's write */
+    bool predicting;            /* --predict: each validation batch's outputs gathered */
+    ddp_predictions *predictions; /* their file, on worker 0 */
+    void *prediction_outputs;   /* this worker's batch of outputs, as the model gives them */
+    double *prediction_rows;    /* a global batch of outputs */
 } Run;
 
 /* ------------------------------------------------------------------ signals */
@@ -346,6 +352,36 @@ static bool next_batch(Run *r, ddp_loader *loader, int64_t global_size, const ch
     return ddp_batch_uploaded(rt) || ddp_fail(err, errlen, "%s", rt->device_error);
 }
 
+/* --predict: the outputs of validation batch b, every worker's rows in their places
+ * in the global batch (the validation order is the file's), summed to worker 0, which
+ * writes them. A value plus the other workers' zeros is itself, so the rows are exact. */
+static bool gather_predictions(Run *r, int64_t b, char *err, size_t errlen) {
+    ddp_runtime *rt = r->rt;
+    const ddp_program *p = rt->program;
+    int64_t rows = rt->scalars[DDP_S_LOCAL_BATCH].i, elems = p->output_elems, begin, size;
+    ddp_batch_span(&r->validation_plan, b, &begin, &size);
+    void *out = r->prediction_outputs;
+    if (!ddp_eval_outputs(rt, rows, out))
+        return ddp_fail(err, errlen, "%s", rt->device_error);
+    const int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
+    int64_t dtype = p->buffers[p->eval_output_slot].dtype;
+    double *gathered = r->prediction_rows;
+    memset(gathered, 0, sizeof(double) * (size_t)(size * elems));
+    for (int64_t i = 0; i < rows; i++) {
+        double *row = gathered + (ids[i] - begin) * elems;
+        for (int64_t e = 0; e < elems; e++) {
+            int64_t at = i * elems + e;
+            row[e] = dtype == DDP_F64    ? ((const double *)out)[at]
+                     : dtype == DDP_BF16 ? ddp_bf16_to_float(((const uint16_t *)out)[at])
+                                         : ((const float *)out)[at];
+        }
+    }
+    if (r->ring && !ddp_ring_allreduce(r->ring, gathered, size * elems, DDP_F64, err, errlen))
+        return false;
+    return !r->predictions || ddp_predictions_add(r->predictions, gathered, size) ||
+           ddp_fail(err, errlen, "--predict %s: cannot write: %s", r->cfg->predict_path, strerror(errno));
+}
+
 /* Every validation sample through the evaluation phase, each worker its shard. The
  * training figures of the epoch so far (the accumulators and r->global) are left as
  * they were. */
@@ -363,7 +399,8 @@ static bool validate(Run *r, char *err, size_t errlen) {
     bool ok = true;
     for (int64_t b = 0; ok && b < pass->batches; b++)
         ok = next_batch(r, r->validation_loader, pass->global_sizes[b], "validation data wait", err, errlen) &&
-             (ddp_run_phase(rt, DDP_PHASE_EVAL) || ddp_fail(err, errlen, "%s", rt->device_error));
+             (ddp_run_phase(rt, DDP_PHASE_EVAL) || ddp_fail(err, errlen, "%s", rt->device_error)) &&
+             (!r->predicting || gather_predictions(r, b, err, errlen));
     ok = ok && sum_accumulators(r, sums, err, errlen);
     span(r, "validation", begin);
     r->last_validation = read_figures(rt->program, sums);
@@ -741,10 +778,41 @@ static bool prepare_training(Run *r, char *err, size_t len) {
                         &r->train_pass, &r->train_loader, err, len);
 }
 
+/* --predict: worker 0 begins the file (every worker learns whether it could), and
+ * every worker a buffer for a global batch of outputs. */
+static bool start_predictions(Run *r, char *err, size_t len) {
+    const ddp_program *p = r->rt->program;
+    int64_t global = p->settings.batch_per_replica * r->rt->replicas;
+    r->predicting = true;
+    r->prediction_rows = malloc(sizeof(double) * (size_t)(global * p->output_elems));
+    r->prediction_outputs = malloc(sizeof(double) * (size_t)(p->settings.batch_per_replica * p->output_elems));
+    if (!r->prediction_rows || !r->prediction_outputs)
+        return ddp_fail(err, len, "--predict: out of memory for a batch of outputs");
+    char why[1024] = "";
+    int32_t opened = 1;
+    if (r->rank == 0) {
+        r->predictions = ddp_predictions_open(r->cfg->predict_path, p, r->validation->samples, why, sizeof why);
+        opened = r->predictions != NULL;
+    }
+    if (r->ring && !ddp_ring_broadcast(r->ring, &opened, sizeof opened, 0, err, len))
+        return false;
+    if (!opened)
+        return ddp_fail(err, len, "%s", r->rank == 0 ? why : "worker 0 cannot write the predictions (it says why)");
+    return true;
+}
+
 static int evaluate_only(Run *r) {
     double start = now_seconds();
     char err[1024];
-    if (!validate(r, err, sizeof err)) {
+    bool ok = (!r->cfg->predict_path || start_predictions(r, err, sizeof err)) && validate(r, err, sizeof err);
+    if (ok && r->predictions) {
+        ok = ddp_predictions_finish(r->predictions, err, sizeof err);
+        r->predictions = NULL;
+    }
+    ddp_predictions_abandon(r->predictions);
+    free(r->prediction_rows);
+    free(r->prediction_outputs);
+    if (!ok) {
         char why[1200];
         snprintf(why, sizeof why, "evaluating: %s", err);
         return failure(r, why);

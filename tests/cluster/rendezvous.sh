@@ -71,6 +71,13 @@ worker 1 2 --epochs 3
 finish
 check "other flags" "1 1" 1 "the job cannot start: rank 1 on $(hostname) runs with epochs = 3, and rank 0 on $(hostname) with epochs = 2"
 
+# worker 0 alone gathering predictions would wait for the others forever
+next_job
+worker 0 2 --predict "$dir/p.npy"
+worker 1 2 --evaluate
+finish
+check "--predict on one worker only" "1 1" 1 "the job cannot start: rank 1 on $(hostname) runs with predict = no, and rank 0 on $(hostname) with predict = yes"
+
 # a job mixing a GPU replica and a CPU one cannot start, whoever comes first
 next_job
 worker 0 2 --device emulated

@@ -19,6 +19,8 @@
 #                  CPU from the same seed: the parameters within 2e-4 of their norm
 #                  (f32; why SGD and 2e-4 below)
 #   epoch.txt      fashion.ddp, one epoch on each: val_accuracy within 0.5 point
+#   predict.txt    --predict with the GPU epoch's parameters, on the GPU and on the CPU:
+#                  every test sample's outputs within 1e-3 of their norm
 #   bf16.txt       fashion.ddp with precision = bf16 (fashion_bf16), one epoch on the
 #                  GPU, its banner saying "bf16 activations and products": val_accuracy
 #                  within 0.5 point of the f32 epoch's on the GPU (a CPU has no bf16)
@@ -139,7 +141,8 @@ stage steps $status "$(cat "$results/steps.txt" 2>/dev/null || tail -n 1 "$resul
 
 # one epoch on the GPU in f32, then in bf16, while the CPU's epoch still runs (time
 # the bench would lose otherwise); then the CPU's, to compare
-timeout 60 $fashion --device $device --epochs 1 --metrics "$work/epoch_gpu.json" > "$results/epoch_gpu.log" 2>&1
+timeout 60 $fashion --device $device --epochs 1 --metrics "$work/epoch_gpu.json" --save "$work/epoch_gpu.safetensors" \
+    > "$results/epoch_gpu.log" 2>&1
 gpu_status=$?
 timeout 60 "$bin/fashion_bf16" --data-root "$dir/data" --seed 7 --device $device --epochs 1 \
     --metrics "$work/bf16.json" > "$results/bf16.log" 2>&1
@@ -154,6 +157,17 @@ tail -n 2 "$results/epoch_gpu.log" "$results/epoch_cpu.log" >> "$results/epoch.t
 status=FAIL
 [ $gpu_status -eq 0 ] && [ $cpu_status -eq 0 ] && near "$a_gpu" "$a_cpu" && status=ok
 stage epoch $status "$(head -n 1 "$results/epoch.txt")"
+
+# the model's outputs for every test sample from the same parameters: the forward pass
+# alone, the rows gathered from the GPU's memory in the dataset's order
+status=ok
+for on in cpu $device; do
+    timeout 30 $fashion --device $on --load "$work/epoch_gpu.safetensors" --predict "$work/predict_$on.csv" \
+        > "$results/predict_$on.log" 2>&1 || status=FAIL
+done
+[ $status = ok ] && { python3 "$here/compare.py" "$work/predict_cpu.csv" "$work/predict_$device.csv" 1e-3 \
+    > "$results/predict.txt" 2>&1 || status=FAIL; }
+stage predict $status "$(cat "$results/predict.txt" 2>/dev/null || tail -n 1 "$results/predict_$device.log")"
 
 # bf16 against the GPU's f32 epoch: the same seed and data, so only the precision differs
 a_bf16=$(accuracy "$work/bf16.json")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""compare.py A B TOLERANCE: two saved parameter files (safetensors) compared as the
-GPU tests compare them: |a - b| / |a| over every tensor together, which must be at
-most TOLERANCE. Prints the distance and the tensor that differs most."""
+"""compare.py A B TOLERANCE: two saved parameter files (safetensors), or two files of
+predictions (--predict's .csv), compared as the GPU tests compare them: |a - b| / |a|
+over every tensor together (the predictions as one), which must be at most TOLERANCE.
+Prints the distance and the tensor that differs most."""
 import math
 import os
 import sys
@@ -10,9 +11,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from datafiles import read_safetensors  # noqa: E402
 
 
+def tensors(path):
+    """a file's values by tensor: a safetensors file's, or a CSV's rows as one"""
+    if path.endswith(".csv"):
+        rows = open(path).read().splitlines()[1:]
+        return {"predictions": [float(v) for row in rows for v in row.split(",")]}
+    return read_safetensors(path)[0]
+
+
 def distance(a, b):
     """|a - b| / |a| over every tensor of two saved files, and the tensor that differs most"""
-    x, y = read_safetensors(a)[0], read_safetensors(b)[0]
+    x, y = tensors(a), tensors(b)
     diff = norm = 0.0
     worst, worst_name = -1.0, ""
     for name in x:

@@ -1,7 +1,8 @@
 #!/bin/sh
 # poison.sh PLANNED NO_REUSE: trains the planned build with its memory poisoned (NaN
 # outside each value's life) and the --no-reuse build plainly; the parameters,
-# statistics, optimizer state and accumulators must be bit-identical. The same on the
+# statistics, optimizer state, accumulators and the last evaluation's outputs (which
+# --predict reads after the phase) must be bit-identical. The same on the
 # emulated GPU, whose executor poisons device memory as the CPU's does its own.
 set -eu
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-poison.XXXXXX")

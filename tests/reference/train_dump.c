@@ -1,5 +1,6 @@
 /* train_dump.c: trains the linked model a few steps on fixed data and writes its
- * parameters, statistics and accumulators to a file, for comparisons of builds.
+ * parameters, statistics, accumulators and the last evaluation's outputs to a file,
+ * for comparisons of builds.
  *
  *   train_dump OUT [--poison] [--steps N] [--partial] [--emulated]
  *
@@ -86,6 +87,11 @@ int main(int argc, char **argv) {
         check(ddp_to_host(rt, regions[i]), rt, "copying from the device");
         fwrite(rt->region[regions[i]], 1, (size_t)p->region_bytes[regions[i]], f);
     }
+    int64_t rows = partial ? batch / 2 + 1 : batch, bytes = rows * p->output_elems * 8;
+    void *outputs = malloc((size_t)bytes); /* room for any dtype */
+    check(outputs && ddp_eval_outputs(rt, rows, outputs), rt, "copying the evaluation's outputs");
+    fwrite(outputs, 1, (size_t)(rows * p->output_elems * ddp_dtype_size(p->buffers[p->eval_output_slot].dtype)), f);
+    free(outputs);
     fclose(f);
     double n, loss = ddp_accumulator(rt, 0, &n);
     printf("train_dump: %d steps, mean loss %.6f, %s\n", steps, loss / n, o.poison ? "poisoned" : "plain");

@@ -39,6 +39,18 @@ def write_csv(path, rows):
             f.write(",".join(repr(v) for v in r) + "\n")
 
 
+def write_tiny_files(root, train, check, name):
+    """the two CSV files and the initial weights (W0, B0 rounded to float32) in root,
+    as root/name; the weights returned"""
+    write_csv(os.path.join(root, "tiny.csv"), train)
+    write_csv(os.path.join(root, "tiny_check.csv"), check)
+    w0 = [[f32(v) for v in row] for row in W0]
+    b0 = [f32(v) for v in B0]
+    write_safetensors(os.path.join(root, name), [("tiny.logits.weight", [4, 3], [v for row in w0 for v in row]),
+                                                 ("tiny.logits.bias", [3], b0)])
+    return w0, b0
+
+
 def f32(v):
     return struct.unpack("<f", struct.pack("<f", v))[0]
 
@@ -83,13 +95,8 @@ def close(what, got, want, tol):
 def main():
     program = sys.argv[1]
     root = scratch_folder()
-    write_csv(os.path.join(root, "tiny.csv"), TRAIN)
-    write_csv(os.path.join(root, "tiny_check.csv"), CHECK)
-    w0 = [[f32(v) for v in row] for row in W0]
-    b0 = [f32(v) for v in B0]
+    w0, b0 = write_tiny_files(root, TRAIN, CHECK, "w0.safetensors")
     init = os.path.join(root, "w0.safetensors")
-    write_safetensors(init, [("tiny.logits.weight", [4, 3], [v for row in w0 for v in row]),
-                             ("tiny.logits.bias", [3], b0)])
     saved, metrics = os.path.join(root, "w1.safetensors"), os.path.join(root, "m.json")
     out = run([program, "--data-root", root, "--load", init, "--save", saved, "--metrics", metrics])
     ok = "\r" not in out
