@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""predict.py PROGRAMS DDPRUN: --predict on tests/train/tiny.ddp, whose outputs this
-test computes by hand (float64, the standard library only) from the weights it gives.
+"""predict.py PROGRAMS LAUNCHER...: --predict on tests/train/tiny.ddp, whose outputs
+this test computes by hand (float64, the standard library only) from the weights it
+gives. LAUNCHER starts N workers given N (`ddprun -n`, or `srun -n` in a Slurm job).
 
 - one worker: the .npy file (NumPy's format 1.0, float32, [samples, 3]) and the .csv
   file hold every validation sample's logits in the file's order, over several batches
   and a last short one; the CSV's values are the .npy's exactly;
-- three workers under ddprun (shards of 8, 8, 8, then 2, 2, 1 samples) and the
+- three workers under the launcher (shards of 8, 8, 8, then 2, 2, 1 samples) and the
   emulated GPU (separate memory: the outputs must be copied back) write the same rows;
 - a bf16 program (on the emulated GPU) writes its bf16 logits widened to float32;
 - --predict-inputs: the same rows from a .npy file of inputs alone, or a pattern of
@@ -62,7 +63,7 @@ def run_in(folder, command):
 
 
 def main():
-    programs, ddprun = sys.argv[1], sys.argv[2]
+    programs, launcher = sys.argv[1], sys.argv[2:]
     tiny = os.path.join(programs, "tiny")
     root = scratch_folder()
     w, b = write_tiny_files(root, CHECK[:8], CHECK, "w.safetensors")
@@ -87,8 +88,9 @@ def main():
     check(names == "output_0,output_1,output_2", "the CSV's header names the outputs")
     check(table == list(one), "the CSV's values are the .npy's exactly")
 
-    run(with_port([ddprun, "-n", "3", tiny, *given, "--predict", path("three.npy"), "--threads", "1"], 3))
-    check(close(read_npy(path("three.npy"))[3], want, 1e-6), "three workers gather the same rows, in order")
+    run(with_port(launcher, 3) + ["3", tiny, *given, "--predict", path("three.npy"), "--threads", "1"])
+    check(close(read_npy(path("three.npy"))[3], want, 1e-6),
+          "three workers (%s) gather the same rows, in order" % os.path.basename(launcher[0]))
     run([tiny, *given, "--predict", path("emulated.npy"), "--device", "emulated"])
     check(close(read_npy(path("emulated.npy"))[3], want, 1e-6), "the emulated GPU's outputs, copied back")
     run([os.path.join(programs, "tiny_bf16"), *given, "--predict", path("bf16.npy"), "--device", "emulated"])
