@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "check.h"
 #include "runtime.h"
 
@@ -29,12 +30,12 @@ typedef struct Outcome {
 static const ddp_channel *normalized;
 
 /* A value of the image as the batch holds it, normalised as the runtime does (in
- * double, rounded once to f32 where f32). */
+ * double, rounded to f32 where f32, and that to bf16 where bf16: its bits). */
 static double as_held(double v, int c, size_t elem) {
     if (!normalized)
         return v;
     double n = (v - normalized[c].mean) / normalized[c].std;
-    return elem == 4 ? (float)n : n;
+    return elem == 2 ? ddp_bf16_from_float((float)n) : elem == 4 ? (float)n : n;
 }
 
 /* 1 .. 70: exact in every element type tried here, bf16's included. */
@@ -228,17 +229,19 @@ static void test_cutout(void) {
     check_uniform(counts, H * W, SAMPLES, "random_cutout(size = 3)");
 }
 
-/* A normalised dataset pads with each channel's normalised zero, in f32 and f64. */
+/* A normalised dataset pads with each channel's normalised zero, in f32, f64 and bf16
+ * (the normalised values of both channels distinct in bf16 too). */
 static void test_normalized_padding(void) {
     static const ddp_channel pairs[C] = {{.mean = 0.5, .std = 0.25}, {.mean = -3, .std = 7}};
     ddp_augment crop = {.kind = DDP_AUGMENT_CROP, .padding = PAD};
     ddp_dataset spec = {.name = "images", .augment = &crop, .naugment = 1, .normalize = pairs, .nnormalize = C};
     normalized = pairs;
-    ddp_program f32 = image_program(DDP_F32, 3), f64 = image_program(DDP_F64, 3);
+    ddp_program f32 = image_program(DDP_F32, 3), f64 = image_program(DDP_F64, 3), bf16 = image_program(DDP_BF16, 3);
     int bad = 0, padded = 0;
     for (int64_t s = 0; s < 300; s++) {
         int a = augmented_outcome(&spec, &f32, 4, (ddp_draw_key){9, 1}, s);
-        bad += a < 0 || augmented_outcome(&spec, &f64, 8, (ddp_draw_key){9, 1}, s) != a;
+        bad += a < 0 || augmented_outcome(&spec, &f64, 8, (ddp_draw_key){9, 1}, s) != a ||
+               augmented_outcome(&spec, &bf16, 2, (ddp_draw_key){9, 1}, s) != a;
         padded += move_of(a) != PAD * (2 * PAD + 1) + PAD;
     }
     normalized = NULL;
