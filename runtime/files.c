@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime.h"
@@ -44,6 +45,10 @@ bool ddp_sync_folder(const char *path) {
 
 bool ddp_replace_open(ddp_replacement *w, const char *path, char *err, size_t len) {
     w->path = path;
+    w->f = NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) /* found now, not at the rename after the work */
+        return ddp_fail(err, len, "%s: cannot write: it is a folder; name a file", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp-%ld", path, (long)getpid());
     w->f = fopen(w->tmp, "wb");
     return w->f || ddp_fail(err, len, "%s: cannot write: %s", path, strerror(errno));
@@ -76,6 +81,14 @@ bool ddp_replace_commit(ddp_replacement *w, bool durable, char *err, size_t len)
         if (!ddp_sync_folder(w->path))
             return ddp_fail(err, len, "%s: written, but its folder cannot be synced: %s", w->path, strerror(errno));
     }
+    return true;
+}
+
+bool ddp_replace_possible(const char *path, char *err, size_t len) {
+    ddp_replacement w;
+    if (!ddp_replace_open(&w, path, err, len))
+        return false;
+    ddp_replace_abandon(&w);
     return true;
 }
 

@@ -39,6 +39,17 @@ ddp_report *ddp_report_open(const ddp_config *cfg, const ddp_program *p, bool qu
     r->cfg = cfg;
     r->program = p;
     r->quiet = quiet;
+    /* the files written at the end, tried now: a bad path costs no training */
+    const char *at_end[][2] = {{"--save", cfg->save_path}, {"--trace", cfg->trace_path}};
+    for (size_t i = 0; i < sizeof at_end / sizeof *at_end && !quiet; i++) {
+        char why[1024];
+        if (at_end[i][1] && !ddp_replace_possible(at_end[i][1], why, sizeof why)) {
+            snprintf(err, errlen, "%s %s (checked before the run, which would write it at its end)", at_end[i][0],
+                     why);
+            free(r);
+            return NULL;
+        }
+    }
     if (cfg->metrics_path && !quiet) {
         r->metrics = fopen(cfg->metrics_path, "w");
         if (!r->metrics) {

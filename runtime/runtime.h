@@ -695,6 +695,9 @@ typedef struct ddp_replacement {
 bool ddp_replace_open(ddp_replacement *w, const char *path, char *err, size_t len);
 bool ddp_replace_commit(ddp_replacement *w, bool durable, char *err, size_t len);
 void ddp_replace_abandon(ddp_replacement *w);
+/* Whether path could be replaced now (its folder takes a file, it is no folder): what
+ * a run checks at its start of the files it writes at its end. */
+bool ddp_replace_possible(const char *path, char *err, size_t len);
 /* A small text file, replaced whole. */
 bool ddp_write_text(const char *path, const char *text, char *err, size_t len);
 bool ddp_sync_folder(const char *path); /* the folder that holds path */

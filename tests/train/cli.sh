@@ -117,7 +117,11 @@ expect 1 "not every worker joined within 1 s (--rendezvous-timeout): missing ran
 expect 2 "\-\-rank needs \-\-world-size" $tiny --rank 1
 expect 1 "the program says cluster = env, but DDP_WORLD_SIZE is not set" "$dir/tiny_env" --data-root "$root"
 expect 1 "cannot write the metrics file" $tiny --metrics "$root/no/such/dir/m.json"
-expect 1 "cannot write" $tiny --save "$root/no/such/dir/p.safetensors"
+expect 1 "\-\-save $root/no/such/dir/p.safetensors: cannot write: No such file or directory (checked before the run" \
+    $tiny --save "$root/no/such/dir/p.safetensors"
+mkdir "$root/folder.safetensors"
+expect 1 "cannot write: it is a folder; name a file (checked before the run" $tiny --save "$root/folder.safetensors"
+expect 1 "\-\-trace $root/no/such/dir/t.json: cannot write" $tiny --trace "$root/no/such/dir/t.json"
 expect 1 "cannot open" $tiny --load "$root/missing.safetensors"
 printf 'not safetensors at all' > "$root/garbage"
 expect 1 "not a safetensors file" $tiny --load "$root/garbage"

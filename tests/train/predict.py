@@ -127,6 +127,10 @@ def main():
     status, said = status_of([tiny, *given, "--predict", missing])
     check(status == 1 and "%s: cannot write" % missing in said and "evaluation on" not in said,
           "a target that cannot be written: status 1, named, before evaluating (status %d)" % status)
+    os.mkdir(path("folder.npy"))
+    status, said = status_of([tiny, *given, "--predict", path("folder.npy")])
+    check(status == 1 and "%s: cannot write: it is a folder" % path("folder.npy") in said and
+          "evaluation on" not in said, "a target that is a folder: status 1, before evaluating (status %d)" % status)
     open(path("kept.npy"), "w").write("older\n")
     env = dict(os.environ, DDP_CRASH_AT="before-rename")
     status, said = status_of([tiny, *given, "--predict", path("kept.npy")], env)
