@@ -6,8 +6,9 @@ gives. LAUNCHER starts N workers given N (`ddprun -n`, or `srun -n` in a Slurm j
 - one worker: the .npy file (NumPy's format 1.0, float32, [samples, 3]) and the .csv
   file hold every validation sample's logits in the file's order, over several batches
   and a last short one; the CSV's values are the .npy's exactly;
-- three workers under the launcher (shards of 8, 8, 8, then 2, 2, 1 samples) and the
-  emulated GPU (separate memory: the outputs must be copied back) write the same rows;
+- three workers under the launcher (shards of 8, 8, 8, then 2, 2, 1 samples), the
+  emulated GPU (separate memory: the outputs must be copied back) and two emulated
+  GPUs of one worker (gpus_per_worker = 2) write the same rows;
 - a bf16 program (on the emulated GPU) writes its bf16 logits widened to float32;
 - --predict-inputs: the same rows from a .npy file of inputs alone, or a pattern of
   several, relative to the working folder whatever --data-root says, with no figures;
@@ -22,7 +23,7 @@ import subprocess
 import sys
 
 import datafiles
-from datafiles import check, npy, run, scratch_folder, with_port
+from datafiles import check, npy, reserve_ports, run, scratch_folder, with_port
 from tiny_check import f32, logits, write_tiny_files
 
 CHECK = [tuple((((7 * s + 3 * i) % 11) - 5) / 4 for i in range(4)) + (s % 3,) for s in range(29)]
@@ -93,6 +94,11 @@ def main():
           "three workers (%s) gather the same rows, in order" % os.path.basename(launcher[0]))
     run([tiny, *given, "--predict", path("emulated.npy"), "--device", "emulated"])
     check(close(read_npy(path("emulated.npy"))[3], want, 1e-6), "the emulated GPU's outputs, copied back")
+    port = str(reserve_ports(2))
+    run([os.path.join(programs, "tiny_g2"), *given, "--predict", path("g2.npy"), "--device", "emulated",
+         "--port-base", port])
+    check(close(read_npy(path("g2.npy"))[3], want, 1e-6), "two emulated GPUs of one worker (a thread each) gather "
+          "the same rows")
     run([os.path.join(programs, "tiny_bf16"), *given, "--predict", path("bf16.npy"), "--device", "emulated"])
     bf16 = read_npy(path("bf16.npy"))
     check(bf16[2]["descr"] == "<f4" and close(bf16[3], want, 2e-2),
