@@ -42,6 +42,13 @@ const char *data_role(char *buf, size_t len, const ddp_dataset *spec, const char
     return buf;
 }
 
+const char *data_root_hint(const ddp_dataset *spec) {
+    for (int i = 0; i < 2; i++)
+        if (spec->path[i] && spec->path[i][0] && spec->path[i][0] != '/')
+            return " or give --data-root";
+    return "";
+}
+
 const char *ddp_dims_text(char *buf, size_t len, const int64_t *dims, int rank, const char *sep) {
     size_t used = 0;
     buf[0] = '\0';
@@ -101,8 +108,8 @@ static bool check_file(const char *path, const ddp_dataset *spec, const char *ro
     char what[DATA_ROLE_MAX];
     if (stat(path, st) != 0) {
         if (errno == ENOENT || errno == ENOTDIR)
-            return data_fail(err, errlen, path, "no such file (%s); check the path or give --data-root",
-                             data_role(what, sizeof what, spec, role));
+            return data_fail(err, errlen, path, "no such file (%s); check the path%s",
+                             data_role(what, sizeof what, spec, role), data_root_hint(spec));
         return data_fail(err, errlen, path, "cannot read it (%s): %s; check the file's permissions",
                          data_role(what, sizeof what, spec, role), strerror(errno));
     }

@@ -29,8 +29,8 @@ static bool check_folder(const ddp_data *d, char *err, size_t errlen) {
     struct stat st;
     data_role(what, sizeof what, d->spec, "CIFAR-10 folder");
     if (stat(d->where, &st) != 0)
-        return data_fail(err, errlen, d->where, "no such folder (%s); check the path or give --data-root",
-                         what);
+        return data_fail(err, errlen, d->where, "no such folder (%s); check the path%s", what,
+                         data_root_hint(d->spec));
     if (!S_ISDIR(st.st_mode))
         return data_fail(err, errlen, d->where,
                          "is not a folder (%s); cifar10(dir) names the folder that holds "

@@ -49,6 +49,9 @@ bool data_fail(char *err, size_t errlen, const char *file, const char *fmt, ...)
  * DATA_ROLE_MAX holds any, since a role may name a folder. */
 enum { DATA_ROLE_MAX = 1280 };
 const char *data_role(char *buf, size_t len, const ddp_dataset *spec, const char *role);
+/* The end of a missing file's advice: " or give --data-root" where the dataset names a
+ * path that --data-root would move (a relative one), else "". */
+const char *data_root_hint(const ddp_dataset *spec);
 /* Up to n bytes of text (a cell, a piece of a header) for quoting in a message: cut
  * short with "..." past len, control characters as '?', so the message stays one line. */
 const char *data_excerpt(char *buf, size_t len, const char *text, size_t n);

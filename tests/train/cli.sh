@@ -53,7 +53,7 @@ expect 1 "gpus_per_worker = 2: this node's 1 task need 2 GPUs, but this task see
     $no_cublas CUDA_VISIBLE_DEVICES=0 "$dir/tiny_g2" --data-root "$root"
 expect 1 "gpus_per_worker = 2 puts each replica on a GPU of its own, but this worker trains on the CPU" \
     "$dir/tiny_g2" --data-root "$root" --device cpu
-expect 1 "tiny.csv: no such file" "$dir/tiny"
+expect 1 "tiny.csv: no such file (the dataset \`tiny_data\`, CSV file); check the path or give --data-root" "$dir/tiny"
 expect 1 "steps_per_epoch is 5, but 8 samples make only 1 global batch of 8" $tiny --steps-per-epoch 5
 expect 0 "run folder  $root/run: checkpoints every 1 epoch in $root/run/ck" "$dir/tiny_checkpoint" --data-root "$root" --run-dir "$root/run"
 expect 1 "$root/run/ck already holds checkpoints of another run: pass --resume" "$dir/tiny_checkpoint" --data-root "$root" --run-dir "$root/run"

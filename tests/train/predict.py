@@ -121,6 +121,10 @@ def main():
     status, said = status_of([tiny, *given, "--predict", path("w.npy"), "--predict-inputs", path("wide.npy")])
     check(status == 1 and "%s: its samples are [5]" % path("wide.npy") in said,
           "inputs of another shape: status 1, the file named (status %d)" % status)
+    status, said = status_of([tiny, *given, "--predict", path("m.npy"), "--predict-inputs", path("missing.npy")])
+    check(status == 1 and said.rstrip().endswith("%s: no such file (the dataset `--predict-inputs`, inputs); check "
+                                                 "the path" % path("missing.npy")),
+          "missing inputs: status 1, the file named, no advice about --data-root (status %d)" % status)
     status, said = status_of([tiny, *given, "--predict-inputs", path("x.npy")])
     check(status == 2 and "--predict-inputs goes with --predict" in said, "--predict-inputs alone is bad usage")
 
