@@ -370,9 +370,10 @@ static int64_t first_non_finite(const void *data, int elem, int64_t count) {
     }
 }
 
-/* whose: "sample" or "the label of sample"; part: "element" or "value" */
+/* whose: "sample" or "the label of sample"; part: "element" or "value"; data holds
+ * samples from the file's sample first on. */
 static bool check_finite(const char *file, const char *whose, const char *part, const void *data, int elem,
-                         int64_t samples, int64_t per_sample, char *err, size_t errlen) {
+                         int64_t first, int64_t samples, int64_t per_sample, char *err, size_t errlen) {
     int64_t bad = first_non_finite(data, elem, samples * per_sample);
     if (bad < 0)
         return true;
@@ -381,14 +382,33 @@ static bool check_finite(const char *file, const char *whose, const char *part, 
     return data_fail(err, errlen, file,
                      "%s %lld holds %s (%s %lld); every value must be a finite number: fix or "
                      "drop that sample",
-                     whose, (long long)(bad / per_sample), non_finite_name(v), part,
+                     whose, (long long)(first + bad / per_sample), non_finite_name(v), part,
                      (long long)(bad % per_sample));
 }
 
-bool data_check_values(const ddp_data *d, char *err, size_t errlen) {
-    return check_finite(d->where, "sample", "element", d->inputs, d->elem, d->samples, d->elems, err, errlen) &&
-           check_finite(labels_file(d), "the label of sample", "value", d->labels, DDP_ELEM_F64, d->samples,
+bool data_check_labels(const ddp_data *d, char *err, size_t errlen) {
+    return check_finite(labels_file(d), "the label of sample", "value", d->labels, DDP_ELEM_F64, 0, d->samples,
                         d->label_elems, err, errlen);
+}
+
+bool ddp_data_check_inputs(const ddp_data *d, int64_t part, int64_t parts, char *err, size_t errlen) {
+    int64_t begin, size;
+    ddp_shard_range(d->samples, parts, part, &begin, &size);
+    if (is_synthetic(d))
+        return true;
+    int64_t width = d->elems * data_elem_size[d->elem];
+    if (!d->nshards)
+        return check_finite(d->where, "sample", "element", (const char *)d->inputs + begin * width, d->elem,
+                            begin, size, d->elems, err, errlen);
+    for (int64_t i = 0; i < d->nshards; i++) { /* the files this part of the samples lies in */
+        const ddp_data_shard *s = &d->shards[i];
+        int64_t end = i + 1 < d->nshards ? d->shards[i + 1].first : d->samples;
+        int64_t lo = begin > s->first ? begin : s->first, hi = begin + size < end ? begin + size : end;
+        if (lo < hi && !check_finite(s->path, "sample", "element", (const char *)s->inputs + (lo - s->first) * width,
+                                     d->elem, lo - s->first, hi - lo, d->elems, err, errlen))
+            return false;
+    }
+    return true;
 }
 
 static bool all_whole(const double *v, int64_t count) {
@@ -418,8 +438,8 @@ static bool read_files(const ddp_dataset *spec, const char *root, ddp_data *d, c
     if (role[1] && !d->unlabelled &&
         !resolve_path(spec, root, spec->path[1], role[1], d->label_where, sizeof d->label_where, err, errlen))
         return false;
-    /* a dataset of several files had each checked as it was read */
-    if (!readers[spec->kind](d, err, errlen) || (!d->nshards && !data_check_values(d, err, errlen)))
+    /* a dataset of several files had each file's labels checked as it was read */
+    if (!readers[spec->kind](d, err, errlen) || (!d->nshards && !data_check_labels(d, err, errlen)))
         return false;
     d->integral_labels = all_whole(d->labels, d->samples * d->label_elems);
     return true;

@@ -460,7 +460,7 @@ static bool read_shards(ddp_data *d, char *err, size_t errlen) {
         }
         snprintf(part.where, sizeof part.where, "%s", inputs.gl_pathv[i]);
         snprintf(part.label_where, sizeof part.label_where, "%s", label_path);
-        ok = read_pair(&part, err, errlen) && data_check_values(&part, err, errlen);
+        ok = read_pair(&part, err, errlen) && data_check_labels(&part, err, errlen);
         if (ok && i == 0) {
             d->elem = part.elem, d->label_elems = part.label_elems;
             data_set_sample_shape(d, part.rank, part.shape);

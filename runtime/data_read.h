@@ -70,8 +70,8 @@ void data_to_native(void *p, size_t count, int width, bool big_endian);
  * block, is freed. NULL when out of memory. */
 double *data_into_doubles(void *values, int elem, size_t count);
 
-/* d's input and label values all finite, or false with the first that is not named. */
-bool data_check_values(const ddp_data *d, char *err, size_t errlen);
+/* d's label values all finite, or false with the first that is not named. */
+bool data_check_labels(const ddp_data *d, char *err, size_t errlen);
 
 /* The bytes of samples x dims elements of width bytes; false on overflow. */
 bool data_array_bytes(int64_t samples, const int64_t *dims, int rank, int width, uint64_t *bytes);

@@ -10,8 +10,13 @@
  *
  * SIGINT, SIGTERM and SIGHUP are passed on to every worker, once. When a worker fails
  * (a non-zero status or a signal), the others get SIGTERM (unless a signal was passed
- * on already), and SIGKILL if they are still there after a grace period; ddprun exits with the first failure's status (128 + the
- * signal for a signal), or 0 when every worker succeeded. */
+ * on already), and SIGKILL if they are still there after a grace period. A worker that
+ * ends with status 3 failed only because another did (it lost a peer), and the one
+ * that failed first is then still ending and telling the others why: so after a 3 the
+ * others get the grace period to end on their own before SIGTERM. ddprun exits with
+ * the status of the failure that caused the others (128 + the signal for a signal):
+ * the first failure that is not a 3, nor the end of a worker ddprun stopped; else the
+ * first failure; 0 when every worker succeeded. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,8 +42,8 @@ static const char usage[] =
     "  -n N         the number of workers (1 to 1024)\n"
     "  --port P     the coordinator's port (default: a free one)\n"
     "  --grace S    seconds the others get to stop after one fails (default 5)\n"
-    "Exit status: the first failing worker's (128 + signal for a signal), 0 if all succeed,\n"
-    "2 on bad usage.\n";
+    "Exit status: the first failing worker's (128 + signal for a signal), where a worker that\n"
+    "lost another (status 3) gives way to the one that failed; 0 if all succeed, 2 on bad usage.\n";
 
 typedef struct Worker {
     pid_t pid;
@@ -210,8 +215,21 @@ static void signal_all(int sig) {
  * it is no failure to tell, and the others have it already. */
 static int passed_on;
 
-/* Reaps what has ended; the first failure's status goes to *first. */
-static void reap(int *first, double *deadline, double grace) {
+/* The job's status so far and when the workers still there get SIGTERM, then SIGKILL. */
+typedef struct Ending {
+    int status;                 /* of the failure that caused the others; 0: none yet */
+    double term_at, kill_at;    /* 0: not due */
+    bool stopped;               /* ddprun has signalled the workers */
+} Ending;
+
+/* A failure that another caused: a lost peer (3), or the end of a worker ddprun stopped
+ * (SIGTERM or SIGKILL, or status 4 or 130, a checkpoint written on the signal). */
+static bool caused_by_another(const Ending *e, int code) {
+    return code == 3 || (e->stopped && (code == 128 + SIGTERM || code == 128 + SIGKILL || code == 4 || code == 130));
+}
+
+/* Reaps what has ended, keeping the status of the failure that caused the others. */
+static void reap(Ending *e, double grace) {
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -220,16 +238,26 @@ static void reap(int *first, double *deadline, double grace) {
                 continue;
             workers[r].running = false;
             int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-            if (code != 0 && *first == 0) {
-                *first = code;
-                *deadline = now() + grace;
-                if (passed_on)
-                    continue;
-                fprintf(stderr, "ddprun: worker %d %s %d; stopping the others\n", r,
-                        WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                        WIFEXITED(status) ? code : WTERMSIG(status));
-                signal_all(SIGTERM);
+            if (code == 0)
+                continue;
+            if (e->status != 0) {
+                if (caused_by_another(e, e->status) && !caused_by_another(e, code)) {
+                    e->status = code; /* the cause has ended: the others need not wait */
+                    if (e->term_at)
+                        e->term_at = now(), e->kill_at = now() + grace;
+                }
+                continue;
             }
+            e->status = code;
+            if (passed_on) { /* the workers have a signal already */
+                e->kill_at = now() + grace;
+                continue;
+            }
+            fprintf(stderr, "ddprun: worker %d %s %d%s; stopping the others\n", r,
+                    WIFEXITED(status) ? "exited with status" : "was killed by signal",
+                    WIFEXITED(status) ? code : WTERMSIG(status), code == 3 ? " (it lost another)" : "");
+            e->term_at = now() + (code == 3 ? grace : 0);
+            e->kill_at = e->term_at + grace;
         }
     }
 }
@@ -250,8 +278,7 @@ static void forward_signals(void) {
 }
 
 static int supervise(double grace) {
-    int first = 0;
-    double deadline = 0;
+    Ending e = {0};
     struct pollfd fds[MAX_WORKERS + 1];
     while (any_running()) {
         int n = 0, owner[MAX_WORKERS + 1];
@@ -270,11 +297,16 @@ static int supervise(double grace) {
                 else
                     drain(owner[i]);
             }
-        reap(&first, &deadline, grace);
-        if (first && now() > deadline)
-            signal_all(SIGKILL); /* after the grace period */
+        reap(&e, grace);
+        if (e.term_at && now() >= e.term_at) {
+            e.stopped = true;
+            signal_all(SIGTERM);
+            e.term_at = 0;
+        }
+        if (e.kill_at && now() >= e.kill_at) /* after the grace period */
+            signal_all(SIGKILL);
     }
-    return first;
+    return e.status;
 }
 
 int main(int argc, char **argv) {

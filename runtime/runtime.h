@@ -150,10 +150,14 @@ static inline double ddp_synthetic_element(uint64_t sample_seed, int64_t e) {
 }
 
 /* Reads a dataset's files (or maps them: data_map.c) and checks them on their own
- * (sizes, magic numbers, truncation, NaN or infinite values, consistent counts). A
+ * (sizes, magic numbers, truncation, NaN or infinite labels, consistent counts). A
  * relative path is taken below root when root is not NULL. On failure: false, and err
  * holds one message naming the file and what is wrong with it, ending with what to do. */
 bool ddp_data_open(const ddp_dataset *spec, const char *root, ddp_data *d, char *err, size_t errlen);
+/* Checks that the inputs of part `part` of `parts` of the samples (ddp_shard_range)
+ * are finite numbers, as ddp_data_open's messages say. The workers of a job check a
+ * part each, so a dataset is read once between them, not once by each. */
+bool ddp_data_check_inputs(const ddp_data *d, int64_t part, int64_t parts, char *err, size_t errlen);
 void ddp_data_free(ddp_data *d);
 /* The bytes a dataset holds: its files' mapped (one copy in the page cache for every
  * worker of the node) and those in this worker's own memory. */

@@ -27,11 +27,13 @@ static int fail(ddp_job *job, const char *message) {
     return 1;
 }
 
-/* A dataset read and checked against the program, or false with the message printed. */
+/* A dataset read and checked against the program, this worker's part of its inputs
+ * checked for values that are not numbers, or false with the message printed. */
 static bool open_dataset(const ddp_config *cfg, const ddp_program *p, const ddp_dataset *spec, ddp_data *d,
                          ddp_job *job) {
     char err[2048];
-    if (ddp_data_open(spec, cfg->data_root, d, err, sizeof err) && ddp_data_fits(d, p, err, sizeof err))
+    if (ddp_data_open(spec, cfg->data_root, d, err, sizeof err) && ddp_data_fits(d, p, err, sizeof err) &&
+        ddp_data_check_inputs(d, cfg->cluster.rank, cfg->cluster.world, err, sizeof err))
         return true;
     ddp_data_free(d);
     fail(job, err);

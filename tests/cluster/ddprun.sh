@@ -39,6 +39,20 @@ else
     cat "$dir/err"
 fi
 
+# status 3 (a worker lost another) gives way to the failure that caused it, which gets
+# the grace period to end on its own; a worker that never ends is stopped after it
+start=$(date +%s)
+"$ddprun" -n 3 sh -c 'case $DDP_RANK in 0) exit 3;; 1) sleep 1; exit 1;; esac; sleep 60' 2> "$dir/err"
+status=$? took=$(( $(date +%s) - start ))
+[ $status -eq 1 ] && [ $took -lt 5 ] && grep -q "worker 0 exited with status 3 (it lost another); stopping the others" "$dir/err" &&
+    echo "ok: a worker that lost another gives way to the one that failed: status 1" ||
+    fail "after a 3 and a 1: status $status in $took s"
+start=$(date +%s)
+"$ddprun" -n 2 --grace 1 sh -c 'if [ "$DDP_RANK" = 0 ]; then exit 3; fi; trap "" TERM; sleep 60' 2> "$dir/err"
+status=$? took=$(( $(date +%s) - start ))
+[ $status -eq 3 ] && [ $took -ge 1 ] && [ $took -lt 10 ] && echo "ok: a 3 alone stays 3, the others killed in ${took} s" ||
+    fail "a 3 alone: status $status in $took s"
+
 "$ddprun" -n 2 sh -c 'if [ "$DDP_RANK" = 0 ]; then kill -KILL $$; fi; sleep 60' 2> "$dir/err"
 status=$?
 [ $status -eq 137 ] && echo "ok: a worker killed by SIGKILL gives 137" || fail "SIGKILL: status $status"

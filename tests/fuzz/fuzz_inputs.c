@@ -68,6 +68,9 @@ static void open_dataset(const ddp_dataset *spec) {
             abort(); /* a refusal always says why */
         return;
     }
+    for (int64_t part = 0; part < 3; part++) /* as three workers check them */
+        if (!ddp_data_check_inputs(&d, part, 3, err, sizeof err) && (!err[0] || !memchr(err, 0, sizeof err)))
+            abort();
     double sum = 0;
     for (int64_t i = 0; i < d.samples * d.label_elems; i++)
         sum += d.labels[i];

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""broken_data.py DIR: built programs (in DIR) on data files written here, good and
-broken. Good files train (status 0); each kind of broken file ends the run before
+"""broken_data.py DIR DDPRUN: built programs (in DIR) on data files written here, good
+and broken. Good files train (status 0); each kind of broken file ends the run before
 training with status 1 and a one-line message naming the file and what is wrong.
+Under DDPRUN, three workers check a part of the inputs each: the one whose part holds
+a NaN names it, the others never read it, and the job ends with status 1.
 
 The programs (tests/train/files.ddp, cifar.ddp): files_idx trains on images.idx.gz
 and labels.idx.gz; files_npy and files_csv evaluate inputs.npy/labels.npy and
@@ -14,7 +16,13 @@ import struct
 import subprocess
 import sys
 
-from datafiles import SAMPLES, cifar_batch, good_files, idx, npy, remove, write, scratch_folder
+from datafiles import SAMPLES, cifar_batch, good_files, idx, npy, remove, write, scratch_folder, with_port
+
+def nan_in_sample(root, sample):
+    values = [float(v) for v in range(SAMPLES * 16)]
+    values[sample * 16 + 5] = float("nan")
+    write(root, "inputs.npy", npy("<f4", [SAMPLES, 16], struct.pack("<%df" % (SAMPLES * 16), *values)))
+
 
 CASES = [  # (what, program, breakage, words every message must hold)
     ("good IDX files", "files_idx", None, None),
@@ -46,8 +54,7 @@ CASES = [  # (what, program, breakage, words every message must hold)
      lambda r: write(r, "images.idx.gz", idx(0x08, [SAMPLES, 5, 5], bytes(SAMPLES * 25))),
      ["images.idx.gz: its samples are [5, 5] (25 values), but the model `m` takes [16]"]),
     ("a NaN in NumPy inputs", "files_npy",
-     lambda r: write(r, "inputs.npy", npy("<f4", [SAMPLES, 16], struct.pack("<%df" % (SAMPLES * 16), *(
-         float("nan") if i == 37 else 1.0 for i in range(SAMPLES * 16))))),
+     lambda r: nan_in_sample(r, 2),
      ["inputs.npy: sample 2 holds NaN (element 5)"]),
     ("not a NumPy file", "files_npy", lambda r: write(r, "inputs.npy", npy("<f4", [SAMPLES, 16], bytes(512), b"\x93NUMPX")),
      ["inputs.npy:", "NumPy"]),
@@ -76,9 +83,27 @@ CASES = [  # (what, program, breakage, words every message must hold)
 ]
 
 
+def parts_checked(programs, ddprun):
+    """Sample 6 of 8 lies in the part of rank 2 of 3 ([0, 3), [3, 6), [6, 8))."""
+    root = scratch_folder()
+    good_files(root)
+    nan_in_sample(root, 6)
+    command = with_port([ddprun, "-n", "3"], 3) + [os.path.join(programs, "files_npy"), "--data-root", root,
+                                                   "--evaluate", "--threads", "1"]
+    p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    said = "inputs.npy: sample 6 holds NaN (element 5)"
+    found = [line.split("]")[0] + "]" for line in p.stderr.splitlines() if said in line and "lost rank" not in line]
+    ok = p.returncode == 1 and found == ["[rank 2]"]  # 1: rank 2's, not the 3 of those it ended
+    print("%s three workers, a NaN in the last one's part: status %d, found by %s" %
+          ("ok  " if ok else "FAIL", p.returncode, found))
+    if not ok:
+        print("     stderr: %s" % p.stderr.strip())
+    return 0 if ok else 1
+
+
 def main():
-    programs = sys.argv[1]
-    failures = 0
+    programs, ddprun = sys.argv[1], sys.argv[2]
+    failures = parts_checked(programs, ddprun)
     for what, program, breakage, words in CASES:
         root = scratch_folder()
         good_files(root)

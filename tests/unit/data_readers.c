@@ -140,9 +140,19 @@ static ddp_dataset dataset(int kind, const char *name, const char *path0, const 
     return (ddp_dataset){.name = name, .kind = kind, .path = {path0, path1}, .scale = 1};
 }
 
+/* Opened, and every input checked as one worker checks them. */
+static bool open_checked(const ddp_dataset *spec, ddp_data *d, char *err, size_t errlen) {
+    if (!ddp_data_open(spec, root, d, err, errlen))
+        return false;
+    if (ddp_data_check_inputs(d, 0, 1, err, errlen))
+        return true;
+    ddp_data_free(d);
+    return false;
+}
+
 static bool open_ok(const ddp_dataset *spec, ddp_data *d) {
     char err[1024] = "";
-    bool ok = ddp_data_open(spec, root, d, err, sizeof err);
+    bool ok = open_checked(spec, d, err, sizeof err);
     if (!ok)
         fprintf(stderr, "unexpected failure: %s\n", err);
     CHECK(ok);
@@ -179,7 +189,7 @@ static void check_message(int line, bool ok, const char *err, ...) {
     do {                                                                                                     \
         ddp_data d_;                                                                                         \
         char err_[1024] = "";                                                                                \
-        bool ok_ = ddp_data_open(spec, root, &d_, err_, sizeof err_);                                        \
+        bool ok_ = open_checked(spec, &d_, err_, sizeof err_);                                               \
         check_message(__LINE__, ok_, err_, __VA_ARGS__, NULL);                                               \
         CHECK(d_.inputs == NULL && d_.labels == NULL && d_.samples == 0);                                    \
         ddp_data_free(&d_);                                                                                  \
@@ -979,6 +989,102 @@ static void test_npy_patterns(void) {
     OPEN_FAILS(&spec, "nan/x-2.npy: sample 1 holds NaN (element 1)");
 }
 
+/* --------------------------------------------------- inputs checked in parts */
+
+/* part of parts checked: passes, or fails with a message holding `says` */
+static void check_part(int line, const ddp_data *d, int64_t part, int64_t parts, const char *says) {
+    char err[1024] = "";
+    bool ok = ddp_data_check_inputs(d, part, parts, err, sizeof err);
+    if (says)
+        check_message(line, ok, err, says, NULL);
+    else if (!ok) {
+        fprintf(stderr, "%s:%d: part %lld of %lld: unexpected failure: %s\n", __FILE__, line, (long long)part,
+                (long long)parts, err);
+        failures++;
+    }
+}
+
+/* The workers of a job check a part of the inputs each (ddp_shard_range's), which
+ * together are all of them: a bad value is found by the worker whose part holds it,
+ * named by its file and its index there, across the files of a pattern, and in every
+ * type with infinities (integers have none, whatever their bits). */
+static void test_check_parts(void) {
+    make_folder("check");
+    static float seven[7 * 2] = {0};
+    seven[4 * 2 + 1] = NAN;
+    seven[6 * 2] = -INFINITY;
+    bytes *b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (7, 2), }", seven, sizeof seven);
+    write_file("check/seven.npy", b->data, b->len);
+    ddp_dataset spec = dataset(DDP_DATA_NPY, "seven", "check/seven.npy", "");
+    ddp_data d;
+    char err[1024];
+    if (ddp_data_open(&spec, root, &d, err, sizeof err)) { /* parts of 3, 2 and 2 samples */
+        check_part(__LINE__, &d, 0, 3, NULL);
+        check_part(__LINE__, &d, 1, 3, "check/seven.npy: sample 4 holds NaN (element 1)");
+        check_part(__LINE__, &d, 2, 3, "check/seven.npy: sample 6 holds -inf (element 0)");
+        check_part(__LINE__, &d, 0, 1, "check/seven.npy: sample 4 holds NaN (element 1)");
+        for (int64_t part = 0; part < 20; part++) /* more workers than samples: parts of 0 or 1 */
+            check_part(__LINE__, &d, part, 20, part == 4 ? "sample 4 holds NaN" : part == 6 ? "sample 6" : NULL);
+        ddp_data_free(&d);
+    } else {
+        fprintf(stderr, "unexpected failure: %s\n", err);
+        failures++;
+    }
+
+    /* two files of 3 and 4 samples; the dataset's sample 4 is the second file's 1 */
+    static float first[3 * 2], second[4 * 2];
+    second[1 * 2] = NAN;
+    b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", first, sizeof first);
+    write_file("check/x-1.npy", b->data, b->len);
+    b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2), }", second, sizeof second);
+    write_gzip("check/x-2.npy", b->data, b->len);
+    spec = dataset(DDP_DATA_NPY, "split", "check/x-*.npy", "");
+    if (ddp_data_open(&spec, root, &d, err, sizeof err)) {
+        CHECK(d.nshards == 2 && d.samples == 7);
+        check_part(__LINE__, &d, 0, 2, NULL); /* samples 0..3: the first file and the second's 0 */
+        check_part(__LINE__, &d, 1, 2, "check/x-2.npy: sample 1 holds NaN (element 0)");
+        check_part(__LINE__, &d, 1, 3, "check/x-2.npy: sample 1 holds NaN (element 0)");
+        check_part(__LINE__, &d, 2, 3, NULL);
+        ddp_data_free(&d);
+    } else {
+        fprintf(stderr, "unexpected failure: %s\n", err);
+        failures++;
+    }
+
+    /* samples of 2000 values: f64, f16 and integers */
+    enum { PER = 2000 };
+    static double wide[3 * PER];
+    wide[2 * PER + 1000] = INFINITY;
+    b = npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3, 2000), }", wide, sizeof wide);
+    write_file("check/f8.npy", b->data, b->len);
+    static uint16_t half[3 * PER];
+    half[2 * PER + 1999] = 0x7e00; /* a NaN */
+    half[2 * PER + 1998] = 0x7bff; /* the largest finite half */
+    b = npy(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (3, 2000), }", half, sizeof half);
+    write_file("check/f2.npy", b->data, b->len);
+    static int32_t whole[3 * PER];
+    for (int i = 0; i < 3 * PER; i++)
+        whole[i] = i % 2 ? 0x7f800000 : -1; /* the bits of inf and NaN are plain numbers here */
+    b = npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 2000), }", whole, sizeof whole);
+    write_file("check/i4.npy", b->data, b->len);
+    static const struct {
+        const char *file, *says;
+    } typed[] = {{"check/f8.npy", "check/f8.npy: sample 2 holds inf (element 1000)"},
+                 {"check/f2.npy", "check/f2.npy: sample 2 holds NaN (element 1999)"},
+                 {"check/i4.npy", NULL}};
+    for (size_t i = 0; i < sizeof typed / sizeof *typed; i++) {
+        spec = dataset(DDP_DATA_NPY, "typed", typed[i].file, "");
+        if (!ddp_data_open(&spec, root, &d, err, sizeof err)) {
+            fprintf(stderr, "unexpected failure: %s\n", err);
+            failures++;
+            continue;
+        }
+        check_part(__LINE__, &d, 0, 1, typed[i].says);
+        check_part(__LINE__, &d, 0, 3, NULL); /* sample 0 alone */
+        ddp_data_free(&d);
+    }
+}
+
 /* ------------------------------------------------------------- mapped files */
 
 /* This process's resident anonymous memory (malloc'd, not a file's pages), in bytes. */
@@ -1158,6 +1264,7 @@ int main(int argc, char **argv) {
     test_fits_and_batches();
     test_synthetic();
     test_npy_patterns();
+    test_check_parts();
     test_mapped_npy();
     test_mapped_file_changed();
     test_mapped_file_cut_short();

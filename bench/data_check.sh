@@ -1,0 +1,80 @@
+#!/bin/sh
+# data_check.sh [BUILD_DIR [WORKERS [MIB]]]: how long a job takes to start on a float
+# dataset, whose values every run checks for NaN and infinity before training. A .npy
+# of MIB MiB of f32 (2048 by default), in the page cache, trains one step on 1 worker
+# and on WORKERS (default 2) local workers started by ddprun. The workers check a part
+# of the values each, so a job of N reads the file once between them, not N times: it
+# prints each job's wall time and its workers' CPU time summed, the best of three
+# runs, and the ratios of the N workers' to the one worker's (the reference, measured
+# in the same run): about 1 for the CPU time when the check is shared, about N when
+# each worker checks it all.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(realpath "${1:-$root/build}")
+workers=${2:-2} mib=${3:-2048}
+work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+samples=$((mib * 256)) # of 1024 f32 values (4 KiB)
+echo "writing $samples samples of 1024 f32 values ($mib MiB)"
+python3 - "$work" "$samples" <<'EOF'
+import os, struct, sys
+work, n = sys.argv[1], int(sys.argv[2])
+def header(descr, shape):
+    text = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    text += " " * (63 - (10 + len(text)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode()
+row = struct.pack("<1024f", *[i / 1024 for i in range(1024)])
+with open(f"{work}/x.npy", "wb") as f:
+    f.write(header("<f4", f"({n}, 1024)"))
+    for _ in range(n // 256):
+        f.write(row * 256)
+    f.write(row * (n % 256))
+with open(f"{work}/y.npy", "wb") as f:
+    f.write(header("|u1", f"({n},)") + bytes(i % 10 for i in range(n)))
+EOF
+cat > "$work/check.ddp" <<EOF
+dataset values = npy(inputs = "$work/x.npy", labels = "$work/y.npy")
+
+model small(input: [1024]) {
+    logits: dense(10)
+}
+
+train small on values {
+    batch_per_replica = 32
+    loss              = sparse_categorical_crossentropy(from_logits = true)
+    optimizer         = sgd(learning_rate = 0.01)
+    epochs            = 1
+    steps_per_epoch   = 1
+}
+EOF
+"$build/ddpc" build "$work/check.ddp" -o "$work/check"
+
+# run WORKERS: "WALL CPU", the job's wall time and its workers' CPU time summed, in
+# seconds, of the fastest of three runs
+run() {
+    python3 - "$build/ddprun" -n "$1" "$work/check" --threads 1 <<'EOF'
+import resource, subprocess, sys, time
+best = None
+for _ in range(3):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.time()
+    p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.time() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode:
+        sys.exit(p.stdout)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    best = (wall, cpu) if best is None or wall < best[0] else best
+print("%.3f %.3f" % best)
+EOF
+}
+
+cat "$work/x.npy" > /dev/null # into the page cache
+printf '%8s %10s %10s %12s %12s\n' workers "wall s" "CPU s" "wall ratio" "CPU ratio"
+set -- $(run 1)
+one_wall=$1 one_cpu=$2
+printf '%8d %10.2f %10.2f\n' 1 "$one_wall" "$one_cpu"
+set -- $(run "$workers")
+printf '%8d %10.2f %10.2f %12.2f %12.2f\n' "$workers" "$1" "$2" "$(echo "$1 / $one_wall" | bc -l)" \
+    "$(echo "$2 / $one_cpu" | bc -l)"
