@@ -702,6 +702,14 @@ void ddp_replace_abandon(ddp_replacement *w);
 /* Whether path could be replaced now (its folder takes a file, it is no folder): what
  * a run checks at its start of the files it writes at its end. */
 bool ddp_replace_possible(const char *path, char *err, size_t len);
+/* From now on SIGINT, SIGTERM, SIGHUP and SIGUSR1, where they would end the process
+ * (not ignored, not handled), remove the temporary files of the replacements being
+ * written before they end it. Training catches them for a while (train.c), and gives
+ * them back as they were. */
+void ddp_remove_unfinished_on_signals(void);
+/* The temporary files being written removed, then the process ended by sig as if
+ * nothing handled it; async-signal-safe (unlink, signal and raise only). */
+void ddp_end_by_signal(int sig);
 /* A small text file, replaced whole. */
 bool ddp_write_text(const char *path, const char *text, char *err, size_t len);
 bool ddp_sync_folder(const char *path); /* the folder that holds path */

@@ -515,6 +515,7 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     if (status >= 0)
         return status;
     char err[2048];
+    ddp_remove_unfinished_on_signals();
     ddp_set_identity(cfg.prog, 0, "", false);
     ddp_share_identity();
     if (!ddp_cluster_resolve(&p->settings, &cfg.cluster_flags, &cfg.cluster, err, sizeof err)) {

@@ -151,23 +151,16 @@ char *ddp_trace_json(ddp_trace *t, int rank, const char *host, double offset_ms,
 }
 
 bool ddp_trace_write(const char *path, char *const *parts, const size_t *lens, int n, char *err, size_t errlen) {
-    char temp[4200];
-    snprintf(temp, sizeof temp, "%s.partial", path);
-    FILE *f = fopen(temp, "w");
-    if (!f)
-        return ddp_fail(err, errlen, "--trace %s: cannot write it: %m", path);
-    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
+    ddp_replacement w;
+    char why[4400];
+    if (!ddp_replace_open(&w, path, why, sizeof why))
+        return ddp_fail(err, errlen, "--trace %s", why);
+    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", w.f);
     for (int i = 0; i < n; i++) {
         if (i)
-            fputs(",\n", f);
-        fwrite(parts[i], 1, lens[i], f);
+            fputs(",\n", w.f);
+        fwrite(parts[i], 1, lens[i], w.f);
     }
-    fputs("\n]}\n", f);
-    bool ok = !ferror(f);
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(temp, path) != 0) {
-        remove(temp);
-        return ddp_fail(err, errlen, "--trace %s: writing it failed: %m", path);
-    }
-    return true;
+    fputs("\n]}\n", w.f);
+    return ddp_replace_commit(&w, false, why, sizeof why) || ddp_fail(err, errlen, "--trace %s", why);
 }

@@ -97,28 +97,27 @@ typedef struct Run {
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig) {
-    if (stop_signal == SIGINT && sig == SIGINT) { /* a second Ctrl-C: now */
-        signal(SIGINT, SIG_DFL);
-        raise(SIGINT);
-    }
+    if (stop_signal == SIGINT && sig == SIGINT) /* a second Ctrl-C: now */
+        ddp_end_by_signal(SIGINT);
     if (!stop_signal)
         stop_signal = sig;
 }
 
-/* On while any worker of the process trains (several with several GPUs a worker). */
+/* On while any worker of the process trains (several with several GPUs a worker);
+ * off, the signals are handled as they were before (files.c's removal of unfinished
+ * files, where that was on). */
 static void catch_stop_signals(bool on) {
+    static const int stops[] = {SIGUSR1, SIGTERM, SIGINT};
+    static struct sigaction before[3];
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static int training;
     pthread_mutex_lock(&lock);
     bool change = on ? training++ == 0 : --training == 0;
-    pthread_mutex_unlock(&lock);
-    if (!change)
-        return;
-    struct sigaction sa = {.sa_handler = on ? on_stop_signal : SIG_DFL, .sa_flags = SA_RESTART};
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGUSR1, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    for (int i = 0; change && i < 3; i++)
+        sigaction(stops[i], on ? &sa : &before[i], on ? &before[i] : NULL);
+    pthread_mutex_unlock(&lock);
 }
 
 /* DDP_TEST_SIGNAL=USR1|TERM|INT@STEP[:RANK]: the tests' signal, raised by this worker

@@ -18,6 +18,7 @@ gives. LAUNCHER starts N workers given N (`ddprun -n`, or `srun -n` in a Slurm j
   the rename leaves an older file as it was."""
 import ast
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -50,9 +51,16 @@ def close(got, want, tol):
     return len(got) == len(want) and all(abs(g - h) <= tol * max(1.0, abs(h)) for g, h in zip(got, want))
 
 
+def default_signals():
+    """A child's signals as a terminal gives them, whatever this test inherited (a
+    background job's SIGINT is ignored)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def status_of(command, env=None, cwd=None):
     p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
-                       env=env, cwd=cwd)
+                       env=env, cwd=cwd, preexec_fn=default_signals)
     return p.returncode, p.stdout
 
 
@@ -146,6 +154,16 @@ def main():
     status, said = status_of([tiny, *given, "--predict", path("kept.npy")], env)
     check(status == 9 and open(path("kept.npy")).read() == "older\n",
           "a crash before the rename leaves the older file as it was (status %d)" % status)
+    for sig in ("INT", "TERM"):  # a signal that ends the process removes the temporary file first
+        for f in os.listdir(root):  # the crash's
+            if f.startswith("kept.npy."):
+                os.remove(path(f))
+        env = dict(os.environ, DDP_CRASH_AT="before-rename:" + sig)
+        status, said = status_of([tiny, *given, "--predict", path("kept.npy")], env)
+        left = [f for f in os.listdir(root) if f.startswith("kept.npy.")]
+        check(status == -getattr(signal, "SIG" + sig) and open(path("kept.npy")).read() == "older\n" and not left,
+              "SIG%s before the rename: the older file as it was, no temporary file (status %d, left %s)" %
+              (sig, status, left))
     status, said = status_of([tiny, "--data-root", root, "--predict", path("initial.npy")])
     check(status == 0 and "warning: --predict without --load" in said, "without --load: a warning naming --predict")
     sys.exit(1 if datafiles.failures else 0)
