@@ -55,6 +55,9 @@ static const char usage[] =
     "                        validation data are\n"
     "  --synthetic           train on random samples of the model's shapes instead of the\n"
     "                        program's datasets (to measure speed without reading files)\n"
+    "  --check               read and check all that the run needs (datasets, --load, the\n"
+    "                        files it writes, the job's other workers), print the banner\n"
+    "                        and stop before the first step: nothing is trained or written\n"
     "  --log-every N         steps between progress lines when stdout is not a terminal\n"
     "  --rank N, --world-size N, --local-rank N, --local-world-size N, --coordinator HOST:PORT\n"
     "                        this worker's place in the job (default: DDP_* variables,\n"
@@ -145,7 +148,7 @@ typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_M
                F_EVALUATE, F_PREDICT, F_PREDICT_INPUTS, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD,
                F_LOCAL_RANK, F_LOCAL_WORLD, F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT,
                F_INTERFACE, F_TRACE, F_PROFILE, F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS,
-               F_CONVOLUTIONS, F_CONV_SEARCH, F_HELP } Flag;
+               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -166,7 +169,7 @@ static const struct {
     {"--run-dir", F_RUN_DIR, true},     {"--resume-changed", F_RESUME_CHANGED, false},
     {"--resume", F_RESUME, true},       {"--requeue-on-signal", F_REQUEUE, false},
     {"--no-cuda-graphs", F_NO_GRAPHS, false}, {"--convolutions", F_CONVOLUTIONS, true},
-    {"--conv-search", F_CONV_SEARCH, true},
+    {"--conv-search", F_CONV_SEARCH, true}, {"--check", F_CHECK, false},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
 
@@ -297,6 +300,7 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
         return -1;
     case F_PREDICT_INPUTS: return predict_inputs(cfg, v);
     case F_SYNTHETIC: cfg->synthetic = true; return -1;
+    case F_CHECK: cfg->check = true; return -1;
     case F_BASELINE: cfg->exec.baseline_cpu = true; return -1;
     case F_NO_GRAPHS: cfg->exec.no_graphs = true; return -1;
     case F_CONVOLUTIONS:
@@ -357,6 +361,9 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
         return bad_usage(cfg, "%s does not go with %s: evaluation trains nothing and keeps no run folder "
                               "(give a checkpoint to --load instead)",
                          evaluating, cfg->resume ? "--resume" : "--run-dir");
+    if (cfg->check && cfg->resume)
+        return bad_usage(cfg, "--check does not go with --resume: it reads no run folder (resuming reads and "
+                              "checks the checkpoint before it trains)");
     if (cfg->resume_changed && !cfg->resume)
         return bad_usage(cfg, "--resume-changed goes with --resume");
     if (cfg->evaluate && cfg->profile)

@@ -40,7 +40,10 @@ ddp_report *ddp_report_open(const ddp_config *cfg, const ddp_program *p, bool qu
     r->program = p;
     r->quiet = quiet;
     /* the files written at the end, tried now: a bad path costs no training */
-    const char *at_end[][2] = {{"--save", cfg->save_path}, {"--trace", cfg->trace_path}};
+    const char *at_end[][2] = {{"--save", cfg->save_path},
+                               {"--trace", cfg->trace_path},
+                               {"--predict", cfg->predict_path},
+                               {"--metrics", cfg->check ? cfg->metrics_path : NULL}}; /* else opened below */
     for (size_t i = 0; i < sizeof at_end / sizeof *at_end && !quiet; i++) {
         char why[1024];
         if (at_end[i][1] && !ddp_replace_possible(at_end[i][1], why, sizeof why)) {
@@ -50,7 +53,7 @@ ddp_report *ddp_report_open(const ddp_config *cfg, const ddp_program *p, bool qu
             return NULL;
         }
     }
-    if (cfg->metrics_path && !quiet) {
+    if (cfg->metrics_path && !quiet && !cfg->check) {
         r->metrics = fopen(cfg->metrics_path, "w");
         if (!r->metrics) {
             snprintf(err, errlen, "%s: cannot write the metrics file: %s", cfg->metrics_path, strerror(errno));
@@ -235,8 +238,8 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     const ddp_settings *s = &p->settings;
     char line[2048];
     const char *doing = cfg->predict_inputs[0] ? "predicting with" : cfg->evaluate ? "evaluating" : "training";
-    ddp_say("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, doing, p->name, p->source,
-            (unsigned long long)p->hash);
+    ddp_say("%s: %s `%s` from %s (program %016llx)\n", cfg->prog, cfg->check ? "checking" : doing, p->name,
+            p->source, (unsigned long long)p->hash);
     const ddp_device_info *gpu = ddp_gpu_info(rt);
     /* precision = tf32 changes the f32 products of a GPU only */
     bool tf32 = s->precision == DDP_PRECISION_TF32 && p->dtype == DDP_F32;
@@ -533,6 +536,15 @@ void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_
         ddp_say("predictions written to %s\n", r->cfg->predict_path);
     fflush(stdout);
     write_json(r, NULL, v, 0, 0, NAN, seconds > 0 ? (double)v->samples / seconds : NAN, seconds);
+}
+
+void ddp_report_checked(ddp_report *r, int64_t workers) {
+    if (r->quiet)
+        return;
+    ddp_say("checked: the datasets, the parameters and the files to write are usable%s; nothing was "
+            "trained or written (run again without --check)\n",
+            workers > 1 ? ", and every worker of the job agrees" : "");
+    fflush(stdout);
 }
 
 void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,

@@ -649,6 +649,7 @@ typedef struct ddp_config {
     int device;                 /* ddp_device_kind */
     const char *data_root, *metrics_path, *save_path, *load_path;
     bool evaluate;              /* --evaluate, or --predict */
+    bool check;                 /* --check: everything a run needs read and tried; nothing run */
     const char *predict_path;   /* --predict: where the validation samples' outputs go */
     char predict_inputs[4096];  /* --predict-inputs: unlabelled .npy inputs instead (an absolute
                                    path, or a pattern); "": the validation dataset */
@@ -847,6 +848,8 @@ void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, 
 void ddp_report_validation(ddp_report *r, int64_t step, const ddp_figures *v);
 void ddp_report_epoch(ddp_report *r, const ddp_epoch_result *e);
 void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_figures *v, double seconds);
+/* --check: all that the run needs was read and tried, and it stops there. */
+void ddp_report_checked(ddp_report *r, int64_t workers);
 /* samples: over the whole run; session_samples: since this process started (a
  * resumed run's rate). */
 void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,

@@ -234,14 +234,14 @@ static int join_text(char *out, size_t len, const ddp_config *cfg, const ddp_pro
                     "rank %lld\nport %d\naddress %s\nsetting program %016llx\nsetting epochs %lld\n"
                     "setting steps_per_epoch %lld\nsetting seed %llu\nsetting learning_rate %s\n"
                     "setting evaluate %s\nsetting predict %s\nsetting synthetic %s\nsetting load %s\n"
-                    "setting trace %s\nsetting resume %s\n"
+                    "setting trace %s\nsetting resume %s\nsetting check %s\n"
                     "setting peer_timeout %lld\nsetting train_samples %lld\nsetting validation_samples %lld\n"
                     "setting device %s\nsetting communication %s",
                     (long long)cfg->cluster.rank, port, address, (unsigned long long)p->hash, (long long)cfg->epochs,
                     (long long)cfg->steps_per_epoch, (unsigned long long)cfg->seed, rate,
                     cfg->evaluate ? "yes" : "no", cfg->predict_path ? "yes" : "no", cfg->synthetic ? "yes" : "no",
                     cfg->load_path ? "yes" : "no",
-                    cfg->trace_path ? "yes" : "no", cfg->resume ? "yes" : "no", (long long)cfg->peer_timeout, (long long)train->samples,
+                    cfg->trace_path ? "yes" : "no", cfg->resume ? "yes" : "no", cfg->check ? "yes" : "no", (long long)cfg->peer_timeout, (long long)train->samples,
                     (long long)validation->samples, devices[cfg->device], cfg->nccl ? "nccl" : "ring");
 }
 

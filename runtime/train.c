@@ -1112,11 +1112,14 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
              (!cfg->evaluate && !prepare_training(&r, err, sizeof err)) || !start_comm(&r, err, sizeof err) ||
              !start_profile(&r, err, sizeof err))
         status = failure(&r, err);
-    else if (!cfg->evaluate && !start_run(&r, resumed, sizeof resumed, err, sizeof err))
+    else if (!cfg->evaluate && !cfg->check && !start_run(&r, resumed, sizeof resumed, err, sizeof err))
         status = failure(&r, err);
     else {
         ddp_report_banner(report, rt, train, validation, cfg->evaluate ? NULL : &r.plan);
-        if (cfg->evaluate) {
+        if (cfg->check) {
+            ddp_report_checked(report, r.workers);
+            status = 0;
+        } else if (cfg->evaluate) {
             status = evaluate_only(&r);
         } else if (!ddp_report_run(report, r.run_dir, r.checkpoint_dir, resumed, r.first_epoch, r.first_batch, r.step,
                                    r.plan.steps, err, sizeof err)) {
@@ -1127,7 +1130,7 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
             status = report_profile(&r, train_all(&r));
             catch_stop_signals(false);
         }
-        if (status == 0 && r.trace && !write_trace(&r, err, sizeof err)) {
+        if (status == 0 && r.trace && !cfg->check && !write_trace(&r, err, sizeof err)) {
             char why[1200];
             snprintf(why, sizeof why, "after the last step, gathering the trace: %s", err);
             status = failure(&r, why);

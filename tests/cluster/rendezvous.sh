@@ -78,6 +78,13 @@ worker 1 2 --evaluate
 finish
 check "--predict on one worker only" "1 1" 1 "the job cannot start: rank 1 on $(hostname) runs with predict = no, and rank 0 on $(hostname) with predict = yes"
 
+# a worker that only checks would leave the others training without it
+next_job
+worker 0 2
+worker 1 2 --check
+finish
+check "--check on one worker only" "1 1" 1 "the job cannot start: rank 1 on $(hostname) runs with check = yes, and rank 0 on $(hostname) with check = no"
+
 # a job mixing a GPU replica and a CPU one cannot start, whoever comes first
 next_job
 worker 0 2 --device emulated

@@ -131,6 +131,29 @@ expect 0 "warning: --evaluate without --load evaluates the initial parameters (d
 expect 0 "parameters  the initial ones, drawn from seed 0 (no --load)" $tiny --evaluate
 expect 1 "has no tensor \`mlp\.[a-z.]*\`: it was saved from another model" "$dir/zeros" --load "$root/init.safetensors"
 
+# --check reads and tries all that a run needs, stops before the first step and
+# writes nothing: no run folder, no file given, the metrics file as it was
+mkdir "$root/checking"
+echo older > "$root/checking/m.json"
+expect 0 "checked: the datasets, the parameters and the files to write are usable; nothing was trained" \
+    sh -c "cd '$root/checking' && $tiny --check --metrics m.json --save s.safetensors --trace t.json \
+           --load '$root/init.safetensors'"
+expect 0 "predict     $root/checking/p.npy" $tiny --check --predict "$root/checking/p.npy"
+if [ "$(ls "$root/checking")" = m.json ] && [ "$(cat "$root/checking/m.json")" = older ]; then
+    echo "ok: --check left the folder as it was"
+else
+    echo "FAIL: --check wrote:" $(ls "$root/checking")
+    failures=$((failures + 1))
+fi
+expect 1 "tiny.csv: no such file" "$dir/tiny" --check
+expect 1 "steps_per_epoch is 99, but 8 samples make only 1 global batch" "$dir/tiny" --data-root "$root" --check \
+    --steps-per-epoch 99
+expect 1 "not a safetensors file" $tiny --check --load "$root/garbage"
+expect 1 "\-\-save $root/no/such/dir/p.safetensors: cannot write" $tiny --check --save "$root/no/such/dir/p.safetensors"
+expect 1 "\-\-metrics $root/no/such/dir/m.json: cannot write" $tiny --check --metrics "$root/no/such/dir/m.json"
+expect 1 "\-\-predict $root/no/such/dir/p.npy: cannot write" $tiny --check --predict "$root/no/such/dir/p.npy"
+expect 2 "\-\-check does not go with \-\-resume" $tiny --check --resume
+
 # a log file gets whole lines: no carriage return, no escape sequence
 $tiny --epochs 2 > "$root/log" 2>&1
 if grep -q "$(printf '\r')" "$root/log" || grep -q "$(printf '\033')" "$root/log"; then
