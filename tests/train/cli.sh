@@ -139,6 +139,7 @@ expect 0 "checked: the datasets, the parameters and the files to write are usabl
     sh -c "cd '$root/checking' && $tiny --check --metrics m.json --save s.safetensors --trace t.json \
            --load '$root/init.safetensors'"
 expect 0 "predict     $root/checking/p.npy" $tiny --check --predict "$root/checking/p.npy"
+expect 0 "checked: the datasets" $tiny --check --device emulated
 if [ "$(ls "$root/checking")" = m.json ] && [ "$(cat "$root/checking/m.json")" = older ]; then
     echo "ok: --check left the folder as it was"
 else
