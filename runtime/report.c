@@ -330,19 +330,32 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
 
 /* --------------------------------------------------------------- progress */
 
+/* "  ETA 12.0 s" for the epoch's remaining steps, then ", run 6m 02s" while epochs
+ * follow, at sps (the whole job's samples a second: the steps' global batches); "" before
+ * a rate is known. Validations are not counted. */
+static void eta_text(const ddp_report *r, int64_t epoch, int64_t step, int64_t steps, double sps, char *out,
+                     size_t len) {
+    double global = (double)(r->program->settings.batch_per_replica * r->cfg->cluster.world);
+    int64_t later = r->cfg->epochs - epoch;
+    out[0] = 0;
+    if (!(sps > 0))
+        return;
+    int n = snprintf(out, len, "  ETA %s", duration_text((double)(steps - step) * global / sps));
+    if (later > 0 && n > 0 && (size_t)n < len)
+        snprintf(out + n, len - (size_t)n, ", run %s", duration_text((double)(steps - step + later * steps) * global / sps));
+}
+
 static void draw_bar(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, const ddp_figures *f, double sps) {
     enum { WIDTH = 24 };
-    char bar[WIDTH + 1], figs[512];
+    char bar[WIDTH + 1], figs[512], eta[96];
     int filled = (int)(WIDTH * step / (steps > 0 ? steps : 1));
     for (int i = 0; i < WIDTH; i++)
         bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
     bar[WIDTH] = 0;
     figures_text(figs, sizeof figs, r->program, f, "");
-    /* sps counts the whole job's samples: the remaining steps' global batches */
-    double global = (double)(r->program->settings.batch_per_replica * r->cfg->cluster.world);
-    double eta = sps > 0 ? (double)(steps - step) * global / sps : 0;
-    printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld%s  %.0f samples/s  ETA %s", (long long)epoch,
-           (long long)r->cfg->epochs, bar, (long long)step, (long long)steps, figs, sps, duration_text(eta));
+    eta_text(r, epoch, step, steps, sps, eta, sizeof eta);
+    printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld%s  %.0f samples/s%s", (long long)epoch, (long long)r->cfg->epochs,
+           bar, (long long)step, (long long)steps, figs, sps, eta);
     fflush(stdout);
     r->bar_open = true;
 }
@@ -372,11 +385,12 @@ void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, 
         event_figures(r, global_step, "train", running);
     }
     bool line_due = step % r->cfg->log_every == 0 || step == 1;
-    char figs[512], line[768];
+    char figs[512], eta[96], line[900];
     if (line_due) {
         figures_text(figs, sizeof figs, r->program, running, "");
-        snprintf(line, sizeof line, "epoch %lld/%lld  step %lld/%lld%s  %.0f samples/s\n", (long long)epoch,
-                 (long long)r->cfg->epochs, (long long)step, (long long)steps, figs, samples_per_sec);
+        eta_text(r, epoch, step, steps, samples_per_sec, eta, sizeof eta);
+        snprintf(line, sizeof line, "epoch %lld/%lld  step %lld/%lld%s  %.0f samples/s%s\n", (long long)epoch,
+                 (long long)r->cfg->epochs, (long long)step, (long long)steps, figs, samples_per_sec, eta);
     }
     if (r->cfg->progress_bar) {
         double t = now_seconds();

@@ -163,4 +163,16 @@ if grep -q "$(printf '\r')" "$root/log" || grep -q "$(printf '\033')" "$root/log
 else
     echo "ok: the log has plain lines"
 fi
+# a log's progress lines say what is left of the epoch and, while epochs follow, of the run
+"$dir/fashion_mlp" --synthetic --epochs 2 --steps-per-epoch 20 --log-every 10 --threads 1 --run-dir "$root/eta" \
+    > "$root/log" 2>&1
+if grep -q "^epoch 1/2  step 10/20 .* samples/s  ETA [0-9.]* s, run [0-9.]* s$" "$root/log" &&
+    grep -q "^epoch 2/2  step 10/20 .* samples/s  ETA [0-9.]* s$" "$root/log" &&
+    grep -q "^epoch 1/2  step 1/20 .* [0-9]* samples/s$" "$root/log"; then
+    echo "ok: progress lines with the epoch's and the run's ETA"
+else
+    echo "FAIL: progress lines without their ETA:"
+    grep "step" "$root/log"
+    failures=$((failures + 1))
+fi
 [ "$failures" -eq 0 ] || { echo "$failures failed"; exit 1; }
