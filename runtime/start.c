@@ -144,22 +144,29 @@ static bool choose_device(ddp_config *cfg, const ddp_program *p, ddp_device **de
     return true;
 }
 
+/* --check on a machine without a GPU (a login node) can check the rest on the
+ * emulated one. */
+static const char *check_elsewhere(const ddp_config *cfg) {
+    return cfg->check ? "; --check --device emulated checks the rest on a machine without a GPU" : "";
+}
+
 /* gpus_per_worker > 1 puts each replica on a GPU: none is no CPU run. */
-static bool gpus_found(const ddp_program *p, const ddp_device *dev, char *err, size_t len) {
+static bool gpus_found(const ddp_config *cfg, const ddp_program *p, const ddp_device *dev, char *err, size_t len) {
     return dev || gpus_per_worker(p) == 1 ||
            ddp_fail(err, len, "gpus_per_worker = %d puts each replica on a GPU of its own, but this worker trains "
-                              "on the CPU (--device cpu, or no GPU found): run it on GPUs, or remove the setting",
-                    gpus_per_worker(p));
+                              "on the CPU (--device cpu, or no GPU found): run it on GPUs, or remove the setting%s",
+                    gpus_per_worker(p), check_elsewhere(cfg));
 }
 
 /* precision = bf16 is for a GPU's bf16 tensor cores (or the emulated device, which
  * models them): the CPU's products go through f32 BLAS, where bf16 would only cost
  * accuracy, so a CPU worker refuses rather than run something else than was asked. */
-static bool precision_runs_here(const ddp_program *p, const ddp_device *dev, char *err, size_t len) {
+static bool precision_runs_here(const ddp_config *cfg, const ddp_program *p, const ddp_device *dev, char *err,
+                                size_t len) {
     return dev || p->settings.precision != DDP_PRECISION_BF16 ||
            ddp_fail(err, len, "precision = bf16 runs on a GPU (compute capability 8.0 or later), but this worker "
                               "trains on the CPU (--device cpu, or no usable GPU found): set precision = fp32 to "
-                              "train on the CPU");
+                              "train on the CPU%s", check_elsewhere(cfg));
 }
 
 /* The GPU, said: on stderr by every worker of a job (each its own), in the banner by
@@ -368,7 +375,7 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
         goto done;
     }
     if (!ddp_check_supported(&cfg, p, err, sizeof err) || !choose_device(&cfg, p, &device, err, sizeof err) ||
-        !gpus_found(p, device, err, sizeof err) || !precision_runs_here(p, device, err, sizeof err) ||
+        !gpus_found(&cfg, p, device, err, sizeof err) || !precision_runs_here(&cfg, p, device, err, sizeof err) ||
         !choose_communication(&cfg, p, device, err, sizeof err)) {
         fail(&job, err);
         goto done;

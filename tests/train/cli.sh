@@ -140,6 +140,9 @@ expect 0 "checked: the datasets, the parameters and the files to write are usabl
            --load '$root/init.safetensors'"
 expect 0 "predict     $root/checking/p.npy" $tiny --check --predict "$root/checking/p.npy"
 expect 0 "checked: the datasets" $tiny --check --device emulated
+expect 1 "train on the CPU; --check --device emulated checks the rest on a machine without a GPU" \
+    "$dir/tiny_bf16" --data-root "$root" --device cpu --check
+expect 0 "checked: the datasets" "$dir/tiny_bf16" --data-root "$root" --device emulated --check
 if [ "$(ls "$root/checking")" = m.json ] && [ "$(cat "$root/checking/m.json")" = older ]; then
     echo "ok: --check left the folder as it was"
 else
