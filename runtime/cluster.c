@@ -233,6 +233,11 @@ int ddp_cluster_ring_port(const ddp_cluster *c) {
     return (int)(c->port_base + c->local_rank);
 }
 
+bool ddp_cluster_outside_job(const ddp_settings *s, const ddp_cluster_flags *f) {
+    return !(f && f->world > 0) && ((s->cluster == DDP_CLUSTER_SLURM && !in_slurm_step()) ||
+                                    (s->cluster == DDP_CLUSTER_ENV && !getenv("DDP_WORLD_SIZE")));
+}
+
 bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_cluster *c, char *err,
                          size_t errlen) {
     memset(c, 0, sizeof *c);

@@ -339,6 +339,9 @@ typedef struct ddp_cluster {
 
 /* From flags, DDP_* variables, a Slurm job step or one worker alone, as the program's
  * cluster setting allows; false with a message naming the variable at fault. */
+/* Whether the program's `cluster` (slurm, env) asks for a job this process is not a
+ * task of, with no flags giving its place instead. */
+bool ddp_cluster_outside_job(const ddp_settings *s, const ddp_cluster_flags *f);
 bool ddp_cluster_resolve(const ddp_settings *s, const ddp_cluster_flags *f, ddp_cluster *c, char *err,
                          size_t errlen);
 void ddp_cluster_free(ddp_cluster *c);

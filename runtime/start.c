@@ -145,9 +145,11 @@ static bool choose_device(ddp_config *cfg, const ddp_program *p, ddp_device **de
 }
 
 /* --check on a machine without a GPU (a login node) can check the rest on the
- * emulated one. */
+ * emulated one, which runs each convolution once on the CPU as it starts. */
 static const char *check_elsewhere(const ddp_config *cfg) {
-    return cfg->check ? "; --check --device emulated checks the rest on a machine without a GPU" : "";
+    return cfg->check ? "; --check --device emulated checks the rest on a machine without a GPU (slowly for a "
+                        "large model: the emulated GPU runs each convolution once on the CPU as it starts)"
+                      : "";
 }
 
 /* gpus_per_worker > 1 puts each replica on a GPU: none is no CPU run. */
@@ -525,10 +527,19 @@ int ddp_main(const ddp_program *p, int argc, char **argv) {
     ddp_remove_unfinished_on_signals();
     ddp_set_identity(cfg.prog, 0, "", false);
     ddp_share_identity();
-    if (!ddp_cluster_resolve(&p->settings, &cfg.cluster_flags, &cfg.cluster, err, sizeof err)) {
+    /* --check on a login node, outside the job the program is for: one worker alone */
+    ddp_settings alone = p->settings;
+    bool outside = cfg.check && ddp_cluster_outside_job(&p->settings, &cfg.cluster_flags);
+    if (outside)
+        alone.cluster = DDP_CLUSTER_LOCAL;
+    if (!ddp_cluster_resolve(&alone, &cfg.cluster_flags, &cfg.cluster, err, sizeof err)) {
         ddp_error("%s", err);
         return 1;
     }
+    if (outside)
+        snprintf(cfg.cluster.warning, sizeof cfg.cluster.warning,
+                 "the program says cluster = %s, but this process is not in such a job: --check checks it as one "
+                 "worker alone", p->settings.cluster == DDP_CLUSTER_SLURM ? "slurm" : "env");
     int n = gpus_per_worker(p);
     if (n > 1 && cfg.cluster.world == 1 && !adopt_secret()) {
         ddp_error("cannot draw a secret for the replicas of this worker");

@@ -143,6 +143,9 @@ expect 0 "checked: the datasets" $tiny --check --device emulated
 expect 1 "train on the CPU; --check --device emulated checks the rest on a machine without a GPU" \
     "$dir/tiny_bf16" --data-root "$root" --device cpu --check
 expect 0 "checked: the datasets" "$dir/tiny_bf16" --data-root "$root" --device emulated --check
+expect 0 "the program says cluster = slurm, but this process is not in such a job: --check checks it as one worker" \
+    env -u SLURM_STEP_ID "$dir/tiny_slurm" --data-root "$root" --check
+expect 0 "checked: the datasets" env -u DDP_WORLD_SIZE "$dir/tiny_env" --data-root "$root" --check
 if [ "$(ls "$root/checking")" = m.json ] && [ "$(cat "$root/checking/m.json")" = older ]; then
     echo "ok: --check left the folder as it was"
 else
