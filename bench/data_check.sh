@@ -53,13 +53,14 @@ EOF
 # run WORKERS: "WALL CPU", the job's wall time and its workers' CPU time summed, in
 # seconds, of the fastest of three runs
 run() {
-    python3 - "$build/ddprun" -n "$1" "$work/check" --threads 1 <<'EOF'
-import resource, subprocess, sys, time
+    python3 - "$work/run" "$build/ddprun" -n "$1" "$work/check" --threads 1 --run-dir "$work/run" <<'EOF'
+import resource, shutil, subprocess, sys, time
 best = None
 for _ in range(3):
+    shutil.rmtree(sys.argv[1], ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
-    p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.time() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode:
