@@ -85,6 +85,9 @@ typedef struct ddp_device_conv {
     bool f64;
     bool tf32;                  /* f32 products may read TF32 factors (tensor cores) */
     bool bf16;                  /* x, filters and y are bf16, the sums f32 (precision = bf16) */
+    bool planning;              /* the start's trial (gpu.c plan_convolutions), whose output
+                                   nothing reads: cuDNN picks its plan, the emulated device
+                                   checks the call and computes nothing */
 } ddp_device_conv;
 
 typedef struct ddp_device ddp_device;

@@ -776,6 +776,8 @@ static bool conv(ddp_device *d, int stream, const ddp_device_conv *c) {
         if (!check_range(d, at[t], bytes[t], what))
             return false;
     }
+    if (c->planning) /* its output is never read: the reference's minutes for a large model spared */
+        return true;
     Work w = {.kind = W_CONV, .stream = stream, .conv = *c};
     return enqueue(d, w);
 }

@@ -205,6 +205,7 @@ static void plan_convolutions(ddp_runtime *rt, ddp_gpu *g) {
         c.n = (int)(cv->n.fixed + cv->n.per_sample * p->settings.batch_per_replica);
         c.x = g->buffer[cv->x], c.filters = g->buffer[cv->filters], c.y = g->buffer[cv->y];
         c.workspace = g->buffer[cv->workspace];
+        c.planning = true;
         if (c.n > 0 && !g->dev->ops->conv(g->dev, DDP_STREAM_COMPUTE, &c)) {
             snprintf(g->no_library, sizeof g->no_library, "generated: im2col and products (the library's were given "
                                                            "up at the start: %.900s)", g->dev->error);

@@ -145,10 +145,10 @@ static bool choose_device(ddp_config *cfg, const ddp_program *p, ddp_device **de
 }
 
 /* --check on a machine without a GPU (a login node) can check the rest on the
- * emulated one, which runs each convolution once on the CPU as it starts. */
+ * emulated one, whose memory is the host's. */
 static const char *check_elsewhere(const ddp_config *cfg) {
-    return cfg->check ? "; --check --device emulated checks the rest on a machine without a GPU (slowly for a "
-                        "large model: the emulated GPU runs each convolution once on the CPU as it starts)"
+    return cfg->check ? "; --check --device emulated checks the rest on a machine without a GPU (in the "
+                        "host's memory)"
                       : "";
 }
 
