@@ -178,16 +178,18 @@ static void refuse_all(ddp_coordinator *s, const char *text) {
 
 /* Rank r is gone: every other worker hears it once. Once worker 0 stops the
  * coordinator, connections that close are goodbyes, not losses; a failure a worker
- * reported (failed) is still told. A job refused before it formed has told every
+ * reported is still told, with the status it ends with (status 3: it did not say, it
+ * died or went silent). A job refused before it formed has told every
  * worker why: the failures and goodbyes that follow are that refusal's echoes, and
  * telling them too would race it (a worker hearing of a loss before the refusal). */
-static void lose(ddp_coordinator *s, int rank, const char *reason, bool failed) {
+static void lose(ddp_coordinator *s, int rank, const char *reason, bool failed, int status) {
     Worker *w = &s->workers[rank];
     if (w->lost || (s->stop_seen && !failed) || (s->refusal[0] && !s->table_sent))
         return;
     w->lost = true;
     char text[TEXT];
-    snprintf(text, sizeof text, "rank %d\nhost %s\nreason %s", rank, w->host[0] ? w->host : "?", reason);
+    snprintf(text, sizeof text, "rank %d\nhost %s\nstatus %d\nreason %s", rank, w->host[0] ? w->host : "?", status,
+             reason);
     if (!s->failure[0])
         snprintf(s->failure, sizeof s->failure, "%s", text);
     tell_all(s, DDP_MSG_LOST, text, rank);
@@ -538,10 +540,13 @@ static bool handle(ddp_coordinator *s, int c, ddp_frame *f) {
         return w->join != NULL;
     case DDP_MSG_SET: return set_value(s, f);
     case DDP_MSG_GET: return get_value(s, c, f->data);
-    case DDP_MSG_ABORT: {
+    case DDP_MSG_ABORT: { /* "status S\nreason MESSAGE" */
         char reason[TEXT];
-        snprintf(reason, sizeof reason, "it failed: %.3000s", f->data);
-        lose(s, k->rank, reason, true);
+        int64_t status = 3;
+        const char *message = strstr(f->data, "\nreason ");
+        ddp_text_number(f->data, "status", &status);
+        snprintf(reason, sizeof reason, "it failed: %.3000s", message ? message + 8 : f->data);
+        lose(s, k->rank, reason, true, (int)status);
         k->left = true;
         return true;
     }
@@ -571,7 +576,7 @@ static void read_conn(ddp_coordinator *s, int c) {
         bool silent_exit = k->left;
         drop(s, c);
         if (rank >= 0 && !silent_exit)
-            lose(s, rank, "its connection closed: the process ended or was killed", false);
+            lose(s, rank, "its connection closed: the process ended or was killed", false, 3);
         return;
     }
 }
@@ -604,7 +609,7 @@ static void tick(ddp_coordinator *s) {
             char why[160];
             snprintf(why, sizeof why, "it has not answered for %d s (frozen, or its host unreachable; "
                      "--peer-timeout)", s->cfg.peer_timeout_ms / 1000);
-            lose(s, k->rank, why, false);
+            lose(s, k->rank, why, false, 3);
             k->last_heard = now; /* told once; the connection stays for its goodbye */
         }
     }

@@ -10,8 +10,11 @@
  * silent or away), the link remembers who and why, and makes its wake descriptor
  * readable: the ring polls it, so a worker blocked in a collective stops at once. A
  * worker busy computing meets the news at its next collective; should it not get
- * there within a grace period, the link thread ends the process itself with status
- * 3, so no worker is ever left behind (S12). */
+ * there within a grace period, the link thread ends the process itself, so no worker
+ * is ever left behind (S12). Its status is 3, a worker lost, unless the lost worker
+ * ended with an error of its own (a bad data file, a refused setting): then every
+ * worker ends with that worker's status, so the job's status (srun gives the highest
+ * of its tasks') says what happened. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -47,6 +50,7 @@ struct ddp_link {
     double deferred_until;      /* ms: another thread's own way out ends the process by then if it must */
     bool awaiting;              /* the main thread waits for a reply */
     int lost_rank;
+    int lost_status;            /* what this worker ends with for the loss: 3, or the lost one's own */
     char lost_text[TEXT];
     double lost_at;
     double last_heard, last_beat;
@@ -58,11 +62,12 @@ struct ddp_link {
 
 /* ------------------------------------------------------------- losses */
 
-static void set_lost(ddp_link *l, int rank, const char *text) {
+static void set_lost(ddp_link *l, int rank, int status, const char *text) {
     pthread_mutex_lock(&l->lock);
     if (!l->lost) {
         l->lost = true;
         l->lost_rank = rank;
+        l->lost_status = status;
         snprintf(l->lost_text, sizeof l->lost_text, "%.4000s", text);
         l->lost_at = ddp_now_ms();
         uint64_t one = 1;
@@ -72,16 +77,17 @@ static void set_lost(ddp_link *l, int rank, const char *text) {
     pthread_mutex_unlock(&l->lock);
 }
 
-/* A LOST notice: "rank R\nhost H\nreason ..." */
+/* A LOST notice: "rank R\nhost H\nstatus S\nreason ..." */
 static void notice(ddp_link *l, const char *text) {
-    int64_t rank = -1;
+    int64_t rank = -1, status = 3;
     char host[256] = "?", reason[TEXT] = "", line[TEXT + 300];
     ddp_text_number(text, "rank", &rank);
     ddp_text_field(text, "host", host, sizeof host);
+    ddp_text_number(text, "status", &status);
     const char *r = strstr(text, "\nreason ");
     snprintf(reason, sizeof reason, "%s", r ? r + 8 : "no reason given");
     snprintf(line, sizeof line, "lost rank %lld on %s: %s", (long long)rank, host, reason);
-    set_lost(l, (int)rank, line);
+    set_lost(l, (int)rank, status > 0 && status < 256 ? (int)status : 3, line);
 }
 
 bool ddp_link_lost(ddp_link *l, int *rank, char *text, size_t len) {
@@ -107,6 +113,15 @@ void ddp_link_defer(ddp_link *l, double until_ms) {
     if (until_ms > l->deferred_until)
         l->deferred_until = until_ms;
     pthread_mutex_unlock(&l->lock);
+}
+
+int ddp_link_lost_status(ddp_link *l) {
+    if (!l)
+        return 3;
+    pthread_mutex_lock(&l->lock);
+    int status = l->lost ? l->lost_status : 3;
+    pthread_mutex_unlock(&l->lock);
+    return status;
 }
 
 int ddp_link_wake_fd(const ddp_link *l) {
@@ -171,7 +186,7 @@ static void gone(ddp_link *l, const char *how) {
     snprintf(text, sizeof text, "lost rank 0 on %.200s, the coordinator (%.300s): %.400s", l->coordinator_host,
              l->coordinator, how);
     pthread_mutex_unlock(&l->lock);
-    set_lost(l, 0, text);
+    set_lost(l, 0, 3, text);
 }
 
 /* The last resort: the main thread did not act on a loss in time. */
@@ -180,7 +195,7 @@ static void give_up(ddp_link *l) {
     ddp_link_lost(l, NULL, text, sizeof text);
     ddp_error("%s; this worker was computing step %lld and did not reach a collective within %d s: ending it",
               text, (long long)atomic_load(&l->step), GRACE_MS / 1000);
-    _exit(3);
+    _exit(ddp_link_lost_status(l));
 }
 
 static void *keep(void *arg) {
@@ -476,6 +491,8 @@ void ddp_link_close(ddp_link *l) {
     finish(l, DDP_MSG_BYE, NULL, l ? l->peer_timeout_ms : 0);
 }
 
-void ddp_link_abort(ddp_link *l, const char *message) {
-    finish(l, DDP_MSG_ABORT, message, 10000);
+void ddp_link_abort(ddp_link *l, int status, const char *message) {
+    char text[TEXT];
+    snprintf(text, sizeof text, "status %d\nreason %.4000s", status, message);
+    finish(l, DDP_MSG_ABORT, text, 10000);
 }

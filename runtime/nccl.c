@@ -211,7 +211,7 @@ static void abort_comm(ddp_nccl *n, const char *reason) {
     }
     if (!over) {
         ddp_error("%s; ncclCommAbort did not return within %d s: exiting", n->why, ABORT_GRACE_MS / 1000);
-        _exit(3);
+        _exit(ddp_link_lost_status(n->link)); /* 3, or the status of the worker whose error began it */
     }
     if (started)
         pthread_join(aborter, NULL);

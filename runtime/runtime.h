@@ -482,6 +482,10 @@ bool ddp_link_set(ddp_link *l, const char *key, const void *value, size_t len, c
 bool ddp_link_get(ddp_link *l, const char *key, ddp_frame *value, int timeout_s, char *err, size_t errlen);
 /* True once a worker of the job is lost: its rank and a line naming it and why. */
 bool ddp_link_lost(ddp_link *l, int *rank, char *text, size_t len);
+/* The status a worker ends with for a loss: 3 (a worker died, froze or could not be
+ * reached; also with no loss, or NULL), or the lost worker's own when it told the job
+ * it failed with an error (1, 2), so that every worker, and srun, gives the cause's. */
+int ddp_link_lost_status(ddp_link *l);
 /* Readable once a worker is lost; -1 for NULL. */
 int ddp_link_wake_fd(const ddp_link *l);
 /* A loss the main thread does not act on ends the process after a grace period, but
@@ -494,8 +498,8 @@ void ddp_link_at_step(ddp_link *l, int64_t step);
 double ddp_link_clock_offset(ddp_link *l);
 /* Says goodbye and closes; worker 0 first waits for everyone's goodbye. NULL: none. */
 void ddp_link_close(ddp_link *l);
-/* Tells the job this worker fails with message, then closes. */
-void ddp_link_abort(ddp_link *l, const char *message);
+/* Tells the job this worker fails with message and ends with status, then closes. */
+void ddp_link_abort(ddp_link *l, int status, const char *message);
 
 /* ----------------------------------------------------------------- ring.c */
 
@@ -928,6 +932,11 @@ typedef struct ddp_job {
     ddp_trace *trace;
     char why[1024];             /* the message this worker failed with, for the others */
 } ddp_job;
+
+/* The status of a worker that failed: 1 for an error of its own, 3 when it lost a
+ * worker of the job (S12), whether a collective, NCCL or the coordinator brought the
+ * news, or the lost worker's own status when that one reported an error. */
+int ddp_job_failure_status(ddp_job *job);
 
 /* Whether every worker of the ring holds worker 0's parameters and running
  * statistics bit for bit (S5 at the start; at the end, the proof that every update

@@ -10,7 +10,8 @@
  *
  * Exit status: 0 done, 1 a run-time error (data, files, numbers, a job that cannot
  * form), 2 bad usage, 3 another worker of the job was lost, 4 stopped by SIGUSR1 or
- * SIGTERM after a checkpoint, 130 the same after SIGINT. */
+ * SIGTERM after a checkpoint, 130 the same after SIGINT. A worker that fails with 1 or
+ * 2 tells the job, and the others end with that status rather than 3. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -307,11 +308,11 @@ static void leave_job(ddp_job *job, int status) {
     bool nccl_gave_up = ddp_nccl_failed(job->nccl, NULL, 0) && !ddp_link_lost(job->link, NULL, NULL, 0);
     ddp_nccl_close(job->nccl);
     if (nccl_gave_up)
-        ddp_link_abort(job->link, job->why[0] ? job->why : "its NCCL communicator was aborted");
-    else if (status == 0 || status == 3 || status == 4 || status == 130) /* 4, 130: every worker stopped alike */
-        ddp_link_close(job->link);
+        ddp_link_abort(job->link, 3, job->why[0] ? job->why : "its NCCL communicator was aborted");
+    else if (status == 0 || status == 3 || status == 4 || status == 130 || ddp_link_lost(job->link, NULL, NULL, 0))
+        ddp_link_close(job->link); /* 4, 130: every worker stopped alike; after a loss, its echo */
     else
-        ddp_link_abort(job->link, job->why[0] ? job->why : "it stopped with an error");
+        ddp_link_abort(job->link, status, job->why[0] ? job->why : "it stopped with an error");
     ddp_ring_close(job->ring);
     ddp_trace_free(job->trace);
 }
@@ -349,7 +350,7 @@ static int refuse_usage(const ddp_program *p, ddp_config *cfg) {
         ddp_set_identity(cfg->prog, cfg->cluster.rank, cfg->cluster.host, true);
         if (join_job(&job, cfg, err, sizeof err)) {
             snprintf(why, sizeof why, "its command line was refused: %s", cfg->usage_error);
-            ddp_link_abort(job.link, why);
+            ddp_link_abort(job.link, 2, why);
         }
     }
     if (resolved)
@@ -430,12 +431,12 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
                          !ddp_parameters_agree(rt, job.ring, "at the start", "every worker needs the same seed "
                                                "and --load file", err, sizeof err))) {
         fail(&job, err);
-        status = lost || ddp_ring_lost(job.ring) >= 0 ? 3 : 1;
+        status = ddp_job_failure_status(&job);
         goto done;
     }
     if (cfg.nccl && !open_nccl(&job, &cfg, rt, err, sizeof err)) {
         fail(&job, err);
-        status = ddp_link_lost(job.link, NULL, NULL, 0) || ddp_nccl_failed(job.nccl, NULL, 0) ? 3 : 1;
+        status = ddp_job_failure_status(&job);
         goto done;
     }
     if (!(report = ddp_report_open(&cfg, p, c->rank != 0, err, sizeof err))) {

@@ -151,16 +151,17 @@ static double now_seconds(void) {
     return ddp_now_ms() / 1e3;
 }
 
-/* Status 1, or 3 when a worker of the job was lost (S12), whether a collective or
- * the coordinator brought the news. */
+int ddp_job_failure_status(ddp_job *job) {
+    if (ddp_link_lost(job->link, NULL, NULL, 0))
+        return ddp_link_lost_status(job->link);
+    return ddp_ring_lost(job->ring) >= 0 || ddp_nccl_failed(job->nccl, NULL, 0) ? 3 : 1;
+}
+
 static int failure(Run *r, const char *message) {
     ddp_report_interrupt(r->report);
     ddp_error("%s", message);
     snprintf(r->job->why, sizeof r->job->why, "%.1000s", message);
-    return ddp_ring_lost(r->ring) >= 0 || ddp_link_lost(r->job->link, NULL, NULL, 0) ||
-                   ddp_nccl_failed(r->job->nccl, NULL, 0)
-               ? 3
-               : 1;
+    return ddp_job_failure_status(r->job);
 }
 
 /* "step 12 (epoch 1, step 12 of 312), DOING: WHAT", or "after step 12 (...)". */

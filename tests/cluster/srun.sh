@@ -2,7 +2,9 @@
 # srun.sh UNIT_CLUSTER PROGRAMS: under a real Slurm (run through with_slurm.sh), every
 # task of `srun -n 1..4` resolves its own rank, the step's size, the same coordinator
 # and the same port; a built program trains under `srun -n 1` and `srun -n 3`, with
-# one banner and one summary, from worker 0.
+# one banner and one summary, from worker 0; a data file missing on one task ends the
+# step with that task's status 1 (srun gives the highest of its tasks': the others,
+# which only lost it, end with its status too, not 3).
 set -u
 resolver=$1 programs=$2
 failures=0
@@ -40,5 +42,16 @@ if printf '%s\n' "$out" | grep -q "cluster     slurm: 3 workers on 1 node" &&
 else
     fail "srun -n 3 $programs/tiny:"
     printf '%s\n' "$out"
+fi
+# shellcheck disable=SC2016
+timeout 120 srun -n 3 sh -c 'root=$1; [ "$SLURM_PROCID" = 2 ] && root=$1/missing
+    exec "$0" --data-root "$root" --threads 1' "$programs/tiny" "$root" > "$root/out" 2> "$root/err"
+status=$?
+if [ $status -eq 1 ] && [ "$(grep -c "tiny.csv: no such file" "$root/err")" -eq 3 ] &&
+    [ "$(grep -c "lost rank 2 on [^:]*: it failed: .*missing/tiny.csv: no such file" "$root/err")" -eq 2 ]; then
+    echo "ok: srun -n 3, the data missing on task 2: status 1, every task saying why"
+else
+    fail "srun -n 3, the data missing on task 2: status $status"
+    cat "$root/err"
 fi
 [ "$failures" -eq 0 ]
