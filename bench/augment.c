@@ -1,7 +1,8 @@
 /* augment.c: how fast the loader assembles training batches from an image dataset,
- * as it is and with each of a dataset's preprocessing steps, in one thread (the loader's).
+ * as it is and with each of a dataset's preprocessing steps, in one thread; then the
+ * loader itself (its threads, and the copy of each batch out) with 1 .. --threads.
  *
- * bench_augment INPUTS.npy LABELS.npy [--batch N] [--seconds S]
+ * bench_augment INPUTS.npy LABELS.npy [--batch N] [--seconds S] [--threads T]
  *
  * INPUTS holds images [N, h, w, c] (any dtype the npy reader takes; CIFAR-10's uint8
  * [N, 32, 32, 3] in bench/augment.sh). For each variant (scaled only; normalised; scaled,
@@ -9,7 +10,10 @@
  * (128) samples drawn at random, as ddp_data_batch does for a training step, for
  * about --seconds (1) after one warm-up batch, and prints samples per second, the
  * median over the batches. Each variant's batch is also checked: normalised values
- * must be ((x / 255) - mean) / std of some value x of the file or of the padding. */
+ * must be ((x / 255) - mean) / std of some value x of the file or of the padding. The
+ * loader's passes (all four steps, the samples shuffled, each pass's batches as a
+ * training epoch has them) print samples per second, the median over the passes, and
+ * the ratio to one thread; each pass's last batch is checked against ddp_data_batch. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +51,42 @@ static bool values_plausible(const float *x, int64_t n, int64_t channels, const 
     return true;
 }
 
+/* Samples per second of the loader on t threads, passes over d in batches of `batch`
+ * (the median pass, after one warm-up), the last batch of each compared with
+ * ddp_data_batch's; -1 where they differ or the loader cannot start. */
+static double loader_rate(const ddp_data *d, const ddp_program *p, int64_t batch, int threads, double seconds,
+                          float *x, int32_t *y, int64_t *ids, float *want) {
+    int64_t n = d->samples, batches = n / batch, per = d->shape[0] * d->shape[1] * d->shape[2];
+    int64_t *order = malloc(sizeof(int64_t) * (size_t)n), *starts = malloc(sizeof(int64_t) * (size_t)batches);
+    int64_t *sizes = malloc(sizeof(int64_t) * (size_t)batches);
+    double *took = malloc(sizeof(double) * MAX_BATCHES);
+    ddp_loader *l = ddp_loader_new(d, p, batch, threads);
+    double rate = -1;
+    if (!order || !starts || !sizes || !took || !l || batches < 1)
+        goto done;
+    for (int64_t b = 0; b < batches; b++)
+        starts[b] = b * batch, sizes[b] = batch;
+    int passes = 0;
+    bool same = true;
+    for (double start = now_s(); passes < MAX_BATCHES && (passes < MIN_REPS + 1 || now_s() - start < seconds);
+         passes++) {
+        ddp_draw_key key = {1, passes};
+        ddp_epoch_order(1, passes, true, n, order);
+        double t = now_s();
+        ddp_loader_begin(l, order, starts, sizes, batches, &key);
+        while (ddp_loader_next(l, x, y, ids) > 0)
+            continue;
+        took[passes] = now_s() - t;
+        ddp_data_batch(d, p, order + starts[batches - 1], batch, &key, want, y, ids);
+        same &= memcmp(x, want, sizeof(float) * (size_t)(per * batch)) == 0;
+    }
+    rate = same ? (double)(batches * batch) / median(took + 1, passes - 1) : -1;
+done:
+    ddp_loader_free(l);
+    free(order), free(starts), free(sizes), free(took);
+    return rate;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: bench_augment INPUTS.npy LABELS.npy [--batch N] [--seconds S]\n");
@@ -54,14 +94,17 @@ int main(int argc, char **argv) {
     }
     int64_t batch = 128;
     double seconds = 1;
+    int threads = 1;
     for (int i = 3; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--batch") == 0)
             batch = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--seconds") == 0)
             seconds = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--threads") == 0)
+            threads = atoi(argv[i + 1]);
     }
-    if (batch < 1) {
-        fprintf(stderr, "bench_augment: --batch must be positive\n");
+    if (batch < 1 || threads < 1) {
+        fprintf(stderr, "bench_augment: --batch and --threads must be positive\n");
         return 2;
     }
     ddp_dataset spec = {.name = "images", .kind = DDP_DATA_NPY, .path = {argv[1], argv[2]}, .scale = 1.0 / 255};
@@ -80,11 +123,11 @@ int main(int argc, char **argv) {
     p.settings.loss = DDP_LOSS_SPARSE_CATEGORICAL;
     memcpy(p.input_shape, d.shape, sizeof(int64_t) * 3);
     int64_t per = d.shape[0] * d.shape[1] * d.shape[2];
-    float *x = malloc(sizeof(float) * (size_t)(per * batch));
+    float *x = malloc(sizeof(float) * (size_t)(per * batch)), *want = malloc(sizeof(float) * (size_t)(per * batch));
     int32_t *y = malloc(sizeof(int32_t) * (size_t)batch);
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)batch), *ids = malloc(sizeof(int64_t) * (size_t)batch);
     double *took = malloc(sizeof(double) * MAX_BATCHES);
-    if (!x || !y || !rows || !ids || !took) {
+    if (!x || !want || !y || !rows || !ids || !took) {
         fprintf(stderr, "bench_augment: out of memory\n");
         return 1;
     }
@@ -117,7 +160,20 @@ int main(int argc, char **argv) {
         }
         printf("%-36s %14.0f\n", names[v], (double)batch / median(took + 1, n - 1));
     }
-    free(x), free(y), free(rows), free(ids), free(took);
+    printf("\nthe loader, all four steps, passes of %lld batches\n%-8s %14s %8s\n", (long long)(d.samples / batch),
+           "threads", "samples/s", "ratio");
+    double one = 0;
+    for (int t = 1; t <= threads; t++) {
+        double rate = loader_rate(&d, &p, batch, t, seconds, x, y, ids, want);
+        if (rate < 0) {
+            fprintf(stderr, "bench_augment: the loader on %d threads made other batches than ddp_data_batch\n", t);
+            status = 1;
+            break;
+        }
+        one = t == 1 ? rate : one;
+        printf("%-8d %14.0f %8.2f\n", t, rate, rate / one);
+    }
+    free(x), free(want), free(y), free(rows), free(ids), free(took);
     ddp_data_free(&d);
     return status;
 }

@@ -1,10 +1,12 @@
 #!/bin/sh
-# augment.sh [BUILD_DIR [SAMPLES]]: how fast training batches of CIFAR-sized images are
-# assembled, as they are, normalised, cropped and flipped, and all three: ddp's loader
-# (bench/augment.c, one thread) beside torchvision's transforms on the same uint8
-# images in one thread (v2.RandomCrop(32, padding = 4), v2.RandomHorizontalFlip,
-# v2.ToDtype(float32, scale = True), v2.Normalize, each sample as a DataLoader worker
-# transforms it), measured in this run. Ratios above 1 mean ddp is faster.
+# augment.sh [BUILD_DIR [SAMPLES [SIDE]]]: how fast training batches of images [SIDE,
+# SIDE, 3] (CIFAR-sized: 32) are assembled, as they are, normalised, cropped and flipped,
+# and all three: ddp's loader (bench/augment.c, one thread) beside torchvision's
+# transforms on the same uint8 images in one thread (v2.RandomCrop(SIDE, padding = 4),
+# v2.RandomHorizontalFlip, v2.ToDtype(float32, scale = True), v2.Normalize, each sample
+# as a DataLoader worker transforms it), measured in this run. Ratios above 1 mean ddp
+# is faster. Then the loader's threads: its passes on 1 .. the CPUs here, and the
+# ratio to one thread (`--loader-threads`; SIDE = 224 shows ImageNet-sized images).
 #
 # torchvision is looked for beside the PyTorch of bench/train_throughput.sh (its venv in
 # BUILD_DIR), then in python3; without it (or with DDP_BENCH_NO_TORCH=1), ddp's figures
@@ -12,25 +14,26 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(realpath "${1:-$root/build}")
-samples=${2:-20000}
+samples=${2:-20000} side=${3:-32}
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cmake --build "$build" --target bench_augment >/dev/null
 
 # random uint8 images [SAMPLES, 32, 32, 3] and labels, as np.save writes them
-python3 - "$work" "$samples" <<'EOF'
+python3 - "$work" "$samples" "$side" <<'EOF'
 import os, struct, sys
-work, n = sys.argv[1], int(sys.argv[2])
+work, n, side = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def npy(path, descr, shape, payload):
     header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, "".join("%d, " % d for d in shape))
     header += " " * (63 - (len(header) + 10) % 64) + "\n"
     with open(path, "wb") as f:
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + payload)
-npy(os.path.join(work, "x.npy"), "|u1", (n, 32, 32, 3), os.urandom(n * 3072))
+npy(os.path.join(work, "x.npy"), "|u1", (n, side, side, 3), os.urandom(n * side * side * 3))
 npy(os.path.join(work, "y.npy"), "|u1", (n,), bytes(b % 10 for b in os.urandom(n)))
 EOF
 
-"$build/bench_augment" "$work/x.npy" "$work/y.npy" --batch 128 --seconds "${BENCH_SECONDS:-1}" > "$work/ddp.out" ||
+"$build/bench_augment" "$work/x.npy" "$work/y.npy" --batch 128 --seconds "${BENCH_SECONDS:-1}" \
+    --threads "$(nproc)" > "$work/ddp.out" ||
     { cat "$work/ddp.out"; echo "augment.sh: bench_augment failed" >&2; exit 1; }
 cat "$work/ddp.out"
 
@@ -40,17 +43,17 @@ for p in "$build/torch-venv/bin/python3" python3; do
     "$p" -c "import torch, torchvision.transforms.v2" 2>/dev/null && { python=$p; break; }
 done
 [ -n "$python" ] || { echo "no torchvision here: ddp's figures alone"; exit 0; }
-"$python" - "$work" "${BENCH_SECONDS:-1}" <<'EOF' > "$work/torch.out"
+"$python" - "$work" "${BENCH_SECONDS:-1}" "$side" <<'EOF' > "$work/torch.out"
 import os, sys, time, warnings
 warnings.filterwarnings("ignore")
 import numpy as np, torch
 from torchvision.transforms import v2
 torch.set_num_threads(1)
-work, seconds = sys.argv[1], float(sys.argv[2])
-images = torch.from_numpy(np.load(os.path.join(work, "x.npy"))).permute(0, 3, 1, 2)  # [N, 3, 32, 32]
+work, seconds, side = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+images = torch.from_numpy(np.load(os.path.join(work, "x.npy"))).permute(0, 3, 1, 2)  # [N, 3, side, side]
 to_float = v2.ToDtype(torch.float32, scale=True)
 normalize = v2.Normalize([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
-crop_flip = [v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()]
+crop_flip = [v2.RandomCrop(side, padding=4), v2.RandomHorizontalFlip()]
 variants = [[to_float], [to_float, normalize], crop_flip + [to_float], crop_flip + [to_float, normalize]]
 for steps in variants:
     t = v2.Compose(steps)
@@ -65,6 +68,6 @@ for steps in variants:
 EOF
 echo
 printf '%-36s %14s %14s %8s\n' variant "ddp samples/s" torchvision ratio
-tail -n 4 "$work/ddp.out" | paste - "$work/torch.out" | awk -F'\t' '{
+sed -n 3,6p "$work/ddp.out" | paste - "$work/torch.out" | awk -F'\t' '{
     n = split($1, f, " +"); ours = f[n]; name = $1; sub(/ +[0-9]+$/, "", name)
     printf "%-36s %14s %14s %8.2f\n", name, ours, $2, ours / $2 }'

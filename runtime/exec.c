@@ -115,7 +115,7 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     bool wide = !o->baseline_cpu && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     rt->kernels = wide ? p->cpu_wide : p->cpu_baseline;
     int threads = o->threads > 0 ? o->threads : default_threads();
-    if (!(rt->pool = ddp_pool_new(threads)))
+    if (!(rt->pool = ddp_pool_new(threads, "ddp-compute")))
         return open_failed(rt, "cannot start the compute threads: out of memory", err, errlen);
     openblas_set_num_threads(1); /* the pool splits products itself */
     rt->scalars[DDP_S_SEED].i = p->settings.seed;

@@ -3,7 +3,10 @@
  * An epoch's order is a permutation drawn from (seed, epoch) alone, so every worker
  * computes the same one without talking (S8); the order is cut into global batches,
  * the last one dropped or kept (S9), and each worker reads only its shard of each
- * global batch (S6). The loader thread assembles batch b + 1 while step b runs. */
+ * global batch (S6). The loader thread assembles batch b + 1 while step b runs, with
+ * helpers where it has them: each takes a contiguous part of the batch's rows (a row's
+ * values and augmentation depend on its sample alone, so the batch is the same bits
+ * whatever the number of threads). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -80,6 +83,7 @@ typedef struct Slot {
 struct ddp_loader {
     const ddp_data *data;
     const ddp_program *program;
+    ddp_pool *helpers;          /* the loader thread and its helpers; NULL: the thread alone */
     int64_t x_row, y_row;       /* bytes per row */
     Slot slot[SLOTS];
     pthread_t thread;
@@ -106,6 +110,20 @@ static bool may_fill(const ddp_loader *l) {
     return l->filled < l->batches && l->filled - l->taken < SLOTS;
 }
 
+typedef struct Fill {
+    ddp_loader *loader;
+    Slot *slot;
+    const int64_t *rows;
+} Fill;
+
+static void fill_rows(void *ctx, int64_t begin, int64_t end) {
+    Fill *f = ctx;
+    ddp_loader *l = f->loader;
+    Slot *s = f->slot;
+    ddp_data_batch(l->data, l->program, f->rows + begin, end - begin, l->augment ? &l->key : NULL,
+                   (char *)s->x + begin * l->x_row, (char *)s->y + begin * l->y_row, s->ids + begin);
+}
+
 static void *loader_main(void *arg) {
     pthread_setname_np(pthread_self(), "ddp-loader");
     ddp_loader *l = arg;
@@ -121,7 +139,11 @@ static void *loader_main(void *arg) {
         s->rows = l->sizes[b];
         l->filling = true;
         pthread_mutex_unlock(&l->mu);
-        ddp_data_batch(l->data, l->program, rows, s->rows, l->augment ? &l->key : NULL, s->x, s->y, s->ids);
+        Fill fill = {l, s, rows};
+        if (l->helpers)
+            ddp_pool_for(l->helpers, fill_rows, &fill, 0, s->rows, 2);
+        else
+            fill_rows(&fill, 0, s->rows);
         pthread_mutex_lock(&l->mu);
         l->filling = false;
         l->filled++;
@@ -138,12 +160,13 @@ static void release(ddp_loader *l) {
         free(l->slot[i].y);
         free(l->slot[i].ids);
     }
+    ddp_pool_free(l->helpers);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->changed);
     free(l);
 }
 
-ddp_loader *ddp_loader_new(const ddp_data *d, const ddp_program *p, int64_t max_rows) {
+ddp_loader *ddp_loader_new(const ddp_data *d, const ddp_program *p, int64_t max_rows, int threads) {
     ddp_loader *l = calloc(1, sizeof *l);
     if (!l)
         return NULL;
@@ -161,6 +184,8 @@ ddp_loader *ddp_loader_new(const ddp_data *d, const ddp_program *p, int64_t max_
     }
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->changed, NULL);
+    if (ok && threads > 1) /* the loader thread is the pool's first */
+        ok = (l->helpers = ddp_pool_new(threads, "ddp-loader")) != NULL;
     if (!ok || pthread_create(&l->thread, NULL, loader_main, l) != 0) {
         release(l);
         return NULL;

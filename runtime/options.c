@@ -27,6 +27,8 @@ static const char usage[] =
     "  --lr X                the learning rate (a schedule's peak)\n"
     "  --device D            auto, cpu, gpu or emulated (default auto: the GPU where one is usable)\n"
     "  --threads N           compute threads (default: this process's CPUs)\n"
+    "  --loader-threads N    threads assembling each batch (default: 1 on the CPU; on a\n"
+    "                        GPU this process's CPUs but one, at most 8)\n"
     "  --convolutions K      generated (im2col and products) or library (cuDNN on a GPU,\n"
     "                        the CPU's own by tiles on the CPU); default: cuDNN where\n"
     "                        usable, the CPU's own unless its filters are large\n"
@@ -148,7 +150,7 @@ typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_M
                F_EVALUATE, F_PREDICT, F_PREDICT_INPUTS, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD,
                F_LOCAL_RANK, F_LOCAL_WORLD, F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT,
                F_INTERFACE, F_TRACE, F_PROFILE, F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS,
-               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_HELP } Flag;
+               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_LOADER_THREADS, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -170,6 +172,7 @@ static const struct {
     {"--resume", F_RESUME, true},       {"--requeue-on-signal", F_REQUEUE, false},
     {"--no-cuda-graphs", F_NO_GRAPHS, false}, {"--convolutions", F_CONVOLUTIONS, true},
     {"--conv-search", F_CONV_SEARCH, true}, {"--check", F_CHECK, false},
+    {"--loader-threads", F_LOADER_THREADS, true},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
 
@@ -245,6 +248,10 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
         status = int_flag(cfg, name, v, 1, 4096, "a number of threads from 1 to 4096", &n);
         cfg->exec.threads = (int)n;
         snprintf(cfg->threads_from, sizeof cfg->threads_from, "--threads");
+        return status;
+    case F_LOADER_THREADS:
+        status = int_flag(cfg, name, v, 1, 256, "a number of threads from 1 to 256", &n);
+        cfg->loader_threads = (int)n;
         return status;
     case F_RANK:
         return int_flag(cfg, name, v, 0, INT32_MAX, "a rank (0 or more)", &cfg->cluster_flags.rank);

@@ -20,6 +20,7 @@ enum { MIN_PARALLEL = 4096, SPIN_ROUNDS = 2000, YIELD_MS = 2 };
 
 struct ddp_pool {
     int n;
+    const char *name;           /* its threads' name: a static string */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t start, done;
@@ -90,8 +91,8 @@ static bool parts_done(ddp_pool *p, unsigned unused) {
 }
 
 static void *worker_main(void *arg) {
-    pthread_setname_np(pthread_self(), "ddp-compute");
     Worker *w = arg;
+    pthread_setname_np(pthread_self(), w->pool->name);
     ddp_pool *p = w->pool;
     unsigned seen = 0;
     for (;;) {
@@ -107,11 +108,12 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-ddp_pool *ddp_pool_new(int threads) {
+ddp_pool *ddp_pool_new(int threads, const char *name) {
     ddp_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
     p->n = threads < 1 ? 1 : threads;
+    p->name = name;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start, NULL);
     pthread_cond_init(&p->done, NULL);

@@ -289,6 +289,8 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
         describe_augments(train->spec, augments, sizeof augments);
         ddp_say("  data        %s%s\n", line, augments);
     }
+    if (cfg->loader_threads > 1)
+        ddp_say("  loader      %d threads assemble each batch\n", cfg->loader_threads);
     if (validation) {
         describe_data(p, validation, line, sizeof line);
         ddp_say(validation->unlabelled ? "  inputs      %s, no labels" : "  validation  %s", line);

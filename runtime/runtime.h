@@ -64,7 +64,8 @@ void ddp_text_printf(ddp_text *t, const char *fmt, ...) __attribute__((format(pr
 /* ----------------------------------------------------------------- pool.c */
 
 typedef struct ddp_pool ddp_pool;
-ddp_pool *ddp_pool_new(int threads);
+/* The caller and threads - 1 more, each named name (a static string, 15 bytes at most). */
+ddp_pool *ddp_pool_new(int threads, const char *name);
 void ddp_pool_free(ddp_pool *p);
 int ddp_pool_threads(const ddp_pool *p);
 /* Runs fn over [begin, end), split among the threads, or on the caller alone when the
@@ -628,9 +629,10 @@ bool ddp_plan_epoch(int64_t samples, int64_t global_batch, bool drop_remainder, 
 /* Global batch `step` of an epoch: positions [*begin, *begin + *size) of its order. */
 void ddp_batch_span(const ddp_epoch_plan *plan, int64_t step, int64_t *begin, int64_t *size);
 
-/* A background thread that assembles each batch while the step before it runs. */
+/* A background thread that assembles each batch while the step before it runs, with
+ * threads - 1 helpers (the batch is the same whatever their number). */
 typedef struct ddp_loader ddp_loader;
-ddp_loader *ddp_loader_new(const ddp_data *d, const ddp_program *p, int64_t max_rows);
+ddp_loader *ddp_loader_new(const ddp_data *d, const ddp_program *p, int64_t max_rows, int threads);
 void ddp_loader_free(ddp_loader *l);
 /* Starts a pass: batch b holds samples order[starts[b] .. starts[b] + sizes[b]),
  * augmented with key's draws (NULL: as they are). The arrays remain the caller's and
@@ -676,6 +678,7 @@ typedef struct ddp_config {
     bool requeue_on_signal;     /* --requeue-on-signal */
     const char *proven_by;      /* how workers prove they belong to the job, for the banner */
     char threads_from[128];     /* how the thread count was found, for the banner */
+    int loader_threads;         /* --loader-threads; 0 until the device is chosen (start.c) */
     bool nccl;                  /* several workers: the gradients summed by NCCL, else the ring */
     char communication[1600];   /* how the gradients travel, for the banner */
 } ddp_config;

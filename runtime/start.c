@@ -358,6 +358,15 @@ static int refuse_usage(const ddp_program *p, ddp_config *cfg) {
     return 2;
 }
 
+/* The loader's threads: on the CPU one, since the compute threads have the CPUs; on a
+ * GPU (real or emulated) the worker's CPUs but the main thread's, at most 8: the step
+ * leaves them idle, and one thread assembles fewer large images than a GPU trains on. */
+static void choose_loader_threads(ddp_config *cfg, const ddp_device *device) {
+    int spare = cfg->exec.threads - 1;
+    if (cfg->loader_threads == 0)
+        cfg->loader_threads = !device || spare < 1 ? 1 : spare > 8 ? 8 : spare;
+}
+
 /* One worker's run, from its place in the job (a replica's, with several GPUs a worker)
  * to its exit status. */
 static int run_worker(const ddp_program *p, ddp_config cfg) {
@@ -383,6 +392,7 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
         fail(&job, err);
         goto done;
     }
+    choose_loader_threads(&cfg, device);
     if (cfg.trace_path && !(job.trace = ddp_trace_new())) {
         fail(&job, "out of memory");
         goto done;

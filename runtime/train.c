@@ -759,8 +759,8 @@ static bool prepare_pass(Run *r, const ddp_data *d, bool drop_remainder, int64_t
     if (!pass_alloc(pass, d->samples, plan->steps))
         return ddp_fail(err, len, "out of memory");
     cut_pass(r, pass, plan);
-    if (!(*loader = ddp_loader_new(d, r->rt->program, largest_shard(pass))))
-        return ddp_fail(err, len, "cannot start the loader thread of %s", d->spec->name);
+    if (!(*loader = ddp_loader_new(d, r->rt->program, largest_shard(pass), r->cfg->loader_threads)))
+        return ddp_fail(err, len, "cannot start the loader threads of %s", d->spec->name);
     return true;
 }
 

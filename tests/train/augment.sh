@@ -4,7 +4,9 @@
 # against the same program built here without its `augment` line, 3 steps each: the
 # banner names the augmentations; two augmented runs give the same loss at every step
 # (the draws repeat); the augmented run's loss differs from the plain one's from the
-# first step on, before any update (its first batch holds other values). Then a run
+# first step on, before any update (its first batch holds other values); a loader of
+# 3 threads, each assembling a part of every batch, saves the same parameters as one
+# thread. Then a run
 # stopped by SIGUSR1 in mid-epoch and resumed saves the very parameters of the run
 # never stopped (the draws follow the epoch, not the resume), and the plain program
 # refuses that checkpoint, naming the augmentations.
@@ -25,8 +27,9 @@ run() { # run NAME PROGRAM ARGS...: its losses, one a line
     sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$dir/$name.json" > "$dir/$name.losses"
     [ "$(wc -l < "$dir/$name.losses")" -eq 3 ] || fail "$name: not 3 losses in its metrics"
 }
-run augmented "$program"
+run augmented "$program" --save "$dir/augmented.safetensors"
 run again "$program"
+run loaders "$program" --loader-threads 3 --save "$dir/loaders.safetensors"
 run plain "$dir/plain_program"
 grep -q "augmented: random_crop(padding = 3), random_flip(horizontal), random_cutout(size = 8)" "$dir/augmented.out" ||
     fail "the banner does not name the augmentations: $(grep '  data ' "$dir/augmented.out")"
@@ -38,6 +41,10 @@ first() { head -n 1 "$dir/$1.losses"; }
 paste "$dir/augmented.losses" "$dir/plain.losses" | awk -F'\t' '$1 == $2 { exit 1 }' ||
     fail "a step's loss is the same augmented or not"
 echo "ok: every step's loss differs from the plain program's: $(tr '\n' ' ' < "$dir/plain.losses")"
+grep -q "^  loader      3 threads assemble each batch" "$dir/loaders.out" || fail "no loader line: $(cat "$dir/loaders.out")"
+cmp -s "$dir/augmented.safetensors" "$dir/loaders.safetensors" ||
+    fail "a loader of 3 threads saves other parameters than one of 1"
+echo "ok: a loader of 3 threads saves the parameters of one thread's run"
 
 # stopped after step 4 of 2 epochs of 3 steps, and resumed
 long() { # long NAME PROGRAM [ARGS...]: status kept in $status, output in NAME.out

@@ -36,6 +36,7 @@ expect 2 "\-\-epochs needs a value" "$dir/tiny" --epochs
 expect 2 "\-\-epochs wants a whole number" "$dir/tiny" --epochs=-1
 expect 2 "\-\-steps-per-epoch wants a positive" "$dir/tiny" --steps-per-epoch 0
 expect 2 "\-\-threads wants a number of threads" "$dir/tiny" --threads 0
+expect 2 "\-\-loader-threads wants a number of threads from 1 to 256, not \`257\`" "$dir/tiny" --loader-threads 257
 expect 2 "\-\-lr wants a positive number, not \`fast\`" "$dir/tiny" --lr fast
 expect 2 "\-\-device is auto, cpu, gpu or emulated, not \`tpu\`" "$dir/tiny" --device tpu
 expect 2 "\-\-evaluate needs a validation dataset" "$dir/zeros" --evaluate
@@ -140,6 +141,12 @@ expect 0 "checked: the datasets, the parameters and the files to write are usabl
            --load '$root/init.safetensors'"
 expect 0 "predict     $root/checking/p.npy" $tiny --check --predict "$root/checking/p.npy"
 expect 0 "checked: the datasets" $tiny --check --device emulated
+# the loader's threads: on a GPU the worker's CPUs but one, at most 8; on the CPU one
+expect 0 "^  loader      3 threads assemble each batch" $tiny --check --device emulated --threads 4
+expect 0 "^  loader      8 threads assemble each batch" $tiny --check --device emulated --threads 12
+expect 0 "^  loader      2 threads assemble each batch" $tiny --check --loader-threads 2
+out=$($tiny --check --threads 4 2>&1)
+printf '%s\n' "$out" | grep -q "^  loader " && { echo "FAIL: a loader line on the CPU: $out"; failures=$((failures + 1)); }
 expect 1 "train on the CPU; --check --device emulated checks the rest on a machine without a GPU" \
     "$dir/tiny_bf16" --data-root "$root" --device cpu --check
 expect 0 "checked: the datasets" "$dir/tiny_bf16" --data-root "$root" --device emulated --check

@@ -221,7 +221,7 @@ static void check_no_memory(void) {
 
 int main(void) {
     for (int threads = 1; threads <= 3; threads++)
-        pools[threads] = ddp_pool_new(threads);
+        pools[threads] = ddp_pool_new(threads, "ddp-test");
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int mode = DDP_CONV_FORWARD; mode <= DDP_CONV_BACKWARD_FILTER; mode++)
             for (int f64 = 0; f64 <= 1; f64++)
