@@ -656,6 +656,14 @@ static const char *sample_inputs(const ddp_data *d, int64_t sample) {
  * doubles (f64), each with the pair of its place along the last axis; computed in
  * double and rounded once. The pairs are laid out over a span of whole periods (up to
  * SPAN values) so that the loop over each span has no index to wrap, and vectorises. */
+static inline double normalized64(double v, double mean, double std) {
+    return (v - mean) / std;
+}
+
+static inline float normalized32(float v, double mean, double std) {
+    return (float)(((double)v - mean) / std);
+}
+
 static void normalize_values(const ddp_dataset *spec, void *values, int64_t first, int64_t count, bool f64) {
     enum { SPAN = 64 };
     int64_t n = spec->nnormalize;
@@ -678,11 +686,11 @@ static void normalize_values(const ddp_dataset *spec, void *values, int64_t firs
         if (f64) {
             double *v = (double *)values + at;
             for (int64_t e = 0; e < k; e++)
-                v[e] = (v[e] - mean[e]) / std[e];
+                v[e] = normalized64(v[e], mean[e], std[e]);
         } else {
             float *v = (float *)values + at;
             for (int64_t e = 0; e < k; e++)
-                v[e] = (float)(((double)v[e] - mean[e]) / std[e]);
+                v[e] = normalized32(v[e], mean[e], std[e]);
         }
     }
 }
@@ -845,6 +853,83 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
     }
 }
 
+/* ------------------------------------------------------------ byte tables */
+
+/* Normalised 8-bit inputs (images, mostly) take their values from a table of what each
+ * of the 256 bytes becomes at each place along the last axis that has a pair of its
+ * own: made by the very conversion and normalisation every other input goes through,
+ * so the same bits, without a division by std for every value of every batch. */
+enum { TABLE_PLACES = 16 };
+
+typedef struct ByteTable {
+    int64_t places;             /* the normalisation's pairs */
+    size_t elem;                /* 2 (bf16), 4 or 8 bytes a value */
+    union {
+        uint16_t bf16[TABLE_PLACES * 256];
+        float f32[TABLE_PLACES * 256];
+        double f64[TABLE_PLACES * 256];
+    } value;                    /* [place][byte] */
+} ByteTable;
+
+/* False where the inputs are not normalised bytes, or have too many pairs for a table
+ * (an unnormalised byte's conversion is a product, which vectorises: no table). */
+static bool byte_table(const ddp_data *d, bool f64, bool bf16, ByteTable *t) {
+    int64_t places = d->spec->nnormalize;
+    if (is_synthetic(d) || (d->elem != DDP_ELEM_U8 && d->elem != DDP_ELEM_I8) || !places || places > TABLE_PLACES)
+        return false;
+    unsigned char bytes[256];
+    float scaled32[256];
+    double scaled64[256];
+    for (int b = 0; b < 256; b++)
+        bytes[b] = (unsigned char)b;
+    converters[d->elem][0](scaled32, bytes, 256, d->spec->scale);
+    converters[d->elem][1](scaled64, bytes, 256, d->spec->scale);
+    t->places = places;
+    t->elem = bf16 ? sizeof(uint16_t) : f64 ? sizeof(double) : sizeof(float);
+    for (int64_t c = 0; c < places; c++) {
+        const ddp_channel *pair = &d->spec->normalize[c];
+        for (int b = 0; b < 256; b++) {
+            size_t at = (size_t)(c * 256 + b);
+            if (f64)
+                t->value.f64[at] = normalized64(scaled64[b], pair->mean, pair->std);
+            else if (bf16)
+                t->value.bf16[at] = ddp_bf16_from_float(normalized32(scaled32[b], pair->mean, pair->std));
+            else
+                t->value.f32[at] = normalized32(scaled32[b], pair->mean, pair->std);
+        }
+    }
+    return true;
+}
+
+/* A sample's per bytes as t makes them: pixels of 1 or 3 places unrolled (grey, RGB),
+ * any other count place by place. */
+#define LOOK_UP(T, table)                                                                                    \
+    do {                                                                                                     \
+        T *to = row;                                                                                         \
+        const T *v = table;                                                                                  \
+        if (t->places == 1)                                                                                  \
+            for (int64_t e = 0; e < per; e++)                                                                \
+                to[e] = v[bytes[e]];                                                                         \
+        else if (t->places == 3 && per % 3 == 0)                                                             \
+            for (int64_t e = 0; e < per; e += 3) {                                                           \
+                to[e] = v[bytes[e]];                                                                         \
+                to[e + 1] = v[256 + bytes[e + 1]];                                                           \
+                to[e + 2] = v[512 + bytes[e + 2]];                                                           \
+            }                                                                                                \
+        else                                                                                                 \
+            for (int64_t e = 0, c = 0; e < per; e++, c = c + 1 == t->places ? 0 : c + 1)                    \
+                to[e] = v[c * 256 + bytes[e]];                                                               \
+    } while (0)
+static void look_up_bytes(const ByteTable *t, const unsigned char *bytes, int64_t per, void *row) {
+    if (t->elem == sizeof(uint16_t))
+        LOOK_UP(uint16_t, t->value.bf16);
+    else if (t->elem == sizeof(float))
+        LOOK_UP(float, t->value.f32);
+    else
+        LOOK_UP(double, t->value.f64);
+}
+#undef LOOK_UP
+
 /* ------------------------------------------------------------------ batches */
 
 static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
@@ -853,9 +938,16 @@ static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t 
     bool f64 = p->dtype == DDP_F64, bf16 = ddp_input_dtype(p) == DDP_BF16;
     size_t elem = bf16 ? sizeof(uint16_t) : f64 ? sizeof(double) : sizeof(float), row_bytes = (size_t)per * elem;
     convert_fn convert = bf16 || is_synthetic(d) ? NULL : converters[d->elem][f64];
+    ByteTable *table = malloc(sizeof *table); /* 32 KiB: not on a loader thread's stack */
+    if (table && !byte_table(d, f64, bf16, table)) {
+        free(table);
+        table = NULL;
+    }
     for (int64_t r = 0; r < n; r++) {
         char *row = (char *)x + (size_t)r * row_bytes;
-        if (bf16)
+        if (table)
+            look_up_bytes(table, (const unsigned char *)sample_inputs(d, indices[r]), per, row);
+        else if (bf16)
             bf16_inputs(d, indices[r], per, (uint16_t *)row);
         else if (is_synthetic(d))
             synthetic_inputs(indices[r], per, f64, row);
@@ -866,6 +958,7 @@ static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t 
         if (augment && d->spec->naugment)
             ddp_augment_sample(d->spec, p, elem, augment, indices[r], row);
     }
+    free(table);
 }
 
 static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,

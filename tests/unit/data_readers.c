@@ -679,6 +679,67 @@ static void test_npy_dtypes(void) {
            NPY_DTYPES, NPY_DTYPES, CIFAR_VALUES, opened);
 }
 
+/* Every byte at every place of [256, 3] samples (sample s: s, 255 - s, s ^ 0x5a), as
+ * u1 and i1, scaled by 1/255 and normalised with CIFAR-10's pairs or not: each value
+ * of a batch in f32, f64 and bf16 is the conversion and normalisation written out here
+ * (x * scale in double, rounded to the type, then (that - mean) / std in double, rounded
+ * to the type; bf16 rounded once more from the f32 result). */
+static int byte_of(int64_t i, bool is_bool) {
+    (void)is_bool;
+    int64_t s = i / 3, c = i % 3;
+    return (int)(c == 0 ? s : c == 1 ? 255 - s : s ^ 0x5a);
+}
+
+static void test_byte_values(void) {
+    static const ddp_channel cifar[] = {{0.4914, 0.2470}, {0.4822, 0.2435}, {0.4465, 0.2616}};
+    static const int64_t place[] = {3};
+    static float x32[256 * 3];
+    static double x64[256 * 3], hot[256 * 10];
+    static uint16_t x16[256 * 3];
+    int64_t rows[256], ids[256];
+    int32_t classes[256];
+    for (int s = 0; s < 256; s++)
+        rows[s] = (s * 37) % 256;
+    write_npy_of("bytes_y.npy", 0, "(256,)", 256, label_value);
+    for (int d = 0; d < 2; d++) {
+        char name[32];
+        snprintf(name, sizeof name, "bytes%d.npy", d);
+        write_npy_of(name, d, "(256, 3)", 256 * 3, byte_of);
+        for (int normalised = 0; normalised < 2; normalised++) {
+            ddp_dataset spec = dataset(DDP_DATA_NPY, "bytes", name, "bytes_y.npy");
+            spec.scale = 1.0 / 255;
+            spec.normalize = normalised ? cifar : NULL;
+            spec.nnormalize = normalised ? 3 : 0;
+            ddp_data data;
+            if (!open_ok(&spec, &data))
+                continue;
+            ddp_program p32 = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 1, place);
+            ddp_program p64 = model(DDP_F64, DDP_LOSS_CATEGORICAL, 10, 1, place);
+            ddp_program p16 = model(DDP_BF16, DDP_LOSS_SPARSE_CATEGORICAL, 10, 1, place);
+            ddp_data_batch(&data, &p32, rows, 256, NULL, x32, classes, ids);
+            ddp_data_batch(&data, &p64, rows, 256, NULL, x64, hot, ids);
+            ddp_data_batch(&data, &p16, rows, 256, NULL, x16, classes, ids);
+            int wrong = 0;
+            for (int r = 0; r < 256; r++)
+                for (int c = 0; c < 3; c++) {
+                    int byte = byte_of(rows[r] * 3 + c, false), v = d ? (int8_t)byte : byte;
+                    float f = (float)(v * spec.scale);
+                    double g = v * spec.scale;
+                    if (normalised) {
+                        f = (float)(((double)f - cifar[c].mean) / cifar[c].std);
+                        g = (g - cifar[c].mean) / cifar[c].std;
+                    }
+                    wrong += x32[r * 3 + c] != f || x64[r * 3 + c] != g || x16[r * 3 + c] != ddp_bf16_from_float(f);
+                }
+            if (wrong)
+                fprintf(stderr, "%s %s: %d of 768 values wrong\n", npy_dtypes[d].descr,
+                        normalised ? "normalised" : "scaled", wrong);
+            CHECK(wrong == 0);
+            ddp_data_free(&data);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ CSV */
 
 static void test_csv_good(void) {
@@ -1259,6 +1320,7 @@ int main(int argc, char **argv) {
     test_npy_good();
     test_npy_broken();
     test_npy_dtypes();
+    test_byte_values();
     test_csv_good();
     test_csv_broken();
     test_fits_and_batches();
