@@ -368,9 +368,6 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
         return bad_usage(cfg, "%s does not go with %s: evaluation trains nothing and keeps no run folder "
                               "(give a checkpoint to --load instead)",
                          evaluating, cfg->resume ? "--resume" : "--run-dir");
-    if (cfg->check && cfg->resume)
-        return bad_usage(cfg, "--check does not go with --resume: it reads no run folder (resuming reads and "
-                              "checks the checkpoint before it trains)");
     if (cfg->resume_changed && !cfg->resume)
         return bad_usage(cfg, "--resume-changed goes with --resume");
     if (cfg->evaluate && cfg->profile)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "device.h"
@@ -250,7 +251,8 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
                tf32 ? ", TF32 products" : bf16 ? ", bf16 activations and products, f32 master weights" : "",
                gpu->driver_version ? "" : " (a test instrument: correct, not fast)");
     else
-        ddp_say("  device      cpu, %d threads (%s), %s kernels%s\n", ddp_pool_threads(rt->pool), cfg->threads_from,
+        ddp_say("  device      cpu, %d thread%s (%s), %s kernels%s\n", ddp_pool_threads(rt->pool),
+                ddp_pool_threads(rt->pool) == 1 ? "" : "s", cfg->threads_from,
                rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64",
                tf32 ? ", f32 products (tf32 is for a GPU's tensor cores)" : "");
     if (p->nconvs)
@@ -481,29 +483,40 @@ static bool trim_metrics(const char *path, int64_t step, char *err, size_t errle
     return ok;
 }
 
-bool ddp_report_run(ddp_report *r, const char *run_dir, const char *checkpoint_dir, const char *resumed,
-                    int64_t epoch, int64_t batch, int64_t step, int64_t steps, char *err, size_t errlen) {
-    if (r->quiet)
-        return true;
+/* The banner's lines of the run folder (made by --check's run or not) and any resume. */
+static void say_run_start(const ddp_report *r, const ddp_run_start *start, bool checking) {
     const ddp_settings *s = &r->program->settings;
-    char path[2200];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    if (resumed[0] && !trim_metrics(path, step, err, errlen))
-        return false;
-    if (!(r->run_metrics = fopen(path, resumed[0] ? "a" : "w")))
-        return ddp_fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-    if (!(r->events = ddp_events_open(run_dir, resumed[0] ? step + 1 : -1, err, errlen))) /* drops step + 1 on */
-        return false;
-    ddp_say("  run folder  %s: ", run_dir);
+    struct stat st;
+    ddp_say("  run folder  %s%s: ", start->run_dir,
+            checking && stat(start->run_dir, &st) != 0 ? " (made when the run starts)" : "");
     if (s->checkpoint_dir)
         ddp_say("checkpoints every %lld %s%s in %s, the newest %lld kept\n", (long long)s->checkpoint_every.value,
                s->checkpoint_every.unit == DDP_UNIT_STEPS ? "step" : "epoch", s->checkpoint_every.value == 1 ? "" : "s",
-               checkpoint_dir, (long long)s->checkpoint_keep);
+               start->checkpoint_dir, (long long)s->checkpoint_keep);
     else
-        ddp_say("a checkpoint in %s only on SIGUSR1, SIGTERM or SIGINT\n", checkpoint_dir);
-    if (resumed[0])
-        ddp_say("  resumed     %s: epoch %lld, step %lld of %lld next\n", resumed, (long long)epoch + 1,
-               (long long)batch + 1, (long long)steps);
+        ddp_say("a checkpoint in %s only on SIGUSR1, SIGTERM or SIGINT\n", start->checkpoint_dir);
+    const char *label = checking ? "resumes" : "resumed";
+    if (start->resumed[0] && start->batch >= start->steps) /* stopped after an epoch's last step, before its end */
+        ddp_say("  %-11s %s: the end of epoch %lld (its validation and figures) next\n", label, start->resumed,
+                (long long)start->epoch + 1);
+    else if (start->resumed[0])
+        ddp_say("  %-11s %s: epoch %lld, step %lld of %lld next\n", label, start->resumed, (long long)start->epoch + 1,
+                (long long)start->batch + 1, (long long)start->steps);
+}
+
+bool ddp_report_run(ddp_report *r, const ddp_run_start *s, char *err, size_t errlen) {
+    if (r->quiet)
+        return true;
+    char path[2200];
+    bool resumed = s->resumed[0];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", s->run_dir);
+    if (resumed && !trim_metrics(path, s->step, err, errlen))
+        return false;
+    if (!(r->run_metrics = fopen(path, resumed ? "a" : "w")))
+        return ddp_fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    if (!(r->events = ddp_events_open(s->run_dir, resumed ? s->step + 1 : -1, err, errlen))) /* drops step + 1 on */
+        return false;
+    say_run_start(r, s, false);
     fflush(stdout);
     return true;
 }
@@ -554,11 +567,13 @@ void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_
     write_json(r, NULL, v, 0, 0, NAN, seconds > 0 ? (double)v->samples / seconds : NAN, seconds);
 }
 
-void ddp_report_checked(ddp_report *r, int64_t workers) {
+void ddp_report_checked(ddp_report *r, const ddp_run_start *s, int64_t workers) {
     if (r->quiet)
         return;
-    ddp_say("checked: the datasets, the parameters and the files to write are usable%s; nothing was "
-            "trained or written (run again without --check)\n",
+    if (s)
+        say_run_start(r, s, true);
+    ddp_say("checked: the datasets, the parameters%s and the files to write are usable%s; nothing was "
+            "trained or written (run again without --check)\n", s && s->resumed[0] ? ", the checkpoint" : "",
             workers > 1 ? ", and every worker of the job agrees" : "");
     fflush(stdout);
 }

@@ -9,7 +9,8 @@
  * newest checkpoint, or (no --run-dir, none there) from the newest run of the same
  * model under runs/, whose folder the run then keeps; a requeued job
  * (SLURM_RESTART_COUNT) resumes by itself; a new run refuses a folder that already
- * holds checkpoints rather than mix two runs. */
+ * holds checkpoints rather than mix two runs. With --check the same decision is made
+ * and the checkpoint read, but no folder is made: only that it could be is checked. */
 #include <dirent.h>
 #include <errno.h>
 #include <spawn.h>
@@ -38,6 +39,28 @@ static bool make_folders(const char *path) {
         *p = '/';
     }
     return mkdir(partial, 0777) == 0 || errno == EEXIST;
+}
+
+/* Whether make_folders(path) could succeed, touching nothing: the path, or the nearest
+ * folder above it that exists, is a folder this process may write in; false with errno. */
+static bool folders_makeable(const char *path) {
+    char at[2048];
+    struct stat st;
+    snprintf(at, sizeof at, "%s", path);
+    while (stat(at, &st) != 0) {
+        if (errno != ENOENT)
+            return false;
+        char *slash = strrchr(at, '/');
+        if (!slash)
+            snprintf(at, sizeof at, ".");
+        else
+            slash[slash == at] = 0; /* "/x" becomes "/" */
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return access(at, W_OK | X_OK) == 0;
 }
 
 /* The checkpoint folder of a run folder: the program's own when absolute, else inside;
@@ -122,7 +145,8 @@ static bool decide(const ddp_config *cfg, const ddp_program *p, ddp_run_place *p
                                   "--run-dir for a new folder", place->checkpoint_dir);
     }
     place->resume = place->resume_from[0] != 0;
-    if (!make_folders(place->run_dir) || !make_folders(place->checkpoint_dir))
+    bool (*make)(const char *) = cfg->check ? folders_makeable : make_folders;
+    if (!make(place->run_dir) || !make(place->checkpoint_dir))
         return ddp_fail(err, len, "cannot make the run folder %s: %s", place->checkpoint_dir, strerror(errno));
     return true;
 }

@@ -858,16 +858,24 @@ void ddp_report_step(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, 
 void ddp_report_validation(ddp_report *r, int64_t step, const ddp_figures *v);
 void ddp_report_epoch(ddp_report *r, const ddp_epoch_result *e);
 void ddp_report_evaluation(ddp_report *r, const ddp_data *validation, const ddp_figures *v, double seconds);
-/* --check: all that the run needs was read and tried, and it stops there. */
-void ddp_report_checked(ddp_report *r, int64_t workers);
+/* Where a run writes and where it starts, for the banner. */
+typedef struct ddp_run_start {
+    const char *run_dir, *checkpoint_dir;
+    const char *resumed;        /* the checkpoint it continues, as said; "" for a new run */
+    int64_t epoch, batch, step; /* the place of the next step */
+    int64_t steps;              /* an epoch's */
+} ddp_run_start;
+
+/* --check: all that the run needs was read and tried (with s, training's: its run
+ * folder and any checkpoint it resumes; NULL for an evaluation), and it stops there. */
+void ddp_report_checked(ddp_report *r, const ddp_run_start *s, int64_t workers);
 /* samples: over the whole run; session_samples: since this process started (a
  * resumed run's rate). */
 void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,
                         double seconds, const ddp_figures *last_validation, const char *saved_to);
 /* The banner's lines of the run folder and any resume; metrics.jsonl opened there (cut
  * back to the checkpoint's step when resuming). */
-bool ddp_report_run(ddp_report *r, const char *run_dir, const char *checkpoint_dir, const char *resumed,
-                    int64_t epoch, int64_t batch, int64_t step, int64_t steps, char *err, size_t errlen);
+bool ddp_report_run(ddp_report *r, const ddp_run_start *s, char *err, size_t errlen);
 /* Ends a progress bar's line before a message goes to stderr. */
 void ddp_report_interrupt(ddp_report *r);
 

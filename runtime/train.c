@@ -909,20 +909,9 @@ static ddp_text run_settings_text(const Run *r) {
     return t;
 }
 
-/* The run's folder found (or made), its settings written, and the checkpoint it
- * continues, if any, taken by every worker. */
-static bool start_run(Run *r, char *said, size_t saidlen, char *err, size_t len) {
+/* The run folder's log opened (each worker's) and its settings.txt written (worker 0). */
+static bool begin_run_folder(Run *r, char *err, size_t len) {
     const ddp_program *p = r->rt->program;
-    ddp_run_place place;
-    said[0] = 0;
-    r->run_settings = run_settings_text(r);
-    r->program_settings = ddp_settings_text(&p->settings);
-    if (r->run_settings.failed || r->program_settings.failed)
-        return ddp_fail(err, len, "out of memory");
-    if (!ddp_run_place_find(r->cfg, p, r->ring, &place, err, len))
-        return false;
-    snprintf(r->run_dir, sizeof r->run_dir, "%s", place.run_dir);
-    snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", place.checkpoint_dir);
     char log[2200], why[2400];
     if (r->rank == 0)
         snprintf(log, sizeof log, "%s/log.txt", r->run_dir);
@@ -936,17 +925,35 @@ static bool start_run(Run *r, char *said, size_t saidlen, char *err, size_t len)
     if (r->rank != 0) /* worker 0's log is what it prints */
         ddp_log_only("rank %lld of %lld on %s: training `%s` (program %016llx)\n", (long long)r->rank,
                      (long long)r->workers, r->cfg->cluster.host, p->name, (unsigned long long)p->hash);
-    if (r->rank == 0) {
-        char path[2200];
-        ddp_text t = {0};
-        ddp_text_printf(&t, "program %016llx\nmodel %s\nsource %s\nworkers %lld\n%s%s", (unsigned long long)p->hash,
-                        p->name, p->source, (long long)r->workers, r->run_settings.s, r->program_settings.s);
-        snprintf(path, sizeof path, "%s/settings.txt", r->run_dir);
-        bool ok = !t.failed && ddp_write_text(path, t.s, err, len);
-        free(t.s);
-        if (!ok)
-            return false;
-    }
+    if (r->rank != 0)
+        return true;
+    char path[2200];
+    ddp_text t = {0};
+    ddp_text_printf(&t, "program %016llx\nmodel %s\nsource %s\nworkers %lld\n%s%s", (unsigned long long)p->hash,
+                    p->name, p->source, (long long)r->workers, r->run_settings.s, r->program_settings.s);
+    snprintf(path, sizeof path, "%s/settings.txt", r->run_dir);
+    bool ok = !t.failed && ddp_write_text(path, t.s, err, len);
+    free(t.s);
+    return ok;
+}
+
+/* The run's folder found (or made), its settings written, and the checkpoint it
+ * continues, if any, taken by every worker. With --check, the folder found and the
+ * checkpoint taken the same way, but nothing made or written. */
+static bool start_run(Run *r, char *said, size_t saidlen, char *err, size_t len) {
+    const ddp_program *p = r->rt->program;
+    ddp_run_place place;
+    said[0] = 0;
+    r->run_settings = run_settings_text(r);
+    r->program_settings = ddp_settings_text(&p->settings);
+    if (r->run_settings.failed || r->program_settings.failed)
+        return ddp_fail(err, len, "out of memory");
+    if (!ddp_run_place_find(r->cfg, p, r->ring, &place, err, len))
+        return false;
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", place.run_dir);
+    snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", place.checkpoint_dir);
+    if (!r->cfg->check && !begin_run_folder(r, err, len))
+        return false;
     if (!place.resume)
         return true;
     ddp_checkpoint c = {r->checkpoint_dir, 0, "", r->run_settings.s, r->program_settings.s, {0}};
@@ -1113,17 +1120,18 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
              (!cfg->evaluate && !prepare_training(&r, err, sizeof err)) || !start_comm(&r, err, sizeof err) ||
              !start_profile(&r, err, sizeof err))
         status = failure(&r, err);
-    else if (!cfg->evaluate && !cfg->check && !start_run(&r, resumed, sizeof resumed, err, sizeof err))
+    else if (!cfg->evaluate && !start_run(&r, resumed, sizeof resumed, err, sizeof err))
         status = failure(&r, err);
     else {
         ddp_report_banner(report, rt, train, validation, cfg->evaluate ? NULL : &r.plan);
+        ddp_run_start start = {r.run_dir, r.checkpoint_dir, resumed, r.first_epoch, r.first_batch, r.step,
+                               r.plan.steps};
         if (cfg->check) {
-            ddp_report_checked(report, r.workers);
+            ddp_report_checked(report, cfg->evaluate ? NULL : &start, r.workers);
             status = 0;
         } else if (cfg->evaluate) {
             status = evaluate_only(&r);
-        } else if (!ddp_report_run(report, r.run_dir, r.checkpoint_dir, resumed, r.first_epoch, r.first_batch, r.step,
-                                   r.plan.steps, err, sizeof err)) {
+        } else if (!ddp_report_run(report, &start, err, sizeof err)) {
             status = failure(&r, err);
         } else {
             catch_stop_signals(true);

@@ -166,7 +166,23 @@ expect 1 "not a safetensors file" $tiny --check --load "$root/garbage"
 expect 1 "\-\-save $root/no/such/dir/p.safetensors: cannot write" $tiny --check --save "$root/no/such/dir/p.safetensors"
 expect 1 "\-\-metrics $root/no/such/dir/m.json: cannot write" $tiny --check --metrics "$root/no/such/dir/m.json"
 expect 1 "\-\-predict $root/no/such/dir/p.npy: cannot write" $tiny --check --predict "$root/no/such/dir/p.npy"
-expect 2 "\-\-check does not go with \-\-resume" $tiny --check --resume
+# with a run folder, --check makes the run's decision and reads the checkpoint it
+# would continue, changing nothing there
+ckrun="$dir/tiny --data-root $root --run-dir $root/ckrun --threads 1"
+DDP_TEST_SIGNAL=USR1@2 $ckrun --epochs 3 > /dev/null 2>&1
+listing() { (cd "$root/ckrun" && ls -lR --full-time . && cat ./* checkpoints/* | cksum); }
+before=$(listing)
+expect 1 "$root/ckrun/checkpoints already holds checkpoints of another run: pass --resume" $ckrun --epochs 3 --check
+expect 0 "^  resumes     $root/ckrun/checkpoints/step-0000000002.safetensors at step 2: the end of epoch 2 (its" \
+    $ckrun --epochs 3 --check --resume
+expect 0 "checked: the datasets, the parameters, the checkpoint and the files" $ckrun --epochs 3 --check --resume
+expect 1 "\-\-resume: $root/ckrun/checkpoints/step-0000000002.safetensors was written by another program or with other settings: epochs 3 -> 1" \
+    $ckrun --check --resume
+[ "$(listing)" = "$before" ] && echo "ok: --check --resume left the run folder as it was" ||
+    { echo "FAIL: --check --resume changed the run folder"; failures=$((failures + 1)); }
+expect 0 "^  run folder  $root/new-run (made when the run starts): " $tiny --check --run-dir "$root/new-run"
+[ -e "$root/new-run" ] && { echo "FAIL: --check made the run folder"; failures=$((failures + 1)); }
+expect 1 "cannot make the run folder $root/garbage/run/checkpoints: Not a directory" $tiny --check --run-dir "$root/garbage/run"
 
 # a log file gets whole lines: no carriage return, no escape sequence
 $tiny --epochs 2 > "$root/log" 2>&1
