@@ -38,6 +38,9 @@ void ddp_crash_point(const char *name) {
             raise(signals[i].sig);
             return;
         }
+    if (at[n])
+        fprintf(stderr, "DDP_CRASH_AT=%s: `%s` is not INT, TERM, HUP or USR1; crashing there instead\n", at,
+                at + n + 1);
     fprintf(stderr, "crashing at %s (DDP_CRASH_AT)\n", name);
     _exit(9);
 }

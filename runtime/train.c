@@ -970,6 +970,8 @@ static bool start_run(Run *r, char *said, size_t saidlen, char *err, size_t len)
     r->first_epoch = g.epoch;
     r->first_batch = g.batch;
     r->resumed_epoch_validated = g.epoch_validated;
+    if (r->step > 0) /* the last step's learning rate, for an epoch line before any step of this run */
+        ddp_prepare_step(r->rt, r->step - 1, r->plan.steps);
     snprintf(said, saidlen, "%s%s%s", place.note, place.note[0] ? " " : "", found);
     /* the figures of the epoch so far, as the last step left them */
     int regions[] = {DDP_REGION_PARAMS, DDP_REGION_STATE, DDP_REGION_STATS, DDP_REGION_ACCUM};

@@ -62,6 +62,8 @@ expect 1 "\-\-resume: no checkpoint in $root/none/checkpoints: give the checkpoi
 expect 1 "\-\-resume: $root/run/ck/step-0000000001.safetensors is not a ddp checkpoint" sh -c \
     "$dir/tiny --data-root $root --run-dir $root/run-tiny --save $root/run/ck/step-0000000001.safetensors && $tiny --run-dir $root/run --resume $root/run/ck/step-0000000001.safetensors"
 expect 0 "DDP_TEST_SIGNAL=HUP@3 is not USR1|TERM|INT@STEP" env DDP_TEST_SIGNAL=HUP@3 $tiny --run-dir "$root/hup"
+expect 9 "DDP_CRASH_AT=before-rename:KILL: \`KILL\` is not INT, TERM, HUP or USR1; crashing there instead" \
+    env DDP_CRASH_AT=before-rename:KILL $tiny --run-dir "$root/crash" --save "$root/crash.safetensors"
 expect 2 "\-\-resume-changed goes with --resume" $tiny --resume-changed
 expect 2 "\-\-evaluate does not go with --resume" $tiny --evaluate --resume
 expect 2 "\-\-evaluate and \-\-profile do not go together" $tiny --evaluate --profile
@@ -180,6 +182,9 @@ expect 1 "\-\-resume: $root/ckrun/checkpoints/step-0000000002.safetensors was wr
     $ckrun --check --resume
 [ "$(listing)" = "$before" ] && echo "ok: --check --resume left the run folder as it was" ||
     { echo "FAIL: --check --resume changed the run folder"; failures=$((failures + 1)); }
+# resumed before the end of epoch 2, its line gives the rate of its last step (0.5), not 0
+expect 0 "^epoch 2/3  loss [0-9.]*  accuracy [0-9.]*  val_loss [0-9.]*  val_accuracy [0-9.]*  lr 0.5 " \
+    $ckrun --epochs 3 --resume
 expect 0 "^  run folder  $root/new-run (made when the run starts): " $tiny --check --run-dir "$root/new-run"
 [ -e "$root/new-run" ] && { echo "FAIL: --check made the run folder"; failures=$((failures + 1)); }
 expect 1 "cannot make the run folder $root/garbage/run/checkpoints: Not a directory" $tiny --check --run-dir "$root/garbage/run"
