@@ -4,7 +4,8 @@ run that was never stopped, bit for bit: the same saved parameters and the same 
 in metrics.jsonl (timings aside). resume_16 trains alone (WORKERS 1), resume_8 with 2
 workers started by LAUNCHER (`ddprun -n`, `srun -n`): the same global batch of 16.
 
-With WORKERS 1, also what goes wrong around it: SIGINT (status 130); a damaged newest
+Before the resume, --check --resume reads the checkpoint and says where the run would
+go on, leaving the run folder as it was. With WORKERS 1, also what goes wrong around it: SIGINT (status 130); a damaged newest
 checkpoint named and the one before it used; a crash at each named point of a
 checkpoint's write (before the rename, before the folder's sync, while pruning) leaving
 a checkpoint to resume from; a resume with other settings refused with each difference,
@@ -112,6 +113,24 @@ check("SIGUSR1" in out and "stopped after step 17" in out and checkpoints("stopp
 logs = ["log.txt"] + ["log.rank%d.txt" % r for r in range(1, workers)]
 said = [open(os.path.join(root, "stopped", log)).read() for log in logs]
 check(all("stopped after step 17" in text for text in said), "each worker's log in the run folder: %s" % logs)
+
+
+def folder_state(run_dir):
+    """Every file under run_dir with its size, time and bytes."""
+    state = {}
+    for where, _, names in os.walk(os.path.join(root, run_dir)):
+        for name in names:
+            path = os.path.join(where, name)
+            state[path] = (os.stat(path).st_mtime_ns, open(path, "rb").read())
+    return state
+
+
+before = folder_state("stopped")
+out = train("stopped", "--check", "--resume")
+check("resumes     " in out and "step-0000000017.safetensors at step 17: epoch 2, step 6 of 12 next" in out and
+      "checked: " in out and folder_state("stopped") == before,
+      "--check --resume: the checkpoint read%s, where the run goes on said, the run folder untouched"
+      % (" by worker 0 and sent to the other" if workers > 1 else ""))
 out = train("stopped", "--resume", "--save", "stopped.safetensors")
 check("resumed     " in out and "step-0000000017.safetensors at step 17: epoch 2, step 6 of 12 next" in out,
       "--resume names the checkpoint and where the run goes on: %s" %
