@@ -760,42 +760,52 @@ static void pad_values(const Image *m, int64_t first, int64_t count) {
     }
 }
 
-/* Pixels [x0, x1) of row y as padding. */
-static void pad_pixels(const Image *m, int64_t y, int64_t x0, int64_t x1) {
-    int64_t per_pixel = (int64_t)(m->pixel / m->elem);
-    pad_values(m, (y * m->w + x0) * per_pixel, (x1 - x0) * per_pixel);
-}
-
 static char *pixel_at(const Image *m, int64_t y, int64_t x) {
     return m->at + ((size_t)y * (size_t)m->w + (size_t)x) * m->pixel;
 }
 
-/* n elements of 2, 4 or 8 bytes in reverse order, as whole words. */
-#define REVERSE_WORDS(T)                                                                                     \
-    for (int64_t i = 0, j = n - 1; i < j; i++, j--) {                                                      \
-        T t;                                                                                                 \
-        memcpy(&t, at + i * sizeof t, sizeof t);                                                             \
-        memcpy(at + i * sizeof t, at + j * sizeof t, sizeof t);                                              \
-        memcpy(at + j * sizeof t, &t, sizeof t);                                                             \
+/* Pixels [x0, x1) of row y as padding. Where the normalisation's pairs repeat with
+ * every pixel (one pair, or one a channel), every pixel pads alike: the first is made,
+ * the others copied from it, rather than a division for every value. */
+static void pad_pixels(const Image *m, int64_t y, int64_t x0, int64_t x1) {
+    int64_t per_pixel = (int64_t)(m->pixel / m->elem), n = m->spec->nnormalize;
+    if (x1 <= x0)
+        return;
+    if (!n || per_pixel % n != 0) {
+        pad_values(m, (y * m->w + x0) * per_pixel, (x1 - x0) * per_pixel);
+        return;
     }
-static void reverse_elements(char *at, int64_t n, size_t elem) {
-    if (elem == 2)
-        REVERSE_WORDS(uint16_t)
-    else if (elem == 4)
-        REVERSE_WORDS(uint32_t)
-    else
-        REVERSE_WORDS(uint64_t)
+    pad_values(m, (y * m->w + x0) * per_pixel, per_pixel);
+    const char *first = pixel_at(m, y, x0);
+    for (int64_t x = x0 + 1; x < x1; x++)
+        memcpy(pixel_at(m, y, x), first, m->pixel);
 }
-#undef REVERSE_WORDS
 
-/* A row of pixels mirrored: its elements reversed, then each pixel's channels put
- * back in their order. */
+/* A row of w pixels of SIZE bytes mirrored: pixels x and w - 1 - x swapped for every x
+ * of its left half, by copies of a size known here (moves, not calls). */
+#define MIRROR_ROW(SIZE)                                                                                     \
+    for (size_t x = 0, y = (size_t)m->w - 1; x < y; x++, y--) {                                             \
+        char t[SIZE];                                                                                        \
+        memcpy(t, row + x * (SIZE), SIZE);                                                                   \
+        memcpy(row + x * (SIZE), row + y * (SIZE), SIZE);                                                    \
+        memcpy(row + y * (SIZE), t, SIZE);                                                                   \
+    }
 static void reverse_pixels(const Image *m, char *row) {
-    int64_t channels = (int64_t)(m->pixel / m->elem);
-    reverse_elements(row, m->w * channels, m->elem);
-    for (int64_t x = 0; channels > 1 && x < m->w; x++)
-        reverse_elements(row + (size_t)x * m->pixel, channels, m->elem);
+    switch (m->pixel) { /* one channel of each type, and three (RGB) or four */
+    case 2: MIRROR_ROW(2) break;
+    case 4: MIRROR_ROW(4) break;
+    case 6: MIRROR_ROW(6) break;
+    case 8: MIRROR_ROW(8) break;
+    case 12: MIRROR_ROW(12) break;
+    case 16: MIRROR_ROW(16) break;
+    case 24: MIRROR_ROW(24) break;
+    case 32: MIRROR_ROW(32) break;
+    default:
+        for (size_t x = 0, y = (size_t)m->w - 1; x < y; x++, y--)
+            swap_bytes(row + x * m->pixel, row + y * m->pixel, m->pixel);
+    }
 }
+#undef MIRROR_ROW
 
 static void flip_across(Image *m, bool horizontal) {
     if (horizontal)

@@ -164,6 +164,45 @@ static void test_flip_modes(void) {
     }
 }
 
+/* A horizontal flip of [3, w, c] images, w even and odd, c from 1 to 9 channels of 2,
+ * 4 and 8 bytes (pixels of 2 to 72 bytes, each size the mirror copies whole and the
+ * others): each sample left as it is or mirrored exactly, and both come about. */
+static void test_mirror_pixel_sizes(void) {
+    enum { ROWS = 3, MAX_W = 7, MAX_C = 9 };
+    ddp_augment flip = {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL};
+    ddp_dataset spec = {.name = "images", .augment = &flip, .naugment = 1};
+    static const size_t elems[] = {2, 4, 8};
+    static const int64_t dtypes[] = {DDP_BF16, DDP_F32, DDP_F64};
+    for (int64_t w = MAX_W - 1; w <= MAX_W; w++)
+        for (int64_t c = 1; c <= MAX_C; c++)
+            for (int t = 0; t < 3; t++) {
+                ddp_program p = {.name = "net", .dtype = dtypes[t], .input_rank = 3, .input_slot = -1,
+                                 .input_shape = {ROWS, w, c}};
+                int64_t n = ROWS * w * c;
+                int same = 0, mirrored = 0;
+                for (int64_t s = 0; s < 64; s++) {
+                    double row[ROWS * MAX_W * MAX_C];
+                    for (int64_t i = 0; i < n; i++)
+                        store(row, elems[t], i, (double)(i + 1));
+                    ddp_augment_sample(&spec, &p, elems[t], &(ddp_draw_key){9, 1}, s, row);
+                    bool is_same = true, is_mirror = true;
+                    for (int64_t y = 0; y < ROWS; y++)
+                        for (int64_t x = 0; x < w; x++)
+                            for (int64_t k = 0; k < c; k++) {
+                                double v = load(row, elems[t], (y * w + x) * c + k);
+                                is_same &= v == (double)((y * w + x) * c + k + 1);
+                                is_mirror &= v == (double)((y * w + (w - 1 - x)) * c + k + 1);
+                            }
+                    same += is_same;
+                    mirrored += is_mirror;
+                    if (!is_same && !is_mirror)
+                        fprintf(stderr, "[3, %lld, %lld] of %zu-byte elements: sample %lld neither as it was nor "
+                                        "mirrored\n", (long long)w, (long long)c, elems[t], (long long)s);
+                }
+                CHECK(same + mirrored == 64 && same > 0 && mirrored > 0);
+            }
+}
+
 /* The same flips and crop of each sample whatever a pixel's bytes: f32, f64 and bf16
  * (two-byte elements), [h, w] and [h, w, c], so pixels of 2, 4, 8 and 16 bytes. */
 static void test_element_types(void) {
@@ -249,8 +288,6 @@ static void test_normalized_padding(void) {
     CHECK(bad == 0 && padded > 250);
 }
 
-/* Through batches of a synthetic dataset: a sample's row depends on its index, the
- * seed and the epoch, not on its place in the batch; no key leaves it as it is. */
 /* 100 synthetic images of 3 classes, cropped and flipped both ways, and the f32
  * classifier they feed. */
 typedef struct Noise {
@@ -280,6 +317,8 @@ static bool open_noise(Noise *n, int padding) {
     return true;
 }
 
+/* Through batches of a synthetic dataset: a sample's row depends on its index, the
+ * seed and the epoch, not on its place in the batch; no key leaves it as it is. */
 static void test_batches(void) {
     static Noise n;
     if (!open_noise(&n, 1))
@@ -350,6 +389,7 @@ static void test_loader_threads(void) {
 int main(void) {
     test_flip_then_crop();
     test_flip_modes();
+    test_mirror_pixel_sizes();
     test_element_types();
     test_cutout();
     test_normalized_padding();
