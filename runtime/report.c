@@ -344,9 +344,10 @@ static void eta_text(const ddp_report *r, int64_t epoch, int64_t step, int64_t s
     out[0] = 0;
     if (!(sps > 0))
         return;
-    int n = snprintf(out, len, "  ETA %s", duration_text((double)(steps - step) * global / sps));
+    double epoch_left = (double)(steps - step) * global / sps, run_left = epoch_left + (double)(later * steps) * global / sps;
+    int n = snprintf(out, len, "  ETA %s", duration_text(epoch_left));
     if (later > 0 && n > 0 && (size_t)n < len)
-        snprintf(out + n, len - (size_t)n, ", run %s", duration_text((double)(steps - step + later * steps) * global / sps));
+        snprintf(out + n, len - (size_t)n, ", run %s", duration_text(run_left));
 }
 
 static void draw_bar(ddp_report *r, int64_t epoch, int64_t step, int64_t steps, const ddp_figures *f, double sps) {

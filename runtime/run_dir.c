@@ -146,8 +146,10 @@ static bool decide(const ddp_config *cfg, const ddp_program *p, ddp_run_place *p
     }
     place->resume = place->resume_from[0] != 0;
     bool (*make)(const char *) = cfg->check ? folders_makeable : make_folders;
-    if (!make(place->run_dir) || !make(place->checkpoint_dir))
-        return ddp_fail(err, len, "cannot make the run folder %s: %s", place->checkpoint_dir, strerror(errno));
+    if (!make(place->run_dir))
+        return ddp_fail(err, len, "cannot make the run folder %s: %s", place->run_dir, strerror(errno));
+    if (!make(place->checkpoint_dir))
+        return ddp_fail(err, len, "cannot make the checkpoint folder %s: %s", place->checkpoint_dir, strerror(errno));
     return true;
 }
 

@@ -1114,7 +1114,7 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
     Run r = {.rt = rt, .cfg = cfg, .report = report, .train = train, .validation = validation,
              .rank = cfg->cluster.rank, .workers = cfg->cluster.world, .job = job, .ring = job->ring,
              .trace = job->trace};
-    char err[1024], resumed[4096];
+    char err[1024], resumed[4096] = ""; /* an evaluation resumes nothing */
     int status;
     if (rt->program->accum_pairs > 64 || rt->program->settings.nmetrics > DDP_MAX_METRICS)
         status = failure(&r, "the program has more metrics than this runtime can hold");

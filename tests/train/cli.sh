@@ -187,7 +187,7 @@ expect 0 "^epoch 2/3  loss [0-9.]*  accuracy [0-9.]*  val_loss [0-9.]*  val_accu
     $ckrun --epochs 3 --resume
 expect 0 "^  run folder  $root/new-run (made when the run starts): " $tiny --check --run-dir "$root/new-run"
 [ -e "$root/new-run" ] && { echo "FAIL: --check made the run folder"; failures=$((failures + 1)); }
-expect 1 "cannot make the run folder $root/garbage/run/checkpoints: Not a directory" $tiny --check --run-dir "$root/garbage/run"
+expect 1 "cannot make the run folder $root/garbage/run: Not a directory" $tiny --check --run-dir "$root/garbage/run"
 
 # a log file gets whole lines: no carriage return, no escape sequence
 $tiny --epochs 2 > "$root/log" 2>&1
