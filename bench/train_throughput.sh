@@ -46,6 +46,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "-" || b + 0 == 0) print "-"
 
 cpus=$(nproc)
 echo "$(uname -m), $cpus CPUs; batch 64; numpy: ${numpy_python:-none}, torch: ${torch_python:-none}"
+# OPENBLAS_CORETYPE, where the environment sets it, holds ddp's and NumPy's products alike
+"$work/mlp" --synthetic --check --run-dir "$work/run" | sed -n 's/^  device      /ddp: /p'
 printf '%-5s %7s %14s %14s %8s %14s %8s\n' model threads "ddp samples/s" "numpy" "ratio" "pytorch" "ratio"
 for model in mlp cnn; do
     steps=$mlp_steps

@@ -33,6 +33,13 @@ static void *alloc_region(int64_t bytes) {
     return p;
 }
 
+/* The kernels OpenBLAS took for this CPU (or OPENBLAS_CORETYPE named): the banner
+ * says them, since a site's variable can hold a CPU's products to AVX2. */
+const char *ddp_blas_core(void) {
+    const char *core = openblas_get_corename();
+    return core && *core ? core : "unknown";
+}
+
 static int default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;

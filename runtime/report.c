@@ -251,9 +251,9 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
                tf32 ? ", TF32 products" : bf16 ? ", bf16 activations and products, f32 master weights" : "",
                gpu->driver_version ? "" : " (a test instrument: correct, not fast)");
     else
-        ddp_say("  device      cpu, %d thread%s (%s), %s kernels%s\n", ddp_pool_threads(rt->pool),
+        ddp_say("  device      cpu, %d thread%s (%s), %s kernels, OpenBLAS %s products%s\n", ddp_pool_threads(rt->pool),
                 ddp_pool_threads(rt->pool) == 1 ? "" : "s", cfg->threads_from,
-               rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64",
+               rt->kernels == p->cpu_wide ? "AVX2" : "baseline x86-64", ddp_blas_core(),
                tf32 ? ", f32 products (tf32 is for a GPU's tensor cores)" : "");
     if (p->nconvs)
         ddp_say("  convolution %s%s\n", ddp_gpu_convolutions(rt),

@@ -264,6 +264,7 @@ typedef struct ddp_runtime {
 } ddp_runtime;
 
 /* Allocates and prepares a program's regions; NULL with a message in err. */
+const char *ddp_blas_core(void); /* the kernels OpenBLAS multiplies with: "SkylakeX", ... */
 ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, size_t errlen);
 void ddp_close(ddp_runtime *rt);
 /* Sets the parameters and statistics to their initial values for a seed: the same on

@@ -147,6 +147,8 @@ expect 0 "checked: the datasets" $tiny --check --device emulated
 expect 0 "^  loader      3 threads assemble each batch" $tiny --check --device emulated --threads 4
 expect 0 "^  loader      8 threads assemble each batch" $tiny --check --device emulated --threads 12
 expect 0 "^  loader      2 threads assemble each batch" $tiny --check --loader-threads 2
+# the banner names OpenBLAS's kernels, those a site's OPENBLAS_CORETYPE holds it to among them
+expect 0 "^  device      cpu, .* kernels, OpenBLAS Prescott products" env OPENBLAS_CORETYPE=Prescott $tiny --check --device cpu
 out=$($tiny --check --threads 4 2>&1)
 printf '%s\n' "$out" | grep -q "^  loader " && { echo "FAIL: a loader line on the CPU: $out"; failures=$((failures + 1)); }
 expect 1 "train on the CPU; --check --device emulated checks the rest on a machine without a GPU" \
