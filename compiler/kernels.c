@@ -58,13 +58,30 @@ typedef struct Memo {
     int n;
     int64_t per_sample; /* of the index space: for per-sample loads and dropout draws */
     LLVMValueRef within; /* the index's remainder by period, where a loop counts it */
+    LLVMValueRef row;    /* the index's quotient by period, where a loop counts it */
     int64_t period;
 } Memo;
 
+/* The sample index i lies in and its element there (for per-sample loads and dropout
+ * draws). Inside a CPU row of the period that a sample holds whole, both come from the
+ * row and the place in it, without a division per element: the row's per-sample values
+ * are then loaded once, and the loop over the row (dropout: ten rounds of Philox per
+ * element) vectorises. */
+static void sample_place(Cg *cg, LLVMValueRef i, const Memo *m, LLVMValueRef *element, LLVMValueRef *sample) {
+    if (m->row && m->per_sample % m->period == 0) {
+        LLVMValueRef rows = I(cg, m->per_sample / m->period);
+        *element = add(cg, mul(cg, rems(cg, m->row, rows), I(cg, m->period)), m->within);
+        *sample = divs(cg, m->row, rows);
+        return;
+    }
+    *element = rems(cg, i, I(cg, m->per_sample));
+    *sample = divs(cg, i, I(cg, m->per_sample));
+}
+
 static LLVMValueRef keep_draw(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
-    LLVMValueRef ps = I(cg, m->per_sample);
-    LLVMValueRef element = rems(cg, i, ps);
-    LLVMValueRef sample = cg_load(cg, cg->ir->sample_id, divs(cg, i, ps));
+    LLVMValueRef element, index;
+    sample_place(cg, i, m, &element, &index);
+    LLVMValueRef sample = cg_load(cg, cg->ir->sample_id, index);
     LLVMValueRef seed = cg_scalar_i64(cg, DDP_S_SEED);
     LLVMValueRef step = cg_scalar_i64(cg, DDP_S_STEP);
     LLVMValueRef hi32 = I(cg, 32);
@@ -97,8 +114,10 @@ static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
             index = e->channels == m->period ? m->within : rems(cg, m->within, I(cg, e->channels));
         else if (e->bc == BC_CHANNEL)
             index = rems(cg, i, I(cg, e->channels));
-        else if (e->bc == BC_SAMPLE)
-            index = divs(cg, i, I(cg, m->per_sample));
+        else if (e->bc == BC_SAMPLE) {
+            LLVMValueRef element; /* unused, and so not generated */
+            sample_place(cg, i, m, &element, &index);
+        }
         else if (e->bc == BC_SCALAR)
             index = I(cg, 0);
         v = cg_load(cg, e->t, index);
@@ -262,11 +281,11 @@ static void gen_pointwise_rows(Cg *cg, IrOp *op) {
     LLVMValueRef p = I(cg, period);
     LLVMValueRef first_row = divs(cg, add(cg, cg->begin, I(cg, period - 1)), p), last_row = divs(cg, cg->end, p);
     Loop r = cg_loop_begin(cg, first_row, last_row, "row");
-    LLVMValueRef base = mul(cg, cg_loop_index(cg, &r), p);
+    LLVMValueRef row = cg_loop_index(cg, &r), base = mul(cg, row, p);
     Loop j = cg_loop_begin(cg, I(cg, 0), p, "j");
     LLVMValueRef within = cg_loop_index(cg, &j);
     Memo *place = arena_alloc(cg->c->arena, sizeof *place);
-    *place = (Memo){.within = within, .period = period};
+    *place = (Memo){.within = within, .row = row, .period = period};
     cg->hoisted = place;
     gen_pointwise(cg, op, add(cg, base, within));
     cg->hoisted = NULL;

@@ -293,6 +293,10 @@ static LLVMValueRef make_philox(Cg *cg) {
     LLVMTypeRef params[6] = {cg->i32, cg->i32, cg->i32, cg->i32, cg->i32, cg->i32};
     Saved s;
     LLVMValueRef f = helper_begin(cg, "ddp_philox", cg->i32, params, 6, &s);
+    /* inlined even where -O2 finds it too long: a loop of draws that calls it cannot
+     * vectorise (dropout's mask, over a row of the CPU, 8 draws at a time with AVX2) */
+    unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(cg->ctx, always, 0));
     LLVMValueRef k0 = LLVMGetParam(f, 0), k1 = LLVMGetParam(f, 1);
     LLVMValueRef c0 = LLVMGetParam(f, 2), c1 = LLVMGetParam(f, 3), c2 = LLVMGetParam(f, 4),
                  c3 = LLVMGetParam(f, 5);
