@@ -2,7 +2,7 @@
 # install-deps.sh [--tests]: installs, on Debian 12, the packages ddp needs to build
 # and train that are missing, and with --tests what the tests need besides (a real
 # Slurm with munge, iproute2 for its two-node cluster in network namespaces,
-# valgrind, and from PyPI the readers a user would open a run's files with:
+# valgrind, cjpeg to write JPEG images, and from PyPI the readers a user would open a run's files with:
 # safetensors and TensorBoard).
 # Nothing is done when all are present (so it also works offline); sudo is used only
 # when not already root.
@@ -10,8 +10,8 @@ set -eu
 # dataset-fashion-mnist: the real data the samples and the training tests use;
 # python3: the tests that write data files and compute figures by hand
 packages="build-essential cmake ninja-build re2c lemon clang lld libclang-rt-14-dev llvm-14-dev libopenblas-dev
-zlib1g-dev dataset-fashion-mnist python3"
-[ "${1:-}" = --tests ] && packages="$packages slurm-wlm munge iproute2 valgrind python3-pip"
+zlib1g-dev libjpeg62-turbo-dev dataset-fashion-mnist python3"
+[ "${1:-}" = --tests ] && packages="$packages slurm-wlm munge iproute2 valgrind python3-pip libjpeg-turbo-progs"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
