@@ -106,7 +106,7 @@ static const Param linear_params[] = {
 static const Param top_k_params[] = {INT("k", 5, P_POSITIVE)};
 
 static const Param random_flip_params[] = {WORD("mode", flip_words, "horizontal")};
-static const Param random_crop_params[] = {REQ("padding", K_INT, P_POSITIVE)};
+static const Param random_crop_params[] = {INT("padding", 0, P_NONNEG), OPT("size", K_INT_PAIR, P_POSITIVE)};
 static const Param random_cutout_params[] = {REQ("size", K_INT, P_POSITIVE)};
 
 /* mean, std: every file dataset's normalisation, after scale; augment: the image
@@ -207,7 +207,8 @@ const Builtin builtins[] = {
     OTHER("random_flip", B_AUGMENT, DDP_AUGMENT_FLIP, random_flip_params,
           "mirrors a training sample with probability 1/2 along each axis mode names"),
     OTHER("random_crop", B_AUGMENT, DDP_AUGMENT_CROP, random_crop_params,
-          "a training sample padded with zeros, cropped back to its size at a random place"),
+          "a training sample padded with zeros, cropped back to its size (or to size, from larger images: "
+          "the centre in validation) at a random place"),
     OTHER("random_cutout", B_AUGMENT, DDP_AUGMENT_CUTOUT, random_cutout_params,
           "a size x size square of a training sample, centred at a random place, set to zero"),
 

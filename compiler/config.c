@@ -99,11 +99,17 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
         return;
     ddp_augment *a = arena_alloc(c->arena, sizeof *a * (size_t)(list.len + 1));
     for (int i = 0; i < list.len; i++) {
-        Value mode = object_arg(list.items[i], "mode");
+        Value mode = object_arg(list.items[i], "mode"), size = object_arg(list.items[i], "size");
+        bool crop = list.items[i].builtin->code == DDP_AUGMENT_CROP;
+        int64_t window[2] = {0, 0};
+        if (crop && size.kind != V_NONE)
+            value_pair(size, window);
         a[i] = (ddp_augment){.kind = list.items[i].builtin->code,
                              .mode = mode.kind == V_WORD ? word_code(flip_words, mode.str) : 0,
                              .padding = (int64_t)num_arg(list.items[i], "padding", 0),
-                             .size = (int64_t)num_arg(list.items[i], "size", 0)};
+                             .size = crop ? 0 : (int64_t)num_arg(list.items[i], "size", 0),
+                             .height = window[0],
+                             .width = window[1]};
     }
     d->augment = a;
     d->naugment = list.len;

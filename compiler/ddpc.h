@@ -483,6 +483,8 @@ Value *eval_args(Ddpc *c, Env *env, const Signature *sig, Node **slots, const ch
 Value param_default(Ddpc *c, const Param *p, Loc at);
 /* An argument of a loss, optimizer, dataset, ... by name; V_NONE when it has none. */
 Value object_arg(Value obj, const char *name);
+/* An integer or a pair [a, b] (K_INT_PAIR's values) as two integers. */
+void value_pair(Value v, int64_t out[2]);
 bool is_integer(double v);
 const char *value_describe(Ddpc *c, Value v); /* "the number 2.5", "a tensor [7, 7, 64]" */
 const char *value_text(Ddpc *c, Value v);     /* "same", "[2, 2]", "0.001 * replicas" */

@@ -307,6 +307,15 @@ Value object_arg(Value obj, const char *name) {
     return none;
 }
 
+void value_pair(Value v, int64_t out[2]) {
+    if (v.kind == V_LIST) {
+        out[0] = (int64_t)v.items[0].num;
+        out[1] = (int64_t)v.items[1].num;
+    } else {
+        out[0] = out[1] = (int64_t)v.num;
+    }
+}
+
 Value param_default(Ddpc *c, const Param *p, Loc at) {
     Value v = {.loc = at};
     switch (p->def) {
@@ -371,6 +380,12 @@ static Value eval_object(Ddpc *c, Env *env, Node *n) {
     }
     Value v = {.kind = V_OBJECT, .builtin = b, .slots = slots, .loc = n->loc};
     v.args = eval_args(c, env, &sig, slots, b->name, n->loc);
+    /* each argument may be left out, but not both */
+    if (strcmp(b->name, "random_crop") == 0 && object_arg(v, "padding").kind == V_NUM &&
+        object_arg(v, "padding").num == 0 && object_arg(v, "size").kind == V_NONE)
+        diag_report(c, E_MISSING_ARGUMENT, n->loc, "random_crop needs `padding`, `size` or both: `padding = 4` "
+                    "moves the image by up to 4 pixels each way, `size = [224, 224]` cuts windows of that size from "
+                    "larger images");
     return v;
 }
 

@@ -97,6 +97,33 @@ static const char *dataset_name(Ddpc *c, Value ds) {
                    : arena_printf(c->arena, "this %s dataset", ds.builtin->name);
 }
 
+/* The window [height, width] that the dataset's random_crop(size = ...) cuts from its
+ * images (in training at a random place, in validation at the centre); false where it
+ * has none. Such a crop comes first in the list (check_augments sees to it). */
+static bool crop_window(Value ds, int64_t size[2]) {
+    Value list = object_arg(ds, "augment");
+    if (list.kind != V_LIST || list.len == 0 || !is_named(list.items[0], "random_crop") ||
+        object_arg(list.items[0], "size").kind == V_NONE)
+        return false;
+    value_pair(object_arg(list.items[0], "size"), size);
+    return true;
+}
+
+/* A crop to a size cuts the model input's height and width, before anything else. */
+static void check_crop_size(Ddpc *c, TrainSpec *spec, Value a, int i) {
+    const Shape *in = &spec->graph->input;
+    int64_t size[2];
+    value_pair(object_arg(a, "size"), size);
+    if (i > 0)
+        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(size = ...) comes first in the list: it makes the "
+                    "images the model's size, and the augmentations after it change those");
+    else if (size[0] != in->dim[0] || size[1] != in->dim[1])
+        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(size = [%lld, %lld]) cuts windows of %lld x %lld "
+                    "pixels, but `%s` takes %s images: the size is the model input's height and width",
+                    (long long)size[0], (long long)size[1], (long long)size[0], (long long)size[1],
+                    spec->graph->model, shape_text(c, in));
+}
+
 /* Augmentations change images, [h, w] or [h, w, channels]; a crop must keep some of
  * the image at every place it can be cut, and a cutout must leave some of it. */
 static void check_augments(Ddpc *c, TrainSpec *spec, Value ds) {
@@ -112,6 +139,9 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds) {
         }
         int64_t padding = (int64_t)object_arg(a, "padding").num;
         int64_t side = in->dim[0] < in->dim[1] ? in->dim[0] : in->dim[1];
+        bool sized = object_arg(a, "size").kind != V_NONE;
+        if (is_named(a, "random_crop") && sized)
+            check_crop_size(c, spec, a, i);
         if (is_named(a, "random_crop") && padding >= side) {
             diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(padding = %lld) could cut a crop wholly "
                         "out of the padding of `%s`'s %s images", (long long)padding, spec->graph->model,
@@ -150,6 +180,9 @@ static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool t
     Shape shape;
     int64_t classes;
     dataset_facts(ds, &shape, &classes);
+    int64_t window[2];
+    if (shape.rank >= 2 && crop_window(ds, window) && shape.dim[0] >= window[0] && shape.dim[1] >= window[1])
+        shape.dim[0] = window[0], shape.dim[1] = window[1]; /* what the model receives */
     if (shape.rank && (shape.rank != g->input.rank ||
                        memcmp(shape.dim, g->input.dim, sizeof(int64_t) * (size_t)shape.rank))) {
         diag_report(c, E_DATA_MISMATCH, ds.loc, "%s gives samples of shape %s, but `%s` takes %s",
@@ -167,12 +200,15 @@ static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool t
                     dataset_name(c, ds), (long long)classes, g->model, shape_text(c, out));
     check_normalization(c, spec, ds);
     Value augment = object_arg(ds, "augment");
-    if (trained)
+    bool cropped = crop_window(ds, window); /* validation takes its centre */
+    if (trained || cropped)
         check_augments(c, spec, ds);
-    else if (augment.kind == V_LIST && augment.len && !(ds.decl && ds.decl == spec->dataset.decl)) {
+    if (!trained && augment.kind == V_LIST && augment.len > cropped && !(ds.decl && ds.decl == spec->dataset.decl)) {
         diag_report(c, W_AUGMENT_IN_VALIDATION, ds.loc, "%s is augmented, but it is only validated on, "
-                    "and validation reads samples as they are", dataset_name(c, ds));
-        diag_note(c, augment.loc, "remove `augment` here, or train on this dataset");
+                    "and validation reads samples as they are%s", dataset_name(c, ds),
+                    cropped ? " (but for random_crop(size = ...), which cuts their centre)" : "");
+        diag_note(c, augment.loc, cropped ? "keep only random_crop(size = ...) here, or train on this dataset"
+                                          : "remove `augment` here, or train on this dataset");
     }
 }
 

@@ -31,15 +31,6 @@ static Loc arg_loc(Rule *r, const char *name) {
     return n ? expr_span(n) : r->call->loc;
 }
 
-static void pair_of(Value v, int64_t out[2]) {
-    if (v.kind == V_LIST) {
-        out[0] = (int64_t)v.items[0].num;
-        out[1] = (int64_t)v.items[1].num;
-    } else {
-        out[0] = out[1] = (int64_t)v.num;
-    }
-}
-
 static bool too_large(Rule *r, const char *what) {
     diag_report(r->c, E_TENSOR_TOO_LARGE, r->call->loc,
                 "%s of `%s` is beyond 2^53, more than any machine can hold", what, r->call->name);
@@ -115,7 +106,7 @@ static bool window_axis(Rule *r, int axis, int64_t in, int64_t k, int64_t s, int
     }
     int64_t p[2] = {0, 0};
     if (padding.kind != V_WORD)
-        pair_of(padding, p);
+        value_pair(padding, p);
     *before = *after = p[axis];
     if (in + 2 * p[axis] < span) {
         const char *what = r->call->layer->kind == B_LAYER && r->call->layer->op == L_CONV2D
@@ -158,9 +149,9 @@ static bool window_rule(Rule *r, int64_t kernel[2], int64_t stride[2], int64_t d
 static bool conv2d_rule(Rule *r) {
     LayerAttrs *a = &r->res->attrs;
     int64_t k[2], s[2], d[2];
-    pair_of(arg(r, "kernel"), k);
-    pair_of(arg(r, "stride"), s);
-    pair_of(arg(r, "dilation"), d);
+    value_pair(arg(r, "kernel"), k);
+    value_pair(arg(r, "stride"), s);
+    value_pair(arg(r, "dilation"), d);
     a->units = (int64_t)arg(r, "filters").num;
     a->bias = arg(r, "bias").num != 0;
     if (!window_rule(r, k, s, d, arg(r, "padding"), a->units))
@@ -175,13 +166,13 @@ static bool conv2d_rule(Rule *r) {
 
 static bool pool_rule(Rule *r) {
     int64_t k[2], s[2], d[2] = {1, 1};
-    pair_of(arg(r, "size"), k);
+    value_pair(arg(r, "size"), k);
     Value stride = arg(r, "stride");
-    pair_of(stride.kind == V_NONE ? arg(r, "size") : stride, s);
+    value_pair(stride.kind == V_NONE ? arg(r, "size") : stride, s);
     Value padding = arg(r, "padding");
     if (padding.kind != V_WORD) {
         int64_t p[2];
-        pair_of(padding, p);
+        value_pair(padding, p);
         for (int axis = 0; axis < 2; axis++)
             if (2 * p[axis] > k[axis]) {
                 diag_report(r->c, E_OUT_OF_RANGE, arg_loc(r, "padding"),

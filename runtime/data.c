@@ -603,9 +603,38 @@ static bool labels_fit(const ddp_data *d, const ddp_program *p, char *err, size_
     return true;
 }
 
+/* The window [height, width] the dataset's random_crop(size = ...) cuts from each
+ * sample (the list's first augmentation); false where samples keep their size. */
+static bool crop_window(const ddp_dataset *spec, int64_t window[2]) {
+    if (!spec->naugment || spec->augment[0].kind != DDP_AUGMENT_CROP || !spec->augment[0].height)
+        return false;
+    window[0] = spec->augment[0].height;
+    window[1] = spec->augment[0].width;
+    return true;
+}
+
+/* Samples [h, w, ...] at least the window's size, of the model's pixels. */
+static bool window_fits(const ddp_data *d, const ddp_program *p, const int64_t window[2], char *err, size_t errlen) {
+    int64_t want = model_input_elems(p), pixel = want / (window[0] * window[1]);
+    if (d->rank >= 2 && d->shape[0] >= window[0] && d->shape[1] >= window[1] &&
+        d->elems == d->shape[0] * d->shape[1] * pixel)
+        return true;
+    char ours[160], theirs[160];
+    return data_fail(err, errlen, d->where,
+                     "its samples are [%s], but random_crop(size = [%lld, %lld]) cuts the model `%s`'s [%s] from "
+                     "each: they must be images of at least %lld x %lld pixels of %lld value%s",
+                     ddp_dims_text(ours, sizeof ours, d->shape, d->rank, ", "), (long long)window[0],
+                     (long long)window[1], p->name ? p->name : "",
+                     ddp_dims_text(theirs, sizeof theirs, p->input_shape, (int)p->input_rank, ", "),
+                     (long long)window[0], (long long)window[1], (long long)pixel, pixel == 1 ? "" : "s");
+}
+
 bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
-    int64_t want = model_input_elems(p);
-    if (!is_synthetic(d) && d->elems != want) {
+    int64_t want = model_input_elems(p), window[2];
+    if (!is_synthetic(d) && crop_window(d->spec, window)) {
+        if (!window_fits(d, p, window, err, errlen))
+            return false;
+    } else if (!is_synthetic(d) && d->elems != want) {
         char ours[160], theirs[160];
         return data_fail(err, errlen, d->where,
                          "its samples are [%s] (%lld values), but the model `%s` takes [%s] (%lld values); "
@@ -695,22 +724,23 @@ static void normalize_values(const ddp_dataset *spec, void *values, int64_t firs
     }
 }
 
-/* A sample's inputs in bf16 (precision = bf16): made f32 a piece at a time, as the
- * f32 program reads them (normalised too), then each rounded once to nearest even. */
-static void bf16_inputs(const ddp_data *d, int64_t sample, int64_t per, uint16_t *to) {
+/* Inputs in bf16 (precision = bf16): made f32 a piece at a time, as the f32 program
+ * reads them (normalised too), then each rounded once to nearest even. from: the
+ * values [first, first + per) of a sample, or NULL for a synthetic sample's. */
+static void bf16_inputs(const ddp_data *d, int64_t sample, const char *from, int64_t first, int64_t per,
+                        uint16_t *to) {
     enum { PIECE = 1024 };
     float piece[PIECE];
     size_t elem = (size_t)data_elem_size[d->elem];
-    const char *from = is_synthetic(d) ? NULL : sample_inputs(d, sample);
     uint64_t seed = ddp_synthetic_seed(sample); /* a synthetic sample's values are one sequence */
     for (int64_t at = 0; at < per; at += PIECE) {
         int64_t count = per - at < PIECE ? per - at : PIECE;
-        if (is_synthetic(d))
+        if (!from)
             for (int64_t e = 0; e < count; e++)
                 piece[e] = (float)ddp_synthetic_element(seed, at + e);
         else
             converters[d->elem][0](piece, from + (size_t)at * elem, count, d->spec->scale);
-        normalize_values(d->spec, piece, at, count, false);
+        normalize_values(d->spec, piece, first + at, count, false);
         for (int64_t e = 0; e < count; e++)
             to[at + e] = ddp_bf16_from_float(piece[e]);
     }
@@ -840,15 +870,28 @@ static void cut_out(Image *m, int64_t y0, int64_t x0, int64_t size) {
         pad_pixels(m, y, x0 < 0 ? 0 : x0, x1);
 }
 
-void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
-                        int64_t sample, void *row) {
+/* A batch row as the model's image: [h, w] or [h, w, ...] (the rest one pixel). */
+static Image row_image(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, void *row) {
     Image m = {row, p->input_shape[0], p->input_rank > 1 ? p->input_shape[1] : 1, elem_size, elem_size, spec};
     for (int d = 2; d < p->input_rank; d++)
         m.pixel *= (size_t)p->input_shape[d];
+    return m;
+}
+
+/* Augmentation i's draws for a sample, in an epoch. */
+static void augment_draws(const ddp_draw_key *key, int64_t i, int64_t sample, uint32_t w[4]) {
+    ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, 0, (uint32_t)key->epoch, w);
+}
+
+void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
+                        int64_t sample, void *row) {
+    Image m = row_image(spec, p, elem_size, row);
     for (int64_t i = 0; i < spec->naugment; i++) {
         const ddp_augment *a = &spec->augment[i];
         uint32_t w[4];
-        ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, 0, (uint32_t)key->epoch, w);
+        if (a->kind == DDP_AUGMENT_CROP && a->height) /* cut as the batch was assembled (crop_sample) */
+            continue;
+        augment_draws(key, i, sample, w);
         if (a->kind == DDP_AUGMENT_FLIP) {
             if (a->mode != DDP_FLIP_VERTICAL && (w[0] & 1))
                 flip_across(&m, true);
@@ -942,28 +985,90 @@ static void look_up_bytes(const ByteTable *t, const unsigned char *bytes, int64_
 
 /* ------------------------------------------------------------------ batches */
 
+/* How a batch's values are made from a file's: a table of normalised bytes, bf16, or
+ * a conversion then the normalisation. */
+typedef struct Making {
+    const ddp_data *d;
+    const ByteTable *table;   /* NULL: none */
+    bool f64, bf16;
+    convert_fn convert;
+} Making;
+
+/* count values of a sample from `from` on (the first at place `first` of its last
+ * axis) into `to`, as the batch holds them. */
+static void make_values(const Making *mk, int64_t sample, const char *from, int64_t first, int64_t count,
+                        void *to) {
+    if (mk->table)
+        look_up_bytes(mk->table, (const unsigned char *)from, count, to);
+    else if (mk->bf16)
+        bf16_inputs(mk->d, sample, from, first, count, to);
+    else {
+        mk->convert(to, from, count, mk->d->spec->scale);
+        normalize_values(mk->d->spec, to, first, count, mk->f64);
+    }
+}
+
+/* The window of the model's size that random_crop(size = ...) cuts from a sample, with
+ * its top left at (oy, ox) of the sample (negative, or past its edge, within the
+ * crop's padding: padded), into the row. A row of the window is one run of values. */
+static void crop_sample(const Making *mk, int64_t sample, int64_t oy, int64_t ox, Image *m) {
+    const ddp_data *d = mk->d;
+    int64_t h0 = d->shape[0], w0 = d->shape[1], per_pixel = d->elems / (h0 * w0);
+    size_t elem = (size_t)data_elem_size[d->elem];
+    const char *from = sample_inputs(d, sample);
+    int64_t x0 = ox < 0 ? -ox : 0, x1 = w0 - ox < m->w ? w0 - ox : m->w; /* columns with a source */
+    for (int64_t y = 0; y < m->h; y++) {
+        int64_t sy = oy + y;
+        if (sy < 0 || sy >= h0 || x1 <= x0) {
+            pad_pixels(m, y, 0, m->w);
+            continue;
+        }
+        make_values(mk, sample, from + (size_t)((sy * w0 + ox + x0) * per_pixel) * elem, 0, (x1 - x0) * per_pixel,
+                    pixel_at(m, y, x0));
+        pad_pixels(m, y, 0, x0);
+        pad_pixels(m, y, x1, m->w);
+    }
+}
+
+/* Where a sample's window starts: in training at a place drawn as random_crop's
+ * (among the places of the sample padded by its padding), in validation at the centre. */
+static void window_place(const ddp_data *d, const int64_t window[2], const ddp_draw_key *augment, int64_t sample,
+                         int64_t *oy, int64_t *ox) {
+    int64_t pad = d->spec->augment[0].padding;
+    if (!augment) {
+        *oy = (d->shape[0] - window[0]) / 2;
+        *ox = (d->shape[1] - window[1]) / 2;
+        return;
+    }
+    uint32_t w[4];
+    augment_draws(augment, 0, sample, w);
+    *oy = ddp_draw_below(w, d->shape[0] + 2 * pad - window[0] + 1) - pad;
+    *ox = ddp_draw_below(w + 2, d->shape[1] + 2 * pad - window[1] + 1) - pad;
+}
+
 static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
                          const ddp_draw_key *augment, void *x) {
-    int64_t per = model_input_elems(p);
+    int64_t per = model_input_elems(p), window[2];
     bool f64 = p->dtype == DDP_F64, bf16 = ddp_input_dtype(p) == DDP_BF16;
+    bool cropped = !is_synthetic(d) && crop_window(d->spec, window);
     size_t elem = bf16 ? sizeof(uint16_t) : f64 ? sizeof(double) : sizeof(float), row_bytes = (size_t)per * elem;
-    convert_fn convert = bf16 || is_synthetic(d) ? NULL : converters[d->elem][f64];
+    Making mk = {d, NULL, f64, bf16, bf16 || is_synthetic(d) ? NULL : converters[d->elem][f64]};
     ByteTable *table = malloc(sizeof *table); /* 32 KiB: not on a loader thread's stack */
-    if (table && !byte_table(d, f64, bf16, table)) {
-        free(table);
-        table = NULL;
-    }
+    if (table && byte_table(d, f64, bf16, table))
+        mk.table = table;
     for (int64_t r = 0; r < n; r++) {
         char *row = (char *)x + (size_t)r * row_bytes;
-        if (table)
-            look_up_bytes(table, (const unsigned char *)sample_inputs(d, indices[r]), per, row);
-        else if (bf16)
-            bf16_inputs(d, indices[r], per, (uint16_t *)row);
-        else if (is_synthetic(d))
+        if (cropped) {
+            Image m = row_image(d->spec, p, elem, row);
+            int64_t oy, ox;
+            window_place(d, window, augment, indices[r], &oy, &ox);
+            crop_sample(&mk, indices[r], oy, ox, &m);
+        } else if (is_synthetic(d) && bf16) {
+            bf16_inputs(d, indices[r], NULL, 0, per, (uint16_t *)row);
+        } else if (is_synthetic(d)) {
             synthetic_inputs(indices[r], per, f64, row);
-        else {
-            convert(row, sample_inputs(d, indices[r]), per, d->spec->scale);
-            normalize_values(d->spec, row, 0, per, f64);
+        } else {
+            make_values(&mk, indices[r], sample_inputs(d, indices[r]), 0, per, row);
         }
         if (augment && d->spec->naugment)
             ddp_augment_sample(d->spec, p, elem, augment, indices[r], row);

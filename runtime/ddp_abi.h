@@ -364,10 +364,11 @@ DDP_CONTRACT(ddp_metric)
 
 /* A random change of a training sample as its batch is assembled (the dataset's
  * `augment` list, applied in order to samples [h, w] or [h, w, c]): a flip with
- * probability 1/2 along each axis its mode names; a crop of the sample's size at a
- * uniform place in the sample padded with `padding` zeros on every side; or a cutout,
- * a size x size square (clipped at the edges) centred on a uniform pixel, set to the
- * padding's value. */
+ * probability 1/2 along each axis its mode names; a crop at a uniform place in the
+ * sample padded with `padding` zeros on every side, of the sample's size or, where
+ * height and width are not 0 (the list's first, then), of that window, which
+ * validation cuts at the centre; or a cutout, a size x size square (clipped at the
+ * edges) centred on a uniform pixel, set to the padding's value. */
 enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT };
 enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
 
@@ -375,7 +376,9 @@ enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
     X##_I64(T, kind)        /* ddp_augment_kind */                                                           \
     X##_I64(T, mode)        /* flip: ddp_flip_mode */                                                        \
     X##_I64(T, padding)     /* crop */                                                                       \
-    X##_I64(T, size)        /* cutout */
+    X##_I64(T, size)        /* cutout */                                                                     \
+    X##_I64(T, height)      /* crop to a window: its height and width; 0: the sample's size */             \
+    X##_I64(T, width)
 DDP_CONTRACT(ddp_augment)
 
 /* A dataset's normalisation of one value of its samples' last axis (an image's

@@ -199,6 +199,12 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
         const char *sep = i ? ", " : "; augmented: ";
         if (a->kind == DDP_AUGMENT_FLIP)
             n += (size_t)snprintf(out + n, len - n, "%srandom_flip(%s)", sep, modes[a->mode]);
+        else if (a->kind == DDP_AUGMENT_CROP && a->height && a->padding)
+            n += (size_t)snprintf(out + n, len - n, "%srandom_crop(size = [%lld, %lld], padding = %lld)", sep,
+                                  (long long)a->height, (long long)a->width, (long long)a->padding);
+        else if (a->kind == DDP_AUGMENT_CROP && a->height)
+            n += (size_t)snprintf(out + n, len - n, "%srandom_crop(size = [%lld, %lld])", sep, (long long)a->height,
+                                  (long long)a->width);
         else if (a->kind == DDP_AUGMENT_CROP)
             n += (size_t)snprintf(out + n, len - n, "%srandom_crop(padding = %lld)", sep, (long long)a->padding);
         else

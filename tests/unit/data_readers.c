@@ -690,6 +690,16 @@ static int byte_of(int64_t i, bool is_bool) {
     return (int)(c == 0 ? s : c == 1 ? 255 - s : s ^ 0x5a);
 }
 
+/* An .npy dataset of bytes scaled to [0, 1], and normalised by pairs if normalised. */
+static ddp_dataset byte_dataset(const char *name, const char *inputs, const char *labels, const ddp_channel *pairs,
+                                bool normalised) {
+    ddp_dataset spec = dataset(DDP_DATA_NPY, name, inputs, labels);
+    spec.scale = 1.0 / 255;
+    spec.normalize = normalised ? pairs : NULL;
+    spec.nnormalize = normalised ? 3 : 0;
+    return spec;
+}
+
 static void test_byte_values(void) {
     static const ddp_channel cifar[] = {{0.4914, 0.2470}, {0.4822, 0.2435}, {0.4465, 0.2616}};
     static const int64_t place[] = {3};
@@ -706,10 +716,7 @@ static void test_byte_values(void) {
         snprintf(name, sizeof name, "bytes%d.npy", d);
         write_npy_of(name, d, "(256, 3)", 256 * 3, byte_of);
         for (int normalised = 0; normalised < 2; normalised++) {
-            ddp_dataset spec = dataset(DDP_DATA_NPY, "bytes", name, "bytes_y.npy");
-            spec.scale = 1.0 / 255;
-            spec.normalize = normalised ? cifar : NULL;
-            spec.nnormalize = normalised ? 3 : 0;
+            ddp_dataset spec = byte_dataset("bytes", name, "bytes_y.npy", cifar, normalised);
             ddp_data data;
             if (!open_ok(&spec, &data))
                 continue;
@@ -737,6 +744,120 @@ static void test_byte_values(void) {
             CHECK(wrong == 0);
             ddp_data_free(&data);
         }
+    }
+}
+
+/* random_crop(size = [4, 5], padding = 1) on [6, 8, 3] byte images: validation takes
+ * each sample's centre (rows 1.., columns 1..), training one of the 5 x 6 places of the
+ * image padded by one pixel, each window exactly the sample's values (scaled and
+ * normalised as any, through the byte table or not, in f32, f64 and bf16) and the
+ * padding the normalised zero; every place comes about, and a flip after the crop
+ * mirrors the window. Samples smaller than the window, or of other pixels than the
+ * model's, are refused with both shapes. */
+enum { CROP_H0 = 6, CROP_W0 = 8, CROP_H = 4, CROP_W = 5, CROP_PAD = 1, CROP_N = 40 };
+
+static int crop_byte(int64_t i, bool is_bool) {
+    (void)is_bool;
+    return (int)((i * 7 + 3) % 251);
+}
+
+/* Sample s's value at (y, x, c) of the window placed at (oy, ox), as the batch holds it
+ * in f32 (or f64). */
+static double crop_expected(int64_t s, int64_t oy, int64_t ox, int y, int x, int c, const ddp_dataset *spec,
+                            bool f64) {
+    int64_t sy = oy + y, sx = ox + x;
+    bool inside = sy >= 0 && sy < CROP_H0 && sx >= 0 && sx < CROP_W0;
+    int byte = inside ? crop_byte(((s * CROP_H0 + sy) * CROP_W0 + sx) * 3 + c, false) : 0;
+    double g = byte * spec->scale;
+    float f = (float)g;
+    if (spec->nnormalize) {
+        g = (g - spec->normalize[c].mean) / spec->normalize[c].std;
+        f = (float)(((double)f - spec->normalize[c].mean) / spec->normalize[c].std);
+    }
+    return f64 ? g : f;
+}
+
+static bool window_is(const float *row, int64_t s, int64_t oy, int64_t ox, bool mirrored, const ddp_dataset *spec) {
+    for (int y = 0; y < CROP_H; y++)
+        for (int x = 0; x < CROP_W; x++)
+            for (int c = 0; c < 3; c++)
+                if (row[(y * CROP_W + x) * 3 + c] !=
+                    (float)crop_expected(s, oy, ox, y, mirrored ? CROP_W - 1 - x : x, c, spec, false))
+                    return false;
+    return true;
+}
+
+static void test_crop_windows(void) {
+    static const ddp_channel pairs[] = {{0.5, 0.25}, {0.4, 0.3}, {0.1, 2}};
+    static const int64_t window[] = {CROP_H, CROP_W, 3}, other_pixels[] = {CROP_H, CROP_W, 2},
+                         tall[] = {CROP_H0 + 1, CROP_W, 3};
+    static float x32[CROP_N * CROP_H * CROP_W * 3];
+    static double x64[CROP_N * CROP_H * CROP_W * 3];
+    static uint16_t x16[CROP_N * CROP_H * CROP_W * 3];
+    int64_t rows[CROP_N], ids[CROP_N];
+    int32_t y[CROP_N];
+    for (int s = 0; s < CROP_N; s++)
+        rows[s] = s;
+    write_npy_of("crop_x.npy", 0, "(40, 6, 8, 3)", CROP_N * CROP_H0 * CROP_W0 * 3, crop_byte);
+    write_npy_of("crop_y.npy", 0, "(40,)", CROP_N, label_value);
+    for (int normalised = 0; normalised < 2; normalised++) {
+        ddp_augment list[2] = {{.kind = DDP_AUGMENT_CROP, .padding = CROP_PAD, .height = CROP_H, .width = CROP_W},
+                               {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
+        ddp_dataset spec = byte_dataset("crops", "crop_x.npy", "crop_y.npy", pairs, normalised);
+        spec.augment = list;
+        spec.naugment = 1;
+        ddp_data d;
+        if (!open_ok(&spec, &d))
+            continue;
+        static const int64_t types[3] = {DDP_F32, DDP_F64, DDP_BF16};
+        void *batches[3] = {x32, x64, x16};
+        ddp_program p32 = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, window);
+        char err[1024];
+        CHECK(ddp_data_fits(&d, &p32, err, sizeof err));
+        ddp_program narrow = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, other_pixels);
+        FITS_FAILS(&d, &narrow, "crop_x.npy: its samples are [6, 8, 3], but random_crop(size = [4, 5]) cuts the "
+                                "model `net`'s [4, 5, 2] from each", "of 2 values");
+        list[0].height = CROP_H0 + 1;
+        ddp_program taller = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, tall);
+        FITS_FAILS(&d, &taller, "at least 7 x 5 pixels of 3 values");
+        list[0].height = CROP_H;
+        /* validation: the centre, in every element type */
+        for (int t = 0; t < 3; t++) {
+            ddp_program p = model(types[t], DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, window);
+            ddp_data_batch(&d, &p, rows, CROP_N, NULL, batches[t], y, ids);
+        }
+        int wrong = 0, per = CROP_H * CROP_W * 3;
+        for (int s = 0; s < CROP_N; s++) {
+            wrong += !window_is(x32 + s * per, s, 1, 1, false, &spec);
+            for (int i = 0; i < per; i++)
+                wrong += x64[s * per + i] != crop_expected(s, 1, 1, i / 3 / CROP_W, i / 3 % CROP_W, i % 3, &spec, true) ||
+                         x16[s * per + i] != ddp_bf16_from_float(x32[s * per + i]);
+        }
+        CHECK(wrong == 0);
+        /* training: one of the places each time, all of them over the epochs */
+        int seen[CROP_H0 + 2 * CROP_PAD - CROP_H + 1][CROP_W0 + 2 * CROP_PAD - CROP_W + 1] = {{0}};
+        int unmatched = 0, places = 0, mirrored = 0;
+        for (int epoch = 0; epoch < 20; epoch++) {
+            spec.naugment = 1 + (epoch % 2); /* odd epochs flip after the crop */
+            ddp_data_batch(&d, &p32, rows, CROP_N, &(ddp_draw_key){7, epoch}, x32, y, ids);
+            for (int s = 0; s < CROP_N; s++) {
+                int found = 0;
+                for (int oy = -CROP_PAD; oy <= CROP_H0 + CROP_PAD - CROP_H; oy++)
+                    for (int ox = -CROP_PAD; ox <= CROP_W0 + CROP_PAD - CROP_W; ox++)
+                        for (int m = 0; m < 1 + (epoch % 2); m++)
+                            if (window_is(x32 + s * per, s, oy, ox, m, &spec)) {
+                                found++;
+                                mirrored += m;
+                                seen[oy + CROP_PAD][ox + CROP_PAD]++;
+                            }
+                unmatched += found != 1;
+            }
+        }
+        for (int oy = 0; oy < CROP_H0 + 2 * CROP_PAD - CROP_H + 1; oy++)
+            for (int ox = 0; ox < CROP_W0 + 2 * CROP_PAD - CROP_W + 1; ox++)
+                places += seen[oy][ox] > 0;
+        CHECK(unmatched == 0 && places == 30 && mirrored > 100);
+        ddp_data_free(&d);
     }
 }
 
@@ -1321,6 +1442,7 @@ int main(int argc, char **argv) {
     test_npy_broken();
     test_npy_dtypes();
     test_byte_values();
+    test_crop_windows();
     test_csv_good();
     test_csv_broken();
     test_fits_and_batches();
