@@ -1350,7 +1350,9 @@ static void test_mapped_npy(void) {
     CHECK(held[1][0] == 0 && held[1][1] == values + labels);
     if (verbose)
         printf("opening 8 MiB of inputs: %lld KiB mapped, %lld KiB read\n", mapped / 1024, read / 1024);
-    CHECK(mapped >= 0 && mapped < 2 << 20);
+    /* the mapped open holds no copy (its growth may even be negative: AddressSanitizer
+     * hands freed blocks back as it likes); a failed open (-1) is counted by open_ok */
+    CHECK(mapped < 2 << 20);
     CHECK(read >= 8 << 20);
 }
 
