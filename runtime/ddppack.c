@@ -50,7 +50,9 @@ static const char usage[] =
     "  --skip-bad     leave out images that cannot be decoded, listing them, instead of stopping\n"
     "Exit status: 0 done, 1 an error (a bad image, a file that cannot be written), 2 bad usage.\n";
 
-enum { MAX_SIDE = 65536, ERR = 1024 };
+/* MAX_PIXELS: the most a decoded image may hold (at the scale it is decoded at), so a
+ * header claiming a huge image names it rather than exhausting memory. */
+enum { MAX_SIDE = 65536, ERR = 1024, MAX_PIXELS = 1 << 28 };
 
 typedef struct Options {
     const char *dir, *out;
@@ -306,6 +308,12 @@ static bool decode(const unsigned char *data, size_t len, int shorter_min, Pixel
         int shorter = c.output_width < c.output_height ? (int)c.output_width : (int)c.output_height;
         if (shorter >= shorter_min)
             break;
+    }
+    if ((uint64_t)c.output_width * c.output_height > MAX_PIXELS) {
+        snprintf(err, ERR, "it says it is %u x %u pixels, more than ddppack decodes (%d pixels at the scale it "
+                 "needs)", c.image_width, c.image_height, MAX_PIXELS);
+        jpeg_destroy_decompress(&c);
+        return false;
     }
     jpeg_start_decompress(&c);
     int w = (int)c.output_width, h = (int)c.output_height, channels = c.output_components;

@@ -141,6 +141,15 @@ false = os.path.join(src, "cat", "c3.jpg")
 open(false, "w").write("<html>not found</html>\n")
 expect(1, false + ": not a readable JPEG image: Not a JPEG file", src, os.path.join(root, "f2"), "--size", "8")
 os.remove(false)
+# a header claiming 65000 x 65000 pixels (its SOF0 marker rewritten) is named, not decoded
+huge = bytearray(whole)
+sof = huge.index(b"\xff\xc0")
+huge[sof + 5:sof + 9] = (65000).to_bytes(2, "big") * 2
+claims = os.path.join(src, "cat", "c4.jpg")
+open(claims, "wb").write(bytes(huge))
+expect(1, claims + ": it says it is 65000 x 65000 pixels, more than ddppack decodes (268435456 pixels",
+       src, os.path.join(root, "f6"), "--size", "8", "--resize", "20000")
+os.remove(claims)
 
 os.makedirs(os.path.join(src, "dog"))
 expect(1, "the class `dog` holds no JPEG image", src, os.path.join(root, "f3"), "--size", "8")
