@@ -690,10 +690,19 @@ static char *numbered(const char *out, const char *kind, int digits, long index)
     return join(out, name);
 }
 
+static void free_dataset(Dataset *ds) {
+    for (long i = 0; i < ds->nimages; i++)
+        free(ds->images[i].path);
+    free(ds->images);
+    free_names(ds->classes, ds->nclasses);
+}
+
 static int run(const Options *o) {
     Dataset ds = {0};
-    if (!list_dataset(o->dir, &ds) || !prepare_out(o->out))
+    if (!list_dataset(o->dir, &ds) || !prepare_out(o->out)) {
+        free_dataset(&ds);
         return 1;
+    }
     double start = now();
     long files = (ds.nimages + o->per_file - 1) / o->per_file;
     int digits = 5;
@@ -769,10 +778,7 @@ static int run(const Options *o) {
     free(skipped);
     free(pixels);
     free(labels);
-    for (long i = 0; i < ds.nimages; i++)
-        free(ds.images[i].path);
-    free(ds.images);
-    free_names(ds.classes, ds.nclasses);
+    free_dataset(&ds);
     return ok ? 0 : 1;
 }
 
