@@ -6,11 +6,13 @@
  *
  * INPUTS holds images [N, h, w, c] (any dtype the npy reader takes; CIFAR-10's uint8
  * [N, 32, 32, 3] in bench/augment.sh). For each variant (scaled only; normalised; scaled,
- * cropped with padding 4 and flipped; all three) it assembles f32 batches of --batch
+ * cropped with padding 4 and flipped; all three; a random resized crop to 7/8 of the
+ * sides, flipped and normalised) it assembles f32 batches of --batch
  * (128) samples drawn at random, as ddp_data_batch does for a training step, for
  * about --seconds (1) after one warm-up batch, and prints samples per second, the
  * median over the batches. Each variant's batch is also checked: normalised values
- * must be ((x / 255) - mean) / std of some value x of the file or of the padding. The
+ * must be ((x / 255) - mean) / std of some value x of the file or of the padding (x in
+ * [0, 255], not whole, where resized). The
  * loader's passes (all four steps, the samples shuffled, each pass's batches as a
  * training epoch has them) print samples per second, the median over the passes, and
  * the ratio to one thread; each pass's last batch is checked against ddp_data_batch. */
@@ -36,8 +38,9 @@ static const ddp_channel cifar_channels[] = {{0.4914, 0.2470}, {0.4822, 0.2435},
 static const ddp_augment crop_and_flip[] = {{.kind = DDP_AUGMENT_CROP, .padding = 4},
                                             {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
 
-/* Whether every value of the batch is an 8-bit value (or zero) scaled and normalised. */
-static bool values_plausible(const float *x, int64_t n, int64_t channels, const ddp_dataset *spec) {
+/* Whether every value of the batch is an 8-bit value (or zero) scaled and normalised;
+ * resized values lie between them. */
+static bool values_plausible(const float *x, int64_t n, int64_t channels, const ddp_dataset *spec, bool resized) {
     for (int64_t e = 0; e < n; e++) {
         double v = x[e];
         if (spec->nnormalize) {
@@ -45,7 +48,7 @@ static bool values_plausible(const float *x, int64_t n, int64_t channels, const 
             v = v * c->std + c->mean;
         }
         double byte = v * 255;
-        if (!(byte > -0.01 && byte < 255.01) || fabs(byte - round(byte)) > 1e-3)
+        if (!(byte > -0.01 && byte < 255.01) || (!resized && fabs(byte - round(byte)) > 1e-3))
             return false;
     }
     return true;
@@ -136,14 +139,23 @@ int main(int argc, char **argv) {
            (long long)d.shape[0], (long long)d.shape[1], (long long)d.shape[2], (long long)batch);
     printf("%-36s %14s\n", "variant", "samples/s");
     static const char *const names[] = {"scaled", "scaled, normalised", "scaled, cropped and flipped",
-                                        "scaled, normalised, cropped, flipped"};
+                                        "scaled, normalised, cropped, flipped", "resized crop, flipped, normalised"};
+    int64_t side_h = d.shape[0] * 7 / 8, side_w = d.shape[1] * 7 / 8;
+    ddp_augment resized_and_flip[] = {{.kind = DDP_AUGMENT_RESIZED_CROP, .height = side_h ? side_h : 1,
+                                       .width = side_w ? side_w : 1, .scale_min = 0.08, .scale_max = 1,
+                                       .ratio_min = 3.0 / 4, .ratio_max = 4.0 / 3},
+                                      {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
     int status = 0;
     srand(1);
-    for (int v = 0; v < 4; v++) {
-        spec.normalize = v & 1 && cifar ? cifar_channels : NULL;
-        spec.nnormalize = v & 1 && cifar ? 3 : 0;
-        spec.augment = v & 2 ? crop_and_flip : NULL;
-        spec.naugment = v & 2 ? 2 : 0;
+    for (int v = 0; v < 5; v++) {
+        bool resized = v == 4;
+        spec.normalize = (v & 1 || resized) && cifar ? cifar_channels : NULL;
+        spec.nnormalize = (v & 1 || resized) && cifar ? 3 : 0;
+        spec.augment = resized ? resized_and_flip : v & 2 ? crop_and_flip : NULL;
+        spec.naugment = v & 2 || resized ? 2 : 0;
+        p.input_shape[0] = resized ? resized_and_flip[0].height : d.shape[0];
+        p.input_shape[1] = resized ? resized_and_flip[0].width : d.shape[1];
+        int64_t per_row = p.input_shape[0] * p.input_shape[1] * d.shape[2];
         ddp_draw_key key = {1, 0};
         int n = 0;
         for (double start = now_s(); n < MAX_BATCHES && (n < MIN_REPS + 1 || now_s() - start < seconds); n++) {
@@ -154,12 +166,17 @@ int main(int argc, char **argv) {
             took[n] = now_s() - t;
             key.epoch++;
         }
-        if (!values_plausible(x, per * batch, d.shape[2], &spec)) {
+        if (!values_plausible(x, per_row * batch, d.shape[2], &spec, resized)) {
             fprintf(stderr, "bench_augment: %s: a value of the last batch is no scaled byte\n", names[v]);
             status = 1;
         }
         printf("%-36s %14.0f\n", names[v], (double)batch / median(took + 1, n - 1));
     }
+    memcpy(p.input_shape, d.shape, sizeof(int64_t) * 3);
+    spec.normalize = cifar ? cifar_channels : NULL;
+    spec.nnormalize = cifar ? 3 : 0;
+    spec.augment = crop_and_flip;
+    spec.naugment = 2;
     printf("\nthe loader, all four steps, passes of %lld batches\n%-8s %14s %8s\n", (long long)(d.samples / batch),
            "threads", "samples/s", "ratio");
     double one = 0;

@@ -1,10 +1,12 @@
 #!/bin/sh
 # augment.sh [BUILD_DIR [SAMPLES [SIDE]]]: how fast training batches of images [SIDE,
 # SIDE, 3] (CIFAR-sized: 32) are assembled, as they are, normalised, cropped and flipped,
-# and all three: ddp's loader (bench/augment.c, one thread) beside torchvision's
-# transforms on the same uint8 images in one thread (v2.RandomCrop(SIDE, padding = 4),
-# v2.RandomHorizontalFlip, v2.ToDtype(float32, scale = True), v2.Normalize, each sample
-# as a DataLoader worker transforms it), measured in this run. Ratios above 1 mean ddp
+# all three, and resized from a random window to 7/8 of SIDE, flipped and normalised:
+# ddp's loader (bench/augment.c, one thread) beside torchvision's transforms on the same
+# uint8 images in one thread (v2.RandomCrop(SIDE, padding = 4), v2.RandomResizedCrop(
+# SIDE * 7 / 8, antialias = True), v2.RandomHorizontalFlip, v2.ToDtype(float32, scale =
+# True), v2.Normalize, each sample as a DataLoader worker transforms it), measured in
+# this run. Ratios above 1 mean ddp
 # is faster. Then the loader's threads: its passes on 1 .. the CPUs here, and the
 # ratio to one thread (`--loader-threads`; SIDE = 224 shows ImageNet-sized images).
 #
@@ -54,7 +56,9 @@ images = torch.from_numpy(np.load(os.path.join(work, "x.npy"))).permute(0, 3, 1,
 to_float = v2.ToDtype(torch.float32, scale=True)
 normalize = v2.Normalize([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
 crop_flip = [v2.RandomCrop(side, padding=4), v2.RandomHorizontalFlip()]
-variants = [[to_float], [to_float, normalize], crop_flip + [to_float], crop_flip + [to_float, normalize]]
+resized_flip = [v2.RandomResizedCrop(side * 7 // 8, antialias=True), v2.RandomHorizontalFlip()]
+variants = [[to_float], [to_float, normalize], crop_flip + [to_float], crop_flip + [to_float, normalize],
+            resized_flip + [to_float, normalize]]
 for steps in variants:
     t = v2.Compose(steps)
     times = []
@@ -68,6 +72,6 @@ for steps in variants:
 EOF
 echo
 printf '%-36s %14s %14s %8s\n' variant "ddp samples/s" torchvision ratio
-sed -n 3,6p "$work/ddp.out" | paste - "$work/torch.out" | awk -F'\t' '{
+sed -n 3,7p "$work/ddp.out" | paste - "$work/torch.out" | awk -F'\t' '{
     n = split($1, f, " +"); ours = f[n]; name = $1; sub(/ +[0-9]+$/, "", name)
     printf "%-36s %14s %14s %8.2f\n", name, ours, $2, ours / $2 }'

@@ -108,9 +108,18 @@ static const Param top_k_params[] = {INT("k", 5, P_POSITIVE)};
 static const Param random_flip_params[] = {WORD("mode", flip_words, "horizontal")};
 static const Param random_crop_params[] = {INT("padding", 0, P_NONNEG), OPT("size", K_INT_PAIR, P_POSITIVE)};
 static const Param random_cutout_params[] = {REQ("size", K_INT, P_POSITIVE)};
+/* torchvision's RandomResizedCrop defaults */
+static const double default_crop_scale[] = {0.08, 1}, default_crop_ratio[] = {3.0 / 4, 4.0 / 3};
+static const Param random_resized_crop_params[] = {
+    REQ("size", K_INT_PAIR, P_POSITIVE),
+    {.name = "scale", .kind = K_NUM_RANGE, .flags = P_UNIT, .def = DEF_LIST, .def_list = default_crop_scale,
+     .def_list_len = 2},
+    {.name = "ratio", .kind = K_NUM_RANGE, .flags = P_POSITIVE, .def = DEF_LIST, .def_list = default_crop_ratio,
+     .def_list_len = 2},
+};
 
 /* mean, std: every file dataset's normalisation, after scale; augment: the image
- * datasets' (a list of random_flip, random_crop and random_cutout) */
+ * datasets' (a list of augmentations) */
 #define NORMALIZE OPT("mean", K_NUMS, 0), OPT("std", K_NUMS, P_POSITIVE)
 #define AUGMENT OPT("augment", K_AUGMENTS, 0)
 static const Param idx_params[] = {
@@ -211,6 +220,9 @@ const Builtin builtins[] = {
           "the centre in validation) at a random place"),
     OTHER("random_cutout", B_AUGMENT, DDP_AUGMENT_CUTOUT, random_cutout_params,
           "a size x size square of a training sample, centred at a random place, set to zero"),
+    OTHER("random_resized_crop", B_AUGMENT, DDP_AUGMENT_RESIZED_CROP, random_resized_crop_params,
+          "a window of a training sample, of a random share (scale) of its area and shape (ratio, width / "
+          "height) at a random place, resized to size (the centre in validation)"),
 
     OTHER("idx", B_DATASET, DDP_DATA_IDX, idx_params, "MNIST-family IDX files, plain or .gz"),
     OTHER("cifar10", B_DATASET, DDP_DATA_CIFAR10, cifar10_params, "CIFAR-10 binary batches"),
@@ -312,7 +324,7 @@ static const char *builtins_of_kind(BuiltinKind k) {
     case B_METRIC:
         return "accuracy, top_k_accuracy, loss or mae";
     case B_AUGMENT:
-        return "random_flip, random_crop or random_cutout";
+        return "random_flip, random_crop, random_cutout or random_resized_crop";
     default:
         return "";
     }
@@ -364,6 +376,9 @@ const char *kind_describe(const Param *p) {
     case K_NUMS:
         return p->flags & P_POSITIVE ? "a positive number or a list of them" : "a number or a list of numbers";
     case K_INT_RANGE: return "a range [low, high] of positive integers";
+    case K_NUM_RANGE:
+        return p->flags & P_UNIT ? "a range [low, high] of numbers above 0, at most 1"
+                                 : "a range [low, high] of positive numbers";
     }
     return "?";
 }

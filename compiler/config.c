@@ -93,6 +93,14 @@ static ddp_optimizer optimizer_of(Ddpc *c, Value opt) {
     return o;
 }
 
+/* A range [low, high] of an object, or [0, 0] where it has none. */
+static void range_arg(Value obj, const char *name, double out[2]) {
+    Value v = object_arg(obj, name);
+    bool given = v.kind == V_LIST && v.len == 2;
+    out[0] = given ? v.items[0].num : 0;
+    out[1] = given ? v.items[1].num : 0;
+}
+
 /* The dataset's augmentations, in the order they apply. */
 static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
     if (list.kind != V_LIST)
@@ -100,16 +108,24 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
     ddp_augment *a = arena_alloc(c->arena, sizeof *a * (size_t)(list.len + 1));
     for (int i = 0; i < list.len; i++) {
         Value mode = object_arg(list.items[i], "mode"), size = object_arg(list.items[i], "size");
-        bool crop = list.items[i].builtin->code == DDP_AUGMENT_CROP;
-        int64_t window[2] = {0, 0};
-        if (crop && size.kind != V_NONE)
-            value_pair(size, window);
-        a[i] = (ddp_augment){.kind = list.items[i].builtin->code,
+        int64_t kind = list.items[i].builtin->code;
+        bool window = kind == DDP_AUGMENT_CROP || kind == DDP_AUGMENT_RESIZED_CROP; /* size: a window's */
+        int64_t hw[2] = {0, 0};
+        double scale[2], ratio[2];
+        if (window && size.kind != V_NONE)
+            value_pair(size, hw);
+        range_arg(list.items[i], "scale", scale);
+        range_arg(list.items[i], "ratio", ratio);
+        a[i] = (ddp_augment){.kind = kind,
                              .mode = mode.kind == V_WORD ? word_code(flip_words, mode.str) : 0,
                              .padding = (int64_t)num_arg(list.items[i], "padding", 0),
-                             .size = crop ? 0 : (int64_t)num_arg(list.items[i], "size", 0),
-                             .height = window[0],
-                             .width = window[1]};
+                             .size = window ? 0 : (int64_t)num_arg(list.items[i], "size", 0),
+                             .height = hw[0],
+                             .width = hw[1],
+                             .scale_min = scale[0],
+                             .scale_max = scale[1],
+                             .ratio_min = ratio[0],
+                             .ratio_max = ratio[1]};
     }
     d->augment = a;
     d->naugment = list.len;

@@ -316,7 +316,8 @@ typedef enum {
     K_LOSS, K_OPTIMIZER, K_METRICS, K_AUGMENTS, K_DATASET, K_CHECKPOINT, K_CLUSTER,
     K_STR_LIST,   /* ["a", "b"] */
     K_NUMS,       /* a number or a list of numbers, made a list */
-    K_INT_RANGE,  /* [lo, hi] */
+    K_INT_RANGE,  /* [lo, hi] of integers */
+    K_NUM_RANGE,  /* [lo, hi] of numbers */
 } Kind;
 
 enum {

@@ -567,6 +567,8 @@ static bool in_range(Check *k, Value v) {
         return out_of_range(k, v, "zero or more"), false;
     if ((f & P_FRACTION) && !(v.num >= 0 && v.num < 1))
         return out_of_range(k, v, "from 0 up to, not including, 1"), false;
+    if ((f & P_UNIT) && !(v.num > 0 && v.num <= 1))
+        return out_of_range(k, v, "above 0 and at most 1"), false;
     return true;
 }
 
@@ -593,6 +595,30 @@ static Value check_int_list(Check *k, Value v, int want_len, bool allow_infer) {
             return poison;
     }
     return v;
+}
+
+/* A list of numbers, of want_len of them (0: any number but none); a wrong item is
+ * the one named. */
+static Value check_num_list(Check *k, Value v, int want_len) {
+    if (v.kind != V_LIST || (want_len && v.len != want_len) || v.len == 0)
+        return wrong_kind(k, v);
+    Loc whole = k->loc;
+    for (int i = 0; i < v.len; i++) {
+        k->loc = v.items[i].loc;
+        if (v.items[i].kind != V_NUM)
+            return wrong_kind(k, v.items[i]);
+        if (!in_range(k, v.items[i]))
+            return poison;
+    }
+    k->loc = whole;
+    return v;
+}
+
+/* A range [low, high] checked as a list, whose low is not above its high. */
+static Value ordered_range(Check *k, Value r) {
+    if (r.kind == V_LIST && r.items[0].num > r.items[1].num)
+        return out_of_range(k, r, "a range [low, high] with low <= high");
+    return r;
 }
 
 static bool is_object_of(Value v, BuiltinKind kind) {
@@ -725,22 +751,10 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
         if (v.kind == V_WORD && word_in(p->words, v.str))
             return v;
         return wrong_kind(&k, v);
-    case K_NUMS: {
+    case K_NUMS:
         if (v.kind == V_NUM)
             return in_range(&k, v) ? list_of_one(c, v) : poison;
-        if (v.kind != V_LIST || v.len == 0)
-            return wrong_kind(&k, v);
-        for (int i = 0; i < v.len; i++) {
-            if (v.items[i].kind != V_NUM) {
-                k.loc = v.items[i].loc;
-                return wrong_kind(&k, v.items[i]);
-            }
-            k.loc = v.items[i].loc;
-            if (!in_range(&k, v.items[i]))
-                return poison;
-        }
-        return v;
-    }
+        return check_num_list(&k, v, 0);
     case K_STR_LIST:
         if (v.kind != V_LIST || v.len == 0)
             return wrong_kind(&k, v);
@@ -748,12 +762,10 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
             if (v.items[i].kind != V_STR)
                 return wrong_kind(&k, v);
         return v;
-    case K_INT_RANGE: {
-        Value r = check_int_list(&k, v, 2, false);
-        if (r.kind == V_LIST && r.items[0].num > r.items[1].num)
-            return out_of_range(&k, v, "a range [low, high] with low <= high");
-        return r;
-    }
+    case K_INT_RANGE:
+        return ordered_range(&k, check_int_list(&k, v, 2, false));
+    case K_NUM_RANGE:
+        return ordered_range(&k, check_num_list(&k, v, 2));
     }
     return v;
 }

@@ -97,29 +97,36 @@ static const char *dataset_name(Ddpc *c, Value ds) {
                    : arena_printf(c->arena, "this %s dataset", ds.builtin->name);
 }
 
-/* The window [height, width] that the dataset's random_crop(size = ...) cuts from its
- * images (in training at a random place, in validation at the centre); false where it
- * has none. Such a crop comes first in the list (check_augments sees to it). */
+/* Whether an augmentation makes images of its size from larger ones: random_crop with
+ * a size, random_resized_crop. */
+static bool makes_size(Value a) {
+    return is_named(a, "random_resized_crop") || (is_named(a, "random_crop") && object_arg(a, "size").kind != V_NONE);
+}
+
+/* The window [height, width] that the dataset's first augmentation cuts from its images
+ * where it makes their size (in training at a random place, resized or not; in
+ * validation at the centre); false where it has none. Such a crop comes first in the
+ * list (check_augments sees to it). */
 static bool crop_window(Value ds, int64_t size[2]) {
     Value list = object_arg(ds, "augment");
-    if (list.kind != V_LIST || list.len == 0 || !is_named(list.items[0], "random_crop") ||
-        object_arg(list.items[0], "size").kind == V_NONE)
+    if (list.kind != V_LIST || list.len == 0 || !makes_size(list.items[0]))
         return false;
     value_pair(object_arg(list.items[0], "size"), size);
     return true;
 }
 
-/* A crop to a size cuts the model input's height and width, before anything else. */
+/* A crop to a size makes the model input's height and width, before anything else. */
 static void check_crop_size(Ddpc *c, TrainSpec *spec, Value a, int i) {
     const Shape *in = &spec->graph->input;
+    const char *name = a.builtin->name;
     int64_t size[2];
     value_pair(object_arg(a, "size"), size);
     if (i > 0)
-        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(size = ...) comes first in the list: it makes the "
-                    "images the model's size, and the augmentations after it change those");
+        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "%s(size = ...) comes first in the list: it makes the "
+                    "images the model's size, and the augmentations after it change those", name);
     else if (size[0] != in->dim[0] || size[1] != in->dim[1])
-        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(size = [%lld, %lld]) cuts windows of %lld x %lld "
-                    "pixels, but `%s` takes %s images: the size is the model input's height and width",
+        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "%s(size = [%lld, %lld]) makes images of %lld x %lld "
+                    "pixels, but `%s` takes %s images: the size is the model input's height and width", name,
                     (long long)size[0], (long long)size[1], (long long)size[0], (long long)size[1],
                     spec->graph->model, shape_text(c, in));
 }
@@ -139,8 +146,7 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds) {
         }
         int64_t padding = (int64_t)object_arg(a, "padding").num;
         int64_t side = in->dim[0] < in->dim[1] ? in->dim[0] : in->dim[1];
-        bool sized = object_arg(a, "size").kind != V_NONE;
-        if (is_named(a, "random_crop") && sized)
+        if (makes_size(a))
             check_crop_size(c, spec, a, i);
         if (is_named(a, "random_crop") && padding >= side) {
             diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(padding = %lld) could cut a crop wholly "
@@ -204,11 +210,14 @@ static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool t
     if (trained || cropped)
         check_augments(c, spec, ds);
     if (!trained && augment.kind == V_LIST && augment.len > cropped && !(ds.decl && ds.decl == spec->dataset.decl)) {
+        const char *crop = cropped ? augment.items[0].builtin->name : "";
         diag_report(c, W_AUGMENT_IN_VALIDATION, ds.loc, "%s is augmented, but it is only validated on, "
-                    "and validation reads samples as they are%s", dataset_name(c, ds),
-                    cropped ? " (but for random_crop(size = ...), which cuts their centre)" : "");
-        diag_note(c, augment.loc, cropped ? "keep only random_crop(size = ...) here, or train on this dataset"
-                                          : "remove `augment` here, or train on this dataset");
+                    "and validation reads samples as they are%s%s%s", dataset_name(c, ds),
+                    cropped ? " (but for " : "", crop, cropped ? "(size = ...), which cuts their centre)" : "");
+        if (cropped)
+            diag_note(c, augment.loc, "keep only %s(size = ...) here, or train on this dataset", crop);
+        else
+            diag_note(c, augment.loc, "remove `augment` here, or train on this dataset");
     }
 }
 

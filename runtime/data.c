@@ -20,6 +20,7 @@
 
 #include "bf16.h"
 #include "data_read.h"
+#include "resample.h"
 
 /* ------------------------------------------------------------- messages */
 
@@ -603,17 +604,24 @@ static bool labels_fit(const ddp_data *d, const ddp_program *p, char *err, size_
     return true;
 }
 
-/* The window [height, width] the dataset's random_crop(size = ...) cuts from each
- * sample (the list's first augmentation); false where samples keep their size. */
+/* The window [height, width] the dataset's first augmentation makes of each sample
+ * where it changes their size (random_crop(size = ...), random_resized_crop); false
+ * where samples keep their size. */
 static bool crop_window(const ddp_dataset *spec, int64_t window[2]) {
-    if (!spec->naugment || spec->augment[0].kind != DDP_AUGMENT_CROP || !spec->augment[0].height)
+    const ddp_augment *a = spec->naugment ? &spec->augment[0] : NULL;
+    if (!a || !((a->kind == DDP_AUGMENT_CROP && a->height) || a->kind == DDP_AUGMENT_RESIZED_CROP))
         return false;
-    window[0] = spec->augment[0].height;
-    window[1] = spec->augment[0].width;
+    window[0] = a->height;
+    window[1] = a->width;
     return true;
 }
 
-/* Samples [h, w, ...] at least the window's size, of the model's pixels. */
+static bool resizes(const ddp_dataset *spec) {
+    return spec->naugment && spec->augment[0].kind == DDP_AUGMENT_RESIZED_CROP;
+}
+
+/* Samples [h, w, ...] at least the window's size, of the model's pixels (validation
+ * cuts the window from their centre, whatever training does). */
 static bool window_fits(const ddp_data *d, const ddp_program *p, const int64_t window[2], char *err, size_t errlen) {
     int64_t want = model_input_elems(p), pixel = want / (window[0] * window[1]);
     if (d->rank >= 2 && d->shape[0] >= window[0] && d->shape[1] >= window[1] &&
@@ -621,9 +629,10 @@ static bool window_fits(const ddp_data *d, const ddp_program *p, const int64_t w
         return true;
     char ours[160], theirs[160];
     return data_fail(err, errlen, d->where,
-                     "its samples are [%s], but random_crop(size = [%lld, %lld]) cuts the model `%s`'s [%s] from "
+                     "its samples are [%s], but %s(size = [%lld, %lld]) cuts the model `%s`'s [%s] from "
                      "each: they must be images of at least %lld x %lld pixels of %lld value%s",
-                     ddp_dims_text(ours, sizeof ours, d->shape, d->rank, ", "), (long long)window[0],
+                     ddp_dims_text(ours, sizeof ours, d->shape, d->rank, ", "),
+                     resizes(d->spec) ? "random_resized_crop" : "random_crop", (long long)window[0],
                      (long long)window[1], p->name ? p->name : "",
                      ddp_dims_text(theirs, sizeof theirs, p->input_shape, (int)p->input_rank, ", "),
                      (long long)window[0], (long long)window[1], (long long)pixel, pixel == 1 ? "" : "s");
@@ -878,9 +887,9 @@ static Image row_image(const ddp_dataset *spec, const ddp_program *p, size_t ele
     return m;
 }
 
-/* Augmentation i's draws for a sample, in an epoch. */
-static void augment_draws(const ddp_draw_key *key, int64_t i, int64_t sample, uint32_t w[4]) {
-    ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, 0, (uint32_t)key->epoch, w);
+/* Augmentation i's draws for a sample, in an epoch: its first (element 0) or another. */
+static void augment_draws(const ddp_draw_key *key, int64_t i, int64_t sample, uint32_t element, uint32_t w[4]) {
+    ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, element, (uint32_t)key->epoch, w);
 }
 
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
@@ -889,9 +898,9 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
     for (int64_t i = 0; i < spec->naugment; i++) {
         const ddp_augment *a = &spec->augment[i];
         uint32_t w[4];
-        if (a->kind == DDP_AUGMENT_CROP && a->height) /* cut as the batch was assembled (crop_sample) */
-            continue;
-        augment_draws(key, i, sample, w);
+        if ((a->kind == DDP_AUGMENT_CROP && a->height) || a->kind == DDP_AUGMENT_RESIZED_CROP)
+            continue; /* cut as the batch was assembled (batch_inputs) */
+        augment_draws(key, i, sample, 0, w);
         if (a->kind == DDP_AUGMENT_FLIP) {
             if (a->mode != DDP_FLIP_VERTICAL && (w[0] & 1))
                 flip_across(&m, true);
@@ -1041,9 +1050,115 @@ static void window_place(const ddp_data *d, const int64_t window[2], const ddp_d
         return;
     }
     uint32_t w[4];
-    augment_draws(augment, 0, sample, w);
+    augment_draws(augment, 0, sample, 0, w);
     *oy = ddp_draw_below(w, d->shape[0] + 2 * pad - window[0] + 1) - pad;
     *ox = ddp_draw_below(w + 2, d->shape[1] + 2 * pad - window[1] + 1) - pad;
+}
+
+/* random_resized_crop's window, as torchvision's RandomResizedCrop draws it: up to ten
+ * tries (draw t: element t of the augmentation's stream) of an area, a uniform share
+ * of the sample's in [scale_min, scale_max] (words 0 and 1), and an aspect ratio
+ * log-uniform in [ratio_min, ratio_max] (words 2 and 3), whose sides rounded to whole
+ * pixels (half to even) fit the sample; then a uniform place for it (element
+ * RESIZED_TRIES). Where no try fits, the sample's centre, as large as the ratios allow. */
+enum { RESIZED_TRIES = 10 };
+
+void ddp_resized_window(const ddp_augment *a, int64_t height, int64_t width, const ddp_draw_key *key,
+                        int64_t sample, int64_t window[4]) {
+    double area = (double)height * (double)width, log_lo = log(a->ratio_min), log_hi = log(a->ratio_max);
+    uint32_t w[4];
+    for (uint32_t t = 0; t < RESIZED_TRIES; t++) {
+        augment_draws(key, 0, sample, t, w);
+        double target = area * (a->scale_min + ddp_uniform53(w) * (a->scale_max - a->scale_min));
+        double ratio = exp(log_lo + ddp_uniform53(w + 2) * (log_hi - log_lo));
+        int64_t h = llrint(sqrt(target / ratio)), wd = llrint(sqrt(target * ratio));
+        if (h > 0 && h <= height && wd > 0 && wd <= width) {
+            augment_draws(key, 0, sample, RESIZED_TRIES, w);
+            window[0] = ddp_draw_below(w, height - h + 1);
+            window[1] = ddp_draw_below(w + 2, width - wd + 1);
+            window[2] = h;
+            window[3] = wd;
+            return;
+        }
+    }
+    double own = (double)width / (double)height;
+    int64_t h = height, wd = width;
+    if (own < a->ratio_min)
+        h = llrint((double)width / a->ratio_min);
+    else if (own > a->ratio_max)
+        wd = llrint((double)height * a->ratio_max);
+    h = h < 1 ? 1 : h; /* a pixel at least, however extreme the ratio */
+    wd = wd < 1 ? 1 : wd;
+    window[0] = (height - h) / 2;
+    window[1] = (width - wd) / 2;
+    window[2] = h;
+    window[3] = wd;
+}
+
+/* What resizing the windows of a batch's samples needs: the taps of each side, an
+ * input row as floats, the first pass's rows, and an output row. */
+typedef struct Resizing {
+    ddp_taps rows, cols;
+    float *line, *mid, *out;
+} Resizing;
+
+static void resizing_free(Resizing *rs) {
+    ddp_taps_free(&rs->rows);
+    ddp_taps_free(&rs->cols);
+    free(rs->line);
+    free(rs->mid);
+    free(rs->out);
+}
+
+/* Room to resize windows of d's samples to m's size. A batch has no way to fail: out
+ * of memory, the process ends, saying where. */
+static void resizing_init(Resizing *rs, const ddp_data *d, const Image *m) {
+    int64_t h0 = d->shape[0], w0 = d->shape[1], pixel = d->elems / (h0 * w0), len = m->w * pixel;
+    bool ok = ddp_taps_init(&rs->rows, m->h, ddp_taps_span(h0, m->h));
+    ok = ddp_taps_init(&rs->cols, m->w, ddp_taps_span(w0, m->w)) && ok;
+    rs->line = malloc((size_t)(w0 * pixel) * sizeof(float));
+    rs->mid = malloc((size_t)(h0 * len) * sizeof(float));
+    rs->out = malloc((size_t)len * sizeof(float));
+    if (!ok || !rs->line || !rs->mid || !rs->out) {
+        fprintf(stderr, "ddp: out of memory resizing %s's samples to %lld x %lld\n", d->where, (long long)m->h,
+                (long long)m->w);
+        abort();
+    }
+}
+
+/* The values of a float row into the image's row y, in its element type. */
+static void store_row(const float *from, int64_t count, const Image *m, int64_t y) {
+    char *to = pixel_at(m, y, 0);
+    if (m->elem == sizeof(float))
+        memcpy(to, from, (size_t)count * sizeof(float));
+    else if (m->elem == sizeof(double))
+        for (int64_t e = 0; e < count; e++)
+            ((double *)to)[e] = from[e];
+    else
+        for (int64_t e = 0; e < count; e++)
+            ((uint16_t *)to)[e] = ddp_bf16_from_float(from[e]);
+}
+
+/* The window {y, x, height, width} of a sample resized to the image m (resample.c),
+ * from its values scaled as floats; normalised after, as every other input is. */
+static void resize_sample(const ddp_data *d, Resizing *rs, int64_t sample, const int64_t window[4], Image *m) {
+    int64_t w0 = d->shape[1], pixel = d->elems / (d->shape[0] * w0), len = m->w * pixel;
+    size_t elem = (size_t)data_elem_size[d->elem];
+    const char *from = sample_inputs(d, sample);
+    ddp_taps_set(&rs->rows, window[0], window[2], m->h, 0);
+    ddp_taps_set(&rs->cols, window[1], window[3], m->w, 0);
+    int64_t y0 = rs->rows.first[0], y1 = rs->rows.first[m->h - 1] + rs->rows.n[m->h - 1];
+    int64_t x0 = rs->cols.first[0], x1 = rs->cols.first[m->w - 1] + rs->cols.n[m->w - 1];
+    for (int64_t y = y0; y < y1; y++) {
+        converters[d->elem][0](rs->line, from + (size_t)((y * w0 + x0) * pixel) * elem, (x1 - x0) * pixel,
+                               d->spec->scale);
+        ddp_resample_row(&rs->cols, rs->line, x0, pixel, rs->mid + (y - y0) * len);
+    }
+    for (int64_t y = 0; y < m->h; y++) {
+        ddp_resample_column(&rs->rows, y, rs->mid, y0, len, rs->out);
+        normalize_values(d->spec, rs->out, 0, len, false);
+        store_row(rs->out, len, m, y);
+    }
 }
 
 static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
@@ -1056,9 +1171,20 @@ static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t 
     ByteTable *table = malloc(sizeof *table); /* 32 KiB: not on a loader thread's stack */
     if (table && byte_table(d, f64, bf16, table))
         mk.table = table;
+    Resizing rs = {0};
+    bool resized = cropped && augment && resizes(d->spec); /* validation cuts the centre */
+    if (resized && n) {
+        Image m = row_image(d->spec, p, elem, x);
+        resizing_init(&rs, d, &m);
+    }
     for (int64_t r = 0; r < n; r++) {
         char *row = (char *)x + (size_t)r * row_bytes;
-        if (cropped) {
+        if (resized) {
+            Image m = row_image(d->spec, p, elem, row);
+            int64_t window[4];
+            ddp_resized_window(&d->spec->augment[0], d->shape[0], d->shape[1], augment, indices[r], window);
+            resize_sample(d, &rs, indices[r], window, &m);
+        } else if (cropped) {
             Image m = row_image(d->spec, p, elem, row);
             int64_t oy, ox;
             window_place(d, window, augment, indices[r], &oy, &ox);
@@ -1073,6 +1199,7 @@ static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t 
         if (augment && d->spec->naugment)
             ddp_augment_sample(d->spec, p, elem, augment, indices[r], row);
     }
+    resizing_free(&rs);
     free(table);
 }
 

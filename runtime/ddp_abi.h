@@ -367,9 +367,13 @@ DDP_CONTRACT(ddp_metric)
  * probability 1/2 along each axis its mode names; a crop at a uniform place in the
  * sample padded with `padding` zeros on every side, of the sample's size or, where
  * height and width are not 0 (the list's first, then), of that window, which
- * validation cuts at the centre; or a cutout, a size x size square (clipped at the
- * edges) centred on a uniform pixel, set to the padding's value. */
-enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT };
+ * validation cuts at the centre; a cutout, a size x size square (clipped at the
+ * edges) centred on a uniform pixel, set to the padding's value; or a resized crop
+ * (the list's first), a window of a uniform fraction in [scale_min, scale_max] of the
+ * sample's area and an aspect ratio log-uniform in [ratio_min, ratio_max] at a uniform
+ * place, resized to height x width (runtime/data.c says how it is drawn), whose
+ * validation is the centre height x width. */
+enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT, DDP_AUGMENT_RESIZED_CROP };
 enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
 
 #define DDP_FIELDS_ddp_augment(X, T)                                                                         \
@@ -377,8 +381,12 @@ enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
     X##_I64(T, mode)        /* flip: ddp_flip_mode */                                                        \
     X##_I64(T, padding)     /* crop */                                                                       \
     X##_I64(T, size)        /* cutout */                                                                     \
-    X##_I64(T, height)      /* crop to a window: its height and width; 0: the sample's size */             \
-    X##_I64(T, width)
+    X##_I64(T, height)      /* crop to a window, resized crop: its height and width; 0: the sample's size */ \
+    X##_I64(T, width)                                                                                        \
+    X##_F64(T, scale_min)   /* resized crop: the window's share of the area ... */                          \
+    X##_F64(T, scale_max)                                                                                    \
+    X##_F64(T, ratio_min)   /* ... and its width / height */                                                 \
+    X##_F64(T, ratio_max)
 DDP_CONTRACT(ddp_augment)
 
 /* A dataset's normalisation of one value of its samples' last axis (an image's

@@ -38,6 +38,8 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "resample.h"
+
 static const char usage[] =
     "usage: ddppack DIR OUT --size H[xW] [--resize S] [--per-file N] [--threads N] [--skip-bad]\n"
     "Packs DIR's JPEG images, one subfolder per class, into NumPy files in OUT:\n"
@@ -83,12 +85,15 @@ static int bad_usage(const char *fmt, const char *arg) {
     return 2;
 }
 
+static _Noreturn void out_of_memory(size_t n) {
+    fprintf(stderr, "ddppack: out of memory (%zu bytes)\n", n);
+    exit(1);
+}
+
 static void *must_alloc(size_t n) {
     void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "ddppack: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
+    if (!p)
+        out_of_memory(n);
     return p;
 }
 
@@ -340,45 +345,13 @@ static bool decode(const unsigned char *data, size_t len, int shorter_min, Pixel
 
 /* ------------------------------------------------------------------ resizing */
 
-/* The taps of one output coordinate: input positions [first, first + n) and weights. */
-typedef struct Taps {
-    int first, n;
-    float *w;
-} Taps;
-
-/* For the out coordinates [offset, offset + count) of a side resized from in to out,
- * the taps of a triangle filter widened by the scale when shrinking (antialiased, as
- * PIL's bilinear resize). */
-static Taps *make_taps(int in, int out, int offset, int count) {
-    double scale = (double)in / out, support = scale > 1 ? scale : 1;
-    Taps *t = must_alloc((size_t)count * sizeof *t);
-    for (int i = 0; i < count; i++) {
-        double centre = (offset + i + 0.5) * scale;
-        int lo = (int)floor(centre - support), hi = (int)ceil(centre + support);
-        if (lo < 0)
-            lo = 0;
-        if (hi > in)
-            hi = in;
-        t[i].first = lo;
-        t[i].n = hi - lo;
-        t[i].w = must_alloc((size_t)(hi - lo) * sizeof(float));
-        double total = 0;
-        for (int k = lo; k < hi; k++) {
-            double d = fabs((k + 0.5 - centre) / support);
-            double w = d < 1 ? 1 - d : 0;
-            t[i].w[k - lo] = (float)w;
-            total += w;
-        }
-        for (int k = 0; k < hi - lo; k++)
-            t[i].w[k] = total > 0 ? (float)(t[i].w[k] / total) : 0;
-    }
+/* Taps for a side of in pixels resized to size, of which count are kept from offset. */
+static ddp_taps side_taps(int in, int size, int offset, int count) {
+    ddp_taps t;
+    if (!ddp_taps_init(&t, count, ddp_taps_span(in, size)))
+        out_of_memory((size_t)count * (size_t)ddp_taps_span(in, size) * sizeof(float));
+    ddp_taps_set(&t, 0, in, size, offset);
     return t;
-}
-
-static void free_taps(Taps *t, int count) {
-    for (int i = 0; i < count; i++)
-        free(t[i].w);
-    free(t);
 }
 
 /* px resized so its shorter side is resize, its centre height x width into out. */
@@ -389,32 +362,30 @@ static void resize_centre(const Pixels *px, int resize, int height, int width, u
     else
         rh = resize, rw = (int)((int64_t)resize * px->width / px->height);
     int top = (int)floor((rh - height) / 2.0 + 0.5), left = (int)floor((rw - width) / 2.0 + 0.5);
-    Taps *cols = make_taps(px->width, rw, left, width), *rows = make_taps(px->height, rh, top, height);
-    /* the horizontal pass over the input rows the kept rows need */
-    int first = rows[0].first, last = rows[height - 1].first + rows[height - 1].n;
+    ddp_taps cols = side_taps(px->width, rw, left, width), rows = side_taps(px->height, rh, top, height);
+    /* the first pass over the input rows the kept rows need, the columns they read */
+    int64_t first = rows.first[0], last = rows.first[height - 1] + rows.n[height - 1];
+    int64_t from = cols.first[0], to = cols.first[width - 1] + cols.n[width - 1];
     float *mid = must_alloc((size_t)(last - first) * (size_t)width * 3 * sizeof(float));
-    for (int y = first; y < last; y++) {
-        const unsigned char *src = px->rgb + (size_t)y * (size_t)px->width * 3;
-        float *dst = mid + (size_t)(y - first) * (size_t)width * 3;
-        for (int x = 0; x < width; x++) {
-            float s[3] = {0, 0, 0};
-            for (int k = 0; k < cols[x].n; k++)
-                for (int ch = 0; ch < 3; ch++)
-                    s[ch] += cols[x].w[k] * src[(cols[x].first + k) * 3 + ch];
-            memcpy(dst + x * 3, s, sizeof s);
-        }
+    int64_t line_len = to - from > width ? to - from : width; /* an input row, then an output row */
+    float *line = must_alloc((size_t)line_len * 3 * sizeof(float));
+    for (int64_t y = first; y < last; y++) {
+        const unsigned char *src = px->rgb + ((size_t)y * (size_t)px->width + (size_t)from) * 3;
+        for (int64_t v = 0; v < (to - from) * 3; v++)
+            line[v] = src[v];
+        ddp_resample_row(&cols, line, from, 3, mid + (size_t)(y - first) * (size_t)width * 3);
     }
-    for (int y = 0; y < height; y++)
+    for (int y = 0; y < height; y++) {
+        ddp_resample_column(&rows, y, mid, first, (int64_t)width * 3, line);
         for (int x = 0; x < width * 3; x++) {
-            float s = 0;
-            for (int k = 0; k < rows[y].n; k++)
-                s += rows[y].w[k] * mid[(size_t)(rows[y].first + k - first) * (size_t)width * 3 + (size_t)x];
-            long v = lrintf(s);
+            long v = lrintf(line[x]);
             out[(size_t)y * (size_t)width * 3 + (size_t)x] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
         }
+    }
+    free(line);
     free(mid);
-    free_taps(cols, width);
-    free_taps(rows, height);
+    ddp_taps_free(&cols);
+    ddp_taps_free(&rows);
 }
 
 /* ------------------------------------------------------------------ one file */

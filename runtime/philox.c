@@ -34,7 +34,7 @@ void ddp_draw(uint64_t seed, uint32_t stream, uint64_t sample, uint32_t element,
     ddp_philox4(key, ctr, out);
 }
 
-double ddp_uniform53(const uint32_t w[4]) {
+double ddp_uniform53(const uint32_t w[2]) {
     return ((double)(w[0] >> 5) * 67108864.0 + (double)(w[1] >> 6)) * (1.0 / 9007199254740992.0);
 }
 

@@ -207,6 +207,10 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
                                   (long long)a->width);
         else if (a->kind == DDP_AUGMENT_CROP)
             n += (size_t)snprintf(out + n, len - n, "%srandom_crop(padding = %lld)", sep, (long long)a->padding);
+        else if (a->kind == DDP_AUGMENT_RESIZED_CROP)
+            n += (size_t)snprintf(out + n, len - n, "%srandom_resized_crop(size = [%lld, %lld], scale = [%g, %g], "
+                                  "ratio = [%g, %g])", sep, (long long)a->height, (long long)a->width, a->scale_min,
+                                  a->scale_max, a->ratio_min, a->ratio_max);
         else
             n += (size_t)snprintf(out + n, len - n, "%srandom_cutout(size = %lld)", sep, (long long)a->size);
     }

@@ -25,7 +25,7 @@ void ddp_philox4(const uint32_t key[2], const uint32_t ctr[4], uint32_t out[4]);
 /* A draw keyed as ddp_abi.h says. */
 void ddp_draw(uint64_t seed, uint32_t stream, uint64_t sample, uint32_t element, uint32_t step,
               uint32_t out[4]);
-double ddp_uniform53(const uint32_t w[4]); /* [0, 1) from words 0 and 1 */
+double ddp_uniform53(const uint32_t w[2]); /* [0, 1) from two words (w[0] the high one) */
 /* A whole number in [0, bound) from two words (w[0] the high one). */
 int64_t ddp_draw_below(const uint32_t w[2], int64_t bound);
 /* A standard normal number from all four words (Box-Muller), the same bits on every
@@ -186,6 +186,10 @@ void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indi
  * of elem_size bytes), drawn from (key, sample) alone. */
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
                         int64_t sample, void *row);
+/* The window {y, x, height, width} random_resized_crop a (the list's first) cuts from a
+ * sample of height x width pixels in training, drawn from (key, sample) alone. */
+void ddp_resized_window(const ddp_augment *a, int64_t height, int64_t width, const ddp_draw_key *key,
+                        int64_t sample, int64_t window[4]);
 
 /* -------------------------------------------------------------- profile.c */
 

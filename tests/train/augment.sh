@@ -1,7 +1,8 @@
 #!/bin/sh
 # augment.sh DDPC PROGRAM: a training dataset's augmentations reach the steps. PROGRAM
-# (tests/cluster/equivalence.ddp: Fashion-MNIST cropped, flipped and cut out)
-# against the same program built here without its `augment` line, 3 steps each: the
+# (tests/cluster/equivalence.ddp: Fashion-MNIST resized from random windows, cropped,
+# flipped and cut out)
+# against the same program built here without its `augment`, 3 steps each: the
 # banner names the augmentations; two augmented runs give the same loss at every step
 # (the draws repeat); the augmented run's loss differs from the plain one's from the
 # first step on, before any update (its first batch holds other values); a loader of
@@ -17,7 +18,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 grep -q "^    augment = " "$source" || fail "$source has no augment line to remove"
-grep -v "^    augment = " "$source" | sed 's/scale   = 1 \/ 255,/scale   = 1 \/ 255)/' > "$dir/plain.ddp"
+sed -e '/^    augment = /,/])$/d' -e 's/scale   = 1 \/ 255,/scale   = 1 \/ 255)/' "$source" > "$dir/plain.ddp"
 "$ddpc" build "$dir/plain.ddp" -o "$dir/plain_program" > "$dir/out" 2>&1 || { cat "$dir/out"; fail "building the plain twin"; }
 run() { # run NAME PROGRAM ARGS...: its losses, one a line
     name=$1 prog=$2
@@ -31,7 +32,7 @@ run augmented "$program" --save "$dir/augmented.safetensors"
 run again "$program"
 run loaders "$program" --loader-threads 3 --save "$dir/loaders.safetensors"
 run plain "$dir/plain_program"
-grep -q "augmented: random_crop(padding = 3), random_flip(horizontal), random_cutout(size = 8)" "$dir/augmented.out" ||
+grep -q "augmented: random_resized_crop(size = \[28, 28\], scale = \[0.5, 1\], ratio = \[0.75, 1.33333\]), random_crop(padding = 3), random_flip(horizontal), random_cutout(size = 8)" "$dir/augmented.out" ||
     fail "the banner does not name the augmentations: $(grep '  data ' "$dir/augmented.out")"
 echo "ok: the banner names the augmentations"
 cmp -s "$dir/augmented.losses" "$dir/again.losses" || fail "two augmented runs differ"

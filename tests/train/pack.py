@@ -121,7 +121,9 @@ else:
 r = subprocess.run([program, "--data-root", root, "--run-dir", os.path.join(root, "run")], capture_output=True,
                    text=True)
 check(r.returncode == 0 and "6 samples of [12, 16, 3]" in r.stdout and "done: 2 epochs" in r.stdout
-      and "val_accuracy" in r.stdout, "packed.ddp trains on random windows of them and validates on their centres:\n" + "\n".join(l for l in r.stdout.splitlines() if "data" in l or "done" in l)
+      and "random_resized_crop(size = [10, 14], scale = [0.5, 1]" in r.stdout
+      and "val_accuracy" in r.stdout, "packed.ddp trains on random windows of them resized and validates on their "
+      "centres:\n" + "\n".join(l for l in r.stdout.splitlines() if "data" in l or "done" in l)
       + ("" if r.returncode == 0 else r.stdout + r.stderr))
 
 # a damaged image stops the packing, naming it; what was written is removed

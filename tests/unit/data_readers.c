@@ -787,6 +787,25 @@ static bool window_is(const float *row, int64_t s, int64_t oy, int64_t ox, bool 
     return true;
 }
 
+/* Files name_x.npy (samples of crop_byte images of shape, values in all) and
+ * name_y.npy, as a byte dataset whose augmentations are list's first. */
+static ddp_dataset window_dataset(const char *name, const char *shape, int64_t values, int64_t samples,
+                                  const ddp_channel *pairs, bool normalised, ddp_augment *list) {
+    static char x[4][64], y[4][64];
+    static int next;
+    char *xs = x[next % 4], *ys = y[next++ % 4];
+    char dims[64];
+    snprintf(xs, sizeof x[0], "%s_x.npy", name);
+    snprintf(ys, sizeof y[0], "%s_y.npy", name);
+    snprintf(dims, sizeof dims, "(%lld,)", (long long)samples);
+    write_npy_of(xs, 0, shape, values, crop_byte);
+    write_npy_of(ys, 0, dims, samples, label_value);
+    ddp_dataset spec = byte_dataset(name, xs, ys, pairs, normalised);
+    spec.augment = list;
+    spec.naugment = 1;
+    return spec;
+}
+
 static void test_crop_windows(void) {
     static const ddp_channel pairs[] = {{0.5, 0.25}, {0.4, 0.3}, {0.1, 2}};
     static const int64_t window[] = {CROP_H, CROP_W, 3}, other_pixels[] = {CROP_H, CROP_W, 2},
@@ -798,14 +817,11 @@ static void test_crop_windows(void) {
     int32_t y[CROP_N];
     for (int s = 0; s < CROP_N; s++)
         rows[s] = s;
-    write_npy_of("crop_x.npy", 0, "(40, 6, 8, 3)", CROP_N * CROP_H0 * CROP_W0 * 3, crop_byte);
-    write_npy_of("crop_y.npy", 0, "(40,)", CROP_N, label_value);
     for (int normalised = 0; normalised < 2; normalised++) {
         ddp_augment list[2] = {{.kind = DDP_AUGMENT_CROP, .padding = CROP_PAD, .height = CROP_H, .width = CROP_W},
                                {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
-        ddp_dataset spec = byte_dataset("crops", "crop_x.npy", "crop_y.npy", pairs, normalised);
-        spec.augment = list;
-        spec.naugment = 1;
+        ddp_dataset spec = window_dataset("crop", "(40, 6, 8, 3)", CROP_N * CROP_H0 * CROP_W0 * 3, CROP_N, pairs,
+                                          normalised, list);
         ddp_data d;
         if (!open_ok(&spec, &d))
             continue;
@@ -859,6 +875,158 @@ static void test_crop_windows(void) {
         CHECK(unmatched == 0 && places == 30 && mirrored > 100);
         ddp_data_free(&d);
     }
+}
+
+/* random_resized_crop(size = [6, 8]) on [12, 16, 3] byte images. Its windows, drawn
+ * from the key and the sample alone, lie in the image, have the scale's share of its
+ * area and the ratio's shape (up to whole pixels), come in many sizes and places, and
+ * fall back to the centre when no try fits. Each training sample is its window resized
+ * as a direct double sum of the antialiased bilinear filter's weights, written here
+ * from its definition (within float rounding), then normalised; the same in f64 and
+ * bf16; the whole image at its own size is the image, bit for bit; a flip after it
+ * mirrors it; validation cuts the centre 6 x 8 exactly; smaller samples are refused. */
+enum { RRC_H0 = 12, RRC_W0 = 16, RRC_H = 6, RRC_W = 8, RRC_N = 40 };
+
+/* The filter's weight of input k of a window of len pixels for output i of n. */
+static double rrc_weight(int64_t k, int64_t i, int64_t len, int64_t n) {
+    double scale = (double)len / (double)n, support = scale > 1 ? scale : 1, centre = (i + 0.5) * scale, total = 0;
+    for (int64_t j = 0; j < len; j++) {
+        double d = fabs((j + 0.5 - centre) / support);
+        total += d < 1 ? 1 - d : 0;
+    }
+    double d = fabs((k + 0.5 - centre) / support);
+    return (d < 1 ? 1 - d : 0) / total;
+}
+
+/* Sample s's window resized to RRC_H x RRC_W, value (y, x, c), scaled and normalised. */
+static double rrc_expected(int64_t s, const int64_t win[4], int y, int x, int c, const ddp_dataset *spec) {
+    double v = 0;
+    for (int64_t sy = 0; sy < win[2]; sy++)
+        for (int64_t sx = 0; sx < win[3]; sx++) {
+            double w = rrc_weight(sy, y, win[2], RRC_H) * rrc_weight(sx, x, win[3], RRC_W);
+            if (w != 0)
+                v += w * crop_byte(((s * RRC_H0 + win[0] + sy) * RRC_W0 + win[1] + sx) * 3 + c, false) * spec->scale;
+        }
+    return spec->nnormalize ? (v - spec->normalize[c].mean) / spec->normalize[c].std : v;
+}
+
+static void test_resized_windows(void) {
+    ddp_augment a = {.kind = DDP_AUGMENT_RESIZED_CROP, .height = RRC_H, .width = RRC_W, .scale_min = 0.08,
+                     .scale_max = 1, .ratio_min = 3.0 / 4, .ratio_max = 4.0 / 3};
+    int bad = 0, unlike = 0, draws = 0, sizes[RRC_H0 + 1][RRC_W0 + 1] = {{0}}, kinds = 0;
+    double share = 0;
+    for (int64_t s = 0; s < 500; s++)
+        for (int64_t epoch = 0; epoch < 4; epoch++) {
+            int64_t w[4], again[4], next[4];
+            ddp_resized_window(&a, RRC_H0, RRC_W0, &(ddp_draw_key){5, epoch}, s, w);
+            ddp_resized_window(&a, RRC_H0, RRC_W0, &(ddp_draw_key){5, epoch}, s, again);
+            ddp_resized_window(&a, RRC_H0, RRC_W0, &(ddp_draw_key){5, epoch + 1}, s, next);
+            bad += memcmp(w, again, sizeof w) != 0 || w[2] < 1 || w[3] < 1 || w[0] < 0 || w[1] < 0 ||
+                   w[0] + w[2] > RRC_H0 || w[1] + w[3] > RRC_W0 ||
+                   (w[3] + 0.5) / (w[2] - 0.5) < a.ratio_min || (w[3] - 0.5) / (w[2] + 0.5) > a.ratio_max;
+            unlike += memcmp(w, next, sizeof w) != 0;
+            share += (double)(w[2] * w[3]) / (RRC_H0 * RRC_W0);
+            draws++;
+            kinds += !sizes[w[2]][w[3]]++;
+        }
+    share /= draws;
+    if (verbose || bad || share < 0.42 || share > 0.50) /* 0.459 by simulation: small windows fit more often */
+        fprintf(stderr, "resized windows: %d bad, %d of %d unlike the next epoch's, mean share %.3f, %d sizes\n", bad,
+                unlike, draws, share, kinds);
+    CHECK(bad == 0 && unlike > draws * 9 / 10 && share > 0.42 && share < 0.50 && kinds > 40);
+    /* no try fits a window twice as wide as high of the whole area: the centre, 8 x 16 */
+    a.scale_min = a.scale_max = 1;
+    a.ratio_min = a.ratio_max = 2;
+    int64_t w[4];
+    ddp_resized_window(&a, RRC_H0, RRC_W0, &(ddp_draw_key){5, 0}, 3, w);
+    CHECK(w[0] == 2 && w[1] == 0 && w[2] == 8 && w[3] == 16);
+    /* nor a hundred times (a row of the whole width), nor a hundredth (a whole column) */
+    a.ratio_min = a.ratio_max = 100;
+    ddp_resized_window(&a, RRC_H0, RRC_W0, &(ddp_draw_key){5, 0}, 3, w);
+    CHECK(w[0] == 5 && w[1] == 0 && w[2] == 1 && w[3] == 16);
+    a.ratio_min = a.ratio_max = 0.01;
+    ddp_resized_window(&a, RRC_H0, RRC_W0, &(ddp_draw_key){5, 0}, 3, w);
+    CHECK(w[0] == 0 && w[1] == 7 && w[2] == 12 && w[3] == 1);
+}
+
+static void test_resized_crops(void) {
+    static const ddp_channel pairs[] = {{0.5, 0.25}, {0.4, 0.3}, {0.1, 2}};
+    static const int64_t window[] = {RRC_H, RRC_W, 3}, whole[] = {RRC_H0, RRC_W0, 3}, big[] = {RRC_H0 + 1, 4, 3};
+    enum { PER = RRC_H * RRC_W * 3, WHOLE = RRC_H0 * RRC_W0 * 3 };
+    static float x32[RRC_N * WHOLE], plain[RRC_N * WHOLE], flipped[RRC_N * PER];
+    static double x64[RRC_N * PER];
+    static uint16_t x16[RRC_N * PER];
+    int64_t rows[RRC_N], ids[RRC_N];
+    int32_t y[RRC_N];
+    for (int s = 0; s < RRC_N; s++)
+        rows[s] = (s * 7) % RRC_N;
+    ddp_augment list[2] = {{.kind = DDP_AUGMENT_RESIZED_CROP, .height = RRC_H, .width = RRC_W, .scale_min = 0.08,
+                            .scale_max = 1, .ratio_min = 3.0 / 4, .ratio_max = 4.0 / 3},
+                           {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
+    ddp_dataset spec = window_dataset("rrc", "(40, 12, 16, 3)", RRC_N * WHOLE, RRC_N, pairs, true, list);
+    ddp_data d;
+    if (!open_ok(&spec, &d))
+        return;
+    char err[1024];
+    ddp_program p32 = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, window);
+    ddp_program p64 = model(DDP_F64, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, window);
+    ddp_program p16 = model(DDP_BF16, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, window);
+    CHECK(ddp_data_fits(&d, &p32, err, sizeof err));
+    list[0].height = RRC_H0 + 1, list[0].width = 4;
+    ddp_program taller = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, big);
+    FITS_FAILS(&d, &taller, "rrc_x.npy: its samples are [12, 16, 3], but random_resized_crop(size = [13, 4]) cuts",
+               "at least 13 x 4 pixels of 3 values");
+    list[0].height = RRC_H, list[0].width = RRC_W;
+    /* training: each sample its window, resized */
+    double worst = 0;
+    int wrong = 0, mirrored = 0;
+    for (int64_t epoch = 0; epoch < 3; epoch++) {
+        ddp_draw_key key = {11, epoch};
+        ddp_data_batch(&d, &p32, rows, RRC_N, &key, x32, y, ids);
+        ddp_data_batch(&d, &p64, rows, RRC_N, &key, x64, y, ids);
+        ddp_data_batch(&d, &p16, rows, RRC_N, &key, x16, y, ids);
+        spec.naugment = 2;
+        ddp_data_batch(&d, &p32, rows, RRC_N, &key, flipped, y, ids);
+        spec.naugment = 1;
+        for (int r = 0; r < RRC_N; r++) {
+            int64_t win[4];
+            ddp_resized_window(&list[0], RRC_H0, RRC_W0, &key, rows[r], win);
+            bool same = true, mirror = true;
+            for (int i = 0; i < PER; i++) {
+                int yy = i / 3 / RRC_W, xx = i / 3 % RRC_W, c = i % 3;
+                double e = rrc_expected(rows[r], win, yy, xx, c, &spec), got = x32[r * PER + i];
+                worst = fabs(got - e) > worst ? fabs(got - e) : worst;
+                wrong += x64[r * PER + i] != got || x16[r * PER + i] != ddp_bf16_from_float(x32[r * PER + i]);
+                same &= flipped[r * PER + i] == got;
+                mirror &= flipped[r * PER + i] == x32[r * PER + (yy * RRC_W + RRC_W - 1 - xx) * 3 + c];
+            }
+            wrong += !same && !mirror;
+            mirrored += mirror && !same;
+        }
+    }
+    if (verbose || worst > 1e-5 || wrong)
+        fprintf(stderr, "resized crops: %d wrong, worst difference from the double sum %.3g\n", wrong, worst);
+    CHECK(wrong == 0 && worst <= 1e-5 && mirrored > 20);
+    /* validation: the centre, exactly (scaled to f32, then normalised) */
+    ddp_data_batch(&d, &p32, rows, RRC_N, NULL, x32, y, ids);
+    int off_centre = 0;
+    for (int r = 0; r < RRC_N; r++)
+        for (int i = 0; i < PER; i++) {
+            int yy = (RRC_H0 - RRC_H) / 2 + i / 3 / RRC_W, xx = (RRC_W0 - RRC_W) / 2 + i / 3 % RRC_W, c = i % 3;
+            float f = (float)(crop_byte(((rows[r] * RRC_H0 + yy) * RRC_W0 + xx) * 3 + c, false) * spec.scale);
+            off_centre += x32[r * PER + i] != (float)(((double)f - pairs[c].mean) / pairs[c].std);
+        }
+    CHECK(off_centre == 0);
+    /* the whole image at its own size: the image, through the byte table's very values */
+    list[0].height = RRC_H0, list[0].width = RRC_W0;
+    list[0].scale_min = list[0].scale_max = 1;
+    list[0].ratio_min = list[0].ratio_max = (double)RRC_W0 / RRC_H0;
+    ddp_program own = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 3, whole);
+    ddp_data_batch(&d, &own, rows, RRC_N, &(ddp_draw_key){11, 0}, x32, y, ids);
+    spec.naugment = 0;
+    ddp_data_batch(&d, &own, rows, RRC_N, NULL, plain, y, ids);
+    CHECK(memcmp(x32, plain, sizeof plain) == 0);
+    ddp_data_free(&d);
 }
 
 /* ------------------------------------------------------------------ CSV */
@@ -1445,6 +1613,8 @@ int main(int argc, char **argv) {
     test_npy_dtypes();
     test_byte_values();
     test_crop_windows();
+    test_resized_windows();
+    test_resized_crops();
     test_csv_good();
     test_csv_broken();
     test_fits_and_batches();
