@@ -10,7 +10,7 @@ set -eu
 # dataset-fashion-mnist: the real data the samples and the training tests use;
 # python3: the tests that write data files and compute figures by hand
 packages="build-essential cmake ninja-build re2c lemon clang lld libclang-rt-14-dev llvm-14-dev libopenblas-dev
-zlib1g-dev libjpeg62-turbo-dev dataset-fashion-mnist python3"
+zlib1g-dev libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist python3"
 [ "${1:-}" = --tests ] && packages="$packages slurm-wlm munge iproute2 valgrind python3-pip libjpeg-turbo-progs"
 missing=""
 for p in $packages; do

@@ -1,4 +1,4 @@
-/* ddppack.c: `ddppack DIR OUT --size H[xW]` packs a folder of JPEG images, one
+/* ddppack.c: `ddppack DIR OUT --size H[xW]` packs a folder of JPEG and PNG images, one
  * subfolder per class (torchvision's ImageFolder layout, ImageNet's), into NumPy files
  * that a program reads as one dataset with two patterns:
  *
@@ -7,14 +7,17 @@
  *   OUT/classes.txt           the class names, one a line, in the labels' order
  *
  * Classes are the subfolders in byte order of their names, as are the images within
- * each (names ending .jpg or .jpeg in any case; other files are counted and left).
- * Each image is decoded (at the smallest of libjpeg's scales that keeps the pixels
- * needed), resized so that its shorter side is --resize (default: the larger of H and
- * W) with an antialiased bilinear filter, and its centre H x W kept: torchvision's
- * Resize(S) then CenterCrop(H). Grayscale and CMYK images become RGB.
+ * each (names ending .jpg, .jpeg or .png in any case; other files are counted and
+ * left). An image is read as what its first bytes say it is, whatever its name (one
+ * of ImageNet's ".JPEG" files is a PNG), and decoded (a JPEG at the smallest of
+ * libjpeg's scales that keeps the pixels needed), resized so that its shorter side is
+ * --resize (default: the larger of H and W) with an antialiased bilinear filter, and
+ * its centre H x W kept: torchvision's Resize(S) then CenterCrop(H). Grayscale, CMYK
+ * and palette images become RGB; a PNG's alpha is dropped (as PIL's convert("RGB")
+ * does) and 16-bit values become 8-bit.
  *
  * Nothing is half-written: each file is written beside its name and renamed when
- * whole, and a bad image (damaged, cut short, not a JPEG) stops the packing with its
+ * whole, and a bad image (damaged, cut short, not a JPEG or PNG) stops the packing with its
  * path and status 1, removing what this run wrote, unless --skip-bad leaves it out
  * (every skipped file listed, and in OUT/skipped.txt). Threads decode the images of a
  * file together; the files are the same bits whatever their number. */
@@ -37,12 +40,13 @@
 
 #include <jpeglib.h>
 #include <jerror.h>
+#include <png.h>
 
 #include "resample.h"
 
 static const char usage[] =
     "usage: ddppack DIR OUT --size H[xW] [--resize S] [--per-file N] [--threads N] [--skip-bad]\n"
-    "Packs DIR's JPEG images, one subfolder per class, into NumPy files in OUT:\n"
+    "Packs DIR's JPEG and PNG images, one subfolder per class, into NumPy files in OUT:\n"
     "images-NNNNN.npy (n, H, W, 3) uint8 and labels-NNNNN.npy (n,) int32, with classes.txt.\n"
     "  --size H[xW]   the images' height and width in the files (W = H if left out)\n"
     "  --resize S     the shorter side each image is resized to before its centre H x W is\n"
@@ -74,7 +78,7 @@ typedef struct Dataset {
     int nclasses;
     Image *images;
     long nimages, cap;
-    long others;          /* files that are not JPEG images, left out */
+    long others;          /* files not named as JPEG or PNG images, left out */
     char other[1024];     /* the first of them, for the summary */
 } Dataset;
 
@@ -131,9 +135,14 @@ static int by_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static bool is_jpeg_name(const char *name) {
+static bool is_png_name(const char *name) {
     const char *dot = strrchr(name, '.');
-    return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
+    return dot && strcasecmp(dot, ".png") == 0;
+}
+
+static bool is_image_name(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return is_png_name(name) || (dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0));
 }
 
 /* The names in dir that are folders (want_dirs) or files, hidden ones left out, in
@@ -208,7 +217,7 @@ static bool list_dataset(const char *dir, Dataset *ds) {
         }
         long before = ds->nimages;
         for (int i = 0; i < n; i++) {
-            if (is_jpeg_name(files[i])) {
+            if (is_image_name(files[i])) {
                 add_image(ds, join(class_dir, files[i]), c);
             } else if (ds->others++ == 0) {
                 snprintf(ds->other, sizeof ds->other, "%s/%s", class_dir, files[i]);
@@ -216,7 +225,7 @@ static bool list_dataset(const char *dir, Dataset *ds) {
         }
         free_names(files, n);
         if (ds->nimages == before) {
-            fprintf(stderr, "ddppack: %s: the class `%s` holds no JPEG image (.jpg or .jpeg): every class "
+            fprintf(stderr, "ddppack: %s: the class `%s` holds no image (.jpg, .jpeg or .png): every class "
                             "folder needs one\n", class_dir, ds->classes[c]);
             free(class_dir);
             return false;
@@ -288,7 +297,7 @@ static void cmyk_to_rgb(unsigned char *row, int width, bool inverted) {
 }
 
 /* Decodes data at the smallest scale M/8 whose shorter side is at least shorter_min. */
-static bool decode(const unsigned char *data, size_t len, int shorter_min, Pixels *px, char *err) {
+static bool decode_jpeg(const unsigned char *data, size_t len, int shorter_min, Pixels *px, char *err) {
     struct jpeg_decompress_struct c;
     Failure f;
     c.err = jpeg_std_error(&f.mgr);
@@ -341,6 +350,96 @@ static bool decode(const unsigned char *data, size_t len, int shorter_min, Pixel
     px->width = w;
     px->height = h;
     return true;
+}
+
+/* A PNG being read from memory, and how its reading failed. */
+typedef struct PngRead {
+    const unsigned char *data;
+    size_t len, at;
+    jmp_buf back;
+    char message[200];
+} PngRead;
+
+static void png_from_memory(png_structp png, png_bytep out, size_t n) {
+    PngRead *r = png_get_io_ptr(png);
+    if (n > r->len - r->at)
+        png_error(png, "the file is cut short");
+    memcpy(out, r->data + r->at, n);
+    r->at += n;
+}
+
+static void on_png_error(png_structp png, png_const_charp message) {
+    PngRead *r = png_get_error_ptr(png);
+    snprintf(r->message, sizeof r->message, "%s", message);
+    longjmp(r->back, 1);
+}
+
+/* libpng warns of what costs no pixel (a colour profile it finds odd, a damaged
+ * ancillary chunk): none of it is damage to the image. */
+static void on_png_warning(png_structp png, png_const_charp message) {
+    (void)png, (void)message;
+}
+
+/* Decodes a PNG as 8-bit RGB as PIL's convert("RGB") makes it: palettes and grey
+ * expanded, 16-bit values scaled to 8 (rounded), alpha and transparency dropped, and
+ * no gamma applied. */
+static bool decode_png(const unsigned char *data, size_t len, Pixels *px, char *err) {
+    PngRead r = {.data = data, .len = len};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, on_png_error, on_png_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info)
+        out_of_memory(sizeof *px);
+    unsigned char *volatile rgb = NULL;
+    png_bytep *volatile rows = NULL;
+    if (setjmp(r.back)) {
+        snprintf(err, ERR, "not a readable PNG image: %s", r.message);
+        png_destroy_read_struct(&png, &info, NULL);
+        free(rgb);
+        free(rows);
+        return false;
+    }
+    png_set_read_fn(png, &r, png_from_memory);
+    png_read_info(png, info);
+    png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+    if ((uint64_t)w * h > MAX_PIXELS) {
+        snprintf(err, ERR, "it says it is %u x %u pixels, more than ddppack decodes (%d pixels)", (unsigned)w,
+                 (unsigned)h, MAX_PIXELS);
+        png_destroy_read_struct(&png, &info, NULL);
+        return false;
+    }
+    png_set_scale_16(png);
+    png_set_palette_to_rgb(png);
+    png_set_expand_gray_1_2_4_to_8(png);
+    png_set_gray_to_rgb(png);
+    png_set_strip_alpha(png);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    if (png_get_rowbytes(png, info) != (size_t)w * 3)
+        png_error(png, "its pixels do not become 3 bytes");
+    rgb = must_alloc((size_t)w * h * 3);
+    rows = must_alloc((size_t)h * sizeof *rows);
+    for (png_uint_32 y = 0; y < h; y++)
+        rows[y] = rgb + (size_t)y * w * 3;
+    png_read_image(png, rows);
+    png_read_end(png, NULL);
+    png_destroy_read_struct(&png, &info, NULL);
+    free(rows);
+    px->rgb = rgb;
+    px->width = (int)w;
+    px->height = (int)h;
+    return true;
+}
+
+/* An image as its first bytes say (JPEG's start of image, PNG's signature) or, where
+ * they say neither, as its name does, so that the message is the decoder's. */
+static bool decode(const char *path, const unsigned char *data, size_t len, int shorter_min, Pixels *px,
+                   char *err) {
+    static const unsigned char jpeg_start[] = {0xff, 0xd8}, png_start[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    bool jpeg = len >= sizeof jpeg_start && memcmp(data, jpeg_start, sizeof jpeg_start) == 0;
+    bool png = len >= sizeof png_start && memcmp(data, png_start, sizeof png_start) == 0;
+    if (png || (!jpeg && is_png_name(path)))
+        return decode_png(data, len, px, err);
+    return decode_jpeg(data, len, shorter_min, px, err);
 }
 
 /* ------------------------------------------------------------------ resizing */
@@ -404,7 +503,7 @@ static void pack_one(const Options *o, const Image *im, unsigned char *out, char
     unsigned char *data = NULL;
     size_t len = 0;
     Pixels px = {0};
-    if (read_whole(im->path, &data, &len, err) && decode(data, len, o->resize, &px, err))
+    if (read_whole(im->path, &data, &len, err) && decode(im->path, data, len, o->resize, &px, err))
         resize_centre(&px, o->resize, o->height, o->width, out);
     free(px.rgb);
     free(data);
@@ -734,7 +833,7 @@ static int run(const Options *o) {
         if (nskipped)
             printf("ddppack: %ld bad image%s left out, listed in %s\n", nskipped, nskipped == 1 ? "" : "s", skipped_file);
         if (ds.others)
-            printf("ddppack: %ld file%s not named .jpg or .jpeg left out (%s%s)\n", ds.others,
+            printf("ddppack: %ld file%s not named .jpg, .jpeg or .png left out (%s%s)\n", ds.others,
                    ds.others == 1 ? "" : "s", ds.other, ds.others > 1 ? ", ..." : "");
         printf("read it as: npy(inputs = \"%s/images-*.npy\", labels = \"%s/labels-*.npy\", scale = 1 / 255)\n",
                o->out, o->out);

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""pack.py DDPPACK PROGRAM: ddppack turns a folder of JPEG images, one subfolder per
-class, into .npy files: classes and images in byte order of their names, labels the
-class's place, each image resized by its shorter side and its centre kept (checked
-against a gradient's known values and solid colours), grayscale made RGB, the same
-bytes on any number of threads, and a program (packed.ddp) trains on them. Bad input
-(a damaged or false JPEG, an empty class, a folder already packed, bad usage) gets
-its message and status, and a failed packing leaves nothing behind; --skip-bad
-leaves the bad image out and lists it. The JPEGs are written by cjpeg."""
+"""pack.py DDPPACK PROGRAM: ddppack turns a folder of JPEG and PNG images, one
+subfolder per class, into .npy files: classes and images in byte order of their
+names, labels the class's place, each image resized by its shorter side and its
+centre kept (checked against a gradient's known values and solid colours), grayscale,
+CMYK, palette, RGBA and 16-bit images made 8-bit RGB, each read as what its bytes say
+whatever its name, the same bytes on any number of threads, and a program
+(packed.ddp) trains on them. Bad input (a damaged or false JPEG or PNG, a header
+claiming a huge image, an empty class, a folder already packed, bad usage) gets its
+message and status, and a failed packing leaves nothing behind; --skip-bad leaves the
+bad image out and lists it. The JPEGs are written by cjpeg, the PNGs here."""
 import os
+import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 
@@ -36,6 +40,21 @@ def jpeg(path, pixels, *flags):
 
 def solid(h, w, rgb):
     return np.broadcast_to(np.array(rgb, np.uint8), (h, w, 3)).copy()
+
+
+def png(path, values, bit_depth=8, color_type=2, palette=None):
+    """values (h, w, samples), as the PNG holds them, into a PNG at path (one IDAT,
+    no filtering), as the format's specification says"""
+    h, w = values.shape[:2]
+    rows = values.astype(">u2" if bit_depth == 16 else np.uint8)
+    raw = b"".join(b"\0" + rows[y].tobytes() for y in range(h))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    body = chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, bit_depth, color_type, 0, 0, 0))
+    body += chunk(b"PLTE", bytes(palette)) if palette else b""
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + body + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
 def pack(*args):
@@ -73,7 +92,7 @@ with open(os.path.join(src, "bee", "notes.txt"), "w") as f:
 
 out = os.path.join(root, "packed")
 says = expect(0, "6 images of 3 classes", src, out, "--size", "12x16", "--resize", "20", "--per-file", "4")
-check("1 file not named .jpg or .jpeg left out" in says and "notes.txt" in says, "the other file is named")
+check("1 file not named .jpg, .jpeg or .png left out" in says and "notes.txt" in says, "the other file is named")
 names = sorted(os.listdir(out))
 check(names == ["classes.txt", "images-00000.npy", "images-00001.npy", "labels-00000.npy", "labels-00001.npy"],
       "two files of at most 4, and the classes: %s" % names)
@@ -118,6 +137,40 @@ if Image:
 else:
     print("ok   (no Pillow here to write CMYK JPEGs: their conversion is not checked)")
 
+# PNG: RGB, grey, RGBA (alpha dropped), a palette, 16-bit (scaled to 8), each read as
+# what its bytes say whatever its name (a PNG named .JPEG, as one of ImageNet's is; a
+# JPEG named .png)
+png_src = os.path.join(root, "png", "p")
+os.makedirs(png_src)
+solid_values = lambda values: np.broadcast_to(np.array(values), (24, 20, len(values))).copy()
+png(os.path.join(png_src, "0_rgb.png"), solid_values((200, 100, 50)))
+png(os.path.join(png_src, "1_grey.png"), solid_values((77,)), color_type=0)
+png(os.path.join(png_src, "2_rgba.png"), solid_values((10, 20, 30, 128)), color_type=6)
+png(os.path.join(png_src, "3_palette.png"), solid_values((1,)), color_type=3, palette=[0, 0, 0, 9, 99, 199])
+png(os.path.join(png_src, "4_deep.png"), solid_values((200 * 257, 10 * 257 + 128, 65535)), bit_depth=16)
+png(os.path.join(png_src, "5_named.JPEG"), solid_values((1, 2, 3)))
+jpeg(os.path.join(png_src, "6_jpeg.png"), solid(24, 20, (30, 60, 90)))
+png_out = os.path.join(root, "png_packed")
+expect(0, "7 images of 1 class", os.path.dirname(png_src), png_out, "--size", "8")
+got = np.load(os.path.join(png_out, "images-00000.npy"))[:, 4, 4].astype(int).tolist()
+want = [[200, 100, 50], [77, 77, 77], [10, 20, 30], [9, 99, 199], [200, 10, 255], [1, 2, 3], [30, 60, 90]]
+check(np.abs(np.array(got) - np.array(want)).max() <= 2, "PNGs of every kind become RGB: %s, wanted %s" % (got, want))
+# a PNG cut short, one whose data fail their check (a bit of its CRC flipped), one
+# whose header (with its CRC) claims 65000 x 65000 pixels
+whole_png = open(os.path.join(png_src, "0_rgb.png"), "rb").read()
+idat = whole_png.index(b"IDAT")
+crc_at = idat + 4 + struct.unpack(">I", whole_png[idat - 4:idat])[0]
+ihdr = b"IHDR" + struct.pack(">IIBBBBB", 65000, 65000, 8, 2, 0, 0, 0)
+for name, data, says in [("cut.png", whole_png[: idat + 12], "not a readable PNG image: the file is cut short"),
+                         ("crc.png", whole_png[:crc_at] + bytes([whole_png[crc_at] ^ 1]) + whole_png[crc_at + 1:],
+                          "not a readable PNG image: IDAT: CRC error"),
+                         ("huge.png", whole_png[:12] + ihdr + struct.pack(">I", zlib.crc32(ihdr)) + whole_png[33:],
+                          "it says it is 65000 x 65000 pixels, more than ddppack decodes")]:
+    bad = os.path.join(png_src, name)
+    open(bad, "wb").write(data)
+    expect(1, bad + ": " + says, os.path.dirname(png_src), os.path.join(root, "png_failed"), "--size", "8")
+    os.remove(bad)
+
 r = subprocess.run([program, "--data-root", root, "--run-dir", os.path.join(root, "run")], capture_output=True,
                    text=True)
 check(r.returncode == 0 and "6 samples of [12, 16, 3]" in r.stdout and "done: 2 epochs" in r.stdout
@@ -156,7 +209,7 @@ expect(1, claims + ": it says it is 65000 x 65000 pixels, more than ddppack deco
 os.remove(claims)
 
 os.makedirs(os.path.join(src, "dog"))
-expect(1, "the class `dog` holds no JPEG image", src, os.path.join(root, "f3"), "--size", "8")
+expect(1, "the class `dog` holds no image (.jpg, .jpeg or .png)", src, os.path.join(root, "f3"), "--size", "8")
 os.rmdir(os.path.join(src, "dog"))
 expect(1, "already holds packed files (images-00000.npy)", src, out, "--size", "8")
 expect(1, "classes.txt: not a folder; OUT is the folder the packed files go to", src, os.path.join(out, "classes.txt"),
