@@ -21,18 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "measure.h"
 #include "runtime.h"
 
 enum { MAX_BATCHES = 100000 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static const ddp_channel cifar_channels[] = {{0.4914, 0.2470}, {0.4822, 0.2435}, {0.4465, 0.2616}};
 static const ddp_augment crop_and_flip[] = {{.kind = DDP_AUGMENT_CROP, .padding = 4},
@@ -71,15 +64,15 @@ static double loader_rate(const ddp_data *d, const ddp_program *p, int64_t batch
         starts[b] = b * batch, sizes[b] = batch;
     int passes = 0;
     bool same = true;
-    for (double start = now_s(); passes < MAX_BATCHES && (passes < MIN_REPS + 1 || now_s() - start < seconds);
+    for (double start = now_seconds(); passes < MAX_BATCHES && (passes < MIN_REPS + 1 || now_seconds() - start < seconds);
          passes++) {
         ddp_draw_key key = {1, passes};
         ddp_epoch_order(1, passes, true, n, order);
-        double t = now_s();
+        double t = now_seconds();
         ddp_loader_begin(l, order, starts, sizes, batches, &key);
         while (ddp_loader_next(l, x, y, ids) > 0)
             continue;
-        took[passes] = now_s() - t;
+        took[passes] = now_seconds() - t;
         ddp_data_batch(d, p, order + starts[batches - 1], batch, &key, want, y, ids);
         same &= memcmp(x, want, sizeof(float) * (size_t)(per * batch)) == 0;
     }
@@ -158,12 +151,12 @@ int main(int argc, char **argv) {
         int64_t per_row = p.input_shape[0] * p.input_shape[1] * d.shape[2];
         ddp_draw_key key = {1, 0};
         int n = 0;
-        for (double start = now_s(); n < MAX_BATCHES && (n < MIN_REPS + 1 || now_s() - start < seconds); n++) {
+        for (double start = now_seconds(); n < MAX_BATCHES && (n < MIN_REPS + 1 || now_seconds() - start < seconds); n++) {
             for (int64_t r = 0; r < batch; r++)
                 rows[r] = rand() % d.samples;
-            double t = now_s();
+            double t = now_seconds();
             ddp_data_batch(&d, &p, rows, batch, &key, x, y, ids);
-            took[n] = now_s() - t;
+            took[n] = now_seconds() - t;
             key.epoch++;
         }
         if (!values_plausible(x, per_row * batch, d.shape[2], &spec, resized)) {

@@ -21,18 +21,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cmake --build "$build" --target bench_augment >/dev/null
 
-# random uint8 images [SAMPLES, 32, 32, 3] and labels, as np.save writes them
-python3 - "$work" "$samples" "$side" <<'EOF'
-import os, struct, sys
-work, n, side = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def npy(path, descr, shape, payload):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, "".join("%d, " % d for d in shape))
-    header += " " * (63 - (len(header) + 10) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + payload)
-npy(os.path.join(work, "x.npy"), "|u1", (n, side, side, 3), os.urandom(n * side * side * 3))
-npy(os.path.join(work, "y.npy"), "|u1", (n,), bytes(b % 10 for b in os.urandom(n)))
-EOF
+# random uint8 images [SAMPLES, SIDE, SIDE, 3] and labels, as np.save writes them
+python3 "$root/bench/random_images.py" "$work" "$samples" "$side"
 
 "$build/bench_augment" "$work/x.npy" "$work/y.npy" --batch 128 --seconds "${BENCH_SECONDS:-1}" \
     --threads "$(nproc)" > "$work/ddp.out" ||

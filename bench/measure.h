@@ -1,7 +1,7 @@
 /* measure.h: the method bench_allreduce (allreduce.c) and mpi_allreduce.c share, so
  * ddp's ring and MPI are timed and checked the same way: repetition counts, medians,
- * and a fill pattern whose sums are exact (bench_augment, augment.c, takes its
- * medians too). Header-only, since mpi_allreduce.c is built with mpicc and nothing of
+ * and a fill pattern whose sums are exact (bench_augment and bench_prefetch take its
+ * clock and medians too). Header-only, since mpi_allreduce.c is built with mpicc and nothing of
  * ddp; inline, so a file that takes part of it compiles without warnings. */
 #ifndef DDP_BENCH_MEASURE_H
 #define DDP_BENCH_MEASURE_H
@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 enum {
     WARMUP = 2,
@@ -20,6 +21,13 @@ enum {
 static inline int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Seconds on the monotonic clock. */
+static inline double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* Sorts v. */

@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "bf16.h"
@@ -686,6 +688,17 @@ static const char *sample_inputs(const ddp_data *d, int64_t sample) {
         return (const char *)d->inputs + (size_t)sample * bytes;
     const ddp_data_shard *shard = shard_of(d, sample);
     return (const char *)shard->inputs + (size_t)(sample - shard->first) * bytes;
+}
+
+void ddp_data_prefetch(const ddp_data *d, const int64_t *indices, int64_t n) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), bytes = (uintptr_t)d->elems * data_elem_size[d->elem];
+    for (int64_t r = 0; r < n; r++) {
+        const ddp_data_shard *shard = d->nshards ? shard_of(d, indices[r]) : NULL;
+        if (shard ? !shard->mapping || shard->read_ahead : !d->mapping || d->read_ahead)
+            continue;
+        uintptr_t start = (uintptr_t)sample_inputs(d, indices[r]), first = start & ~(page - 1);
+        madvise((void *)first, start + bytes - first, MADV_WILLNEED);
+    }
 }
 
 /* ----------------------------------------------------------- normalisation */

@@ -136,12 +136,14 @@ bool data_map_file(const char *path, const ddp_dataset *spec, const char *role, 
     if (map == MAP_FAILED) /* and every failure is said the way reading says it */
         return data_read_file(path, spec, role, out, err, errlen);
     /* read ahead in the background the files that fit in half the memory together;
-     * the rest comes in as batches touch it */
+     * the rest is asked for a few batches ahead of the loader (ddp_data_prefetch) */
     static uint64_t advised;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    bool read_ahead = false;
     if (pages > 0 && page > 0 && advised + (uint64_t)st.st_size <= (uint64_t)pages * (uint64_t)page / 2) {
         madvise(map, (size_t)st.st_size, MADV_WILLNEED);
         advised += (uint64_t)st.st_size;
+        read_ahead = true;
     }
     if (!watch(map, (size_t)st.st_size, path, &st)) {
         munmap(map, (size_t)st.st_size);
@@ -150,6 +152,7 @@ bool data_map_file(const char *path, const ddp_dataset *spec, const char *role, 
     out->data = map;
     out->len = (size_t)st.st_size;
     out->mapped = true;
+    out->read_ahead = read_ahead;
     return true;
 }
 
@@ -169,7 +172,7 @@ bool data_own(data_bytes *b) {
     copy[b->len] = 0;
     size_t len = b->len;
     data_unmap(b);
-    *b = (data_bytes){copy, len, false};
+    *b = (data_bytes){copy, len, false, false};
     return true;
 }
 
@@ -178,13 +181,14 @@ void *data_keep_inputs(ddp_data *d, data_bytes *b, size_t offset, int width) {
         return data_take(b, offset);
     d->mapping = b->data;
     d->mapping_len = b->len;
+    d->read_ahead = b->read_ahead;
     *b = (data_bytes){0};
     return d->mapping + offset;
 }
 
 static void free_block(void *inputs, unsigned char *mapping, size_t mapping_len) {
     if (mapping) {
-        data_bytes mapped = {mapping, mapping_len, true};
+        data_bytes mapped = {mapping, mapping_len, true, false};
         data_unmap(&mapped);
     } else {
         free(inputs);
@@ -202,6 +206,7 @@ void data_free_inputs(ddp_data *d) {
     d->inputs = NULL;
     d->mapping = NULL;
     d->mapping_len = 0;
+    d->read_ahead = false;
     d->shards = NULL;
     d->nshards = 0;
 }

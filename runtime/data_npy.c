@@ -422,7 +422,8 @@ static bool add_shard(ddp_data *d, ddp_data *part, int64_t i, char *err, size_t 
     }
     memcpy(labels + d->samples * part->label_elems, part->labels,
            (size_t)(part->samples * part->label_elems) * sizeof *labels);
-    d->shards[i] = (ddp_data_shard){path, label_path, d->samples, part->inputs, part->mapping, part->mapping_len};
+    d->shards[i] = (ddp_data_shard){path,         label_path,         d->samples,       part->inputs,
+                                    part->mapping, part->mapping_len, part->read_ahead};
     d->nshards = i + 1;
     d->samples += part->samples;
     part->inputs = NULL, part->mapping = NULL;

@@ -14,6 +14,7 @@ typedef struct data_bytes {
     unsigned char *data;
     size_t len;
     bool mapped;
+    bool read_ahead; /* mapped, and the whole file asked to be read in the background */
 } data_bytes;
 
 /* Reads a file whole through zlib, which inflates gzip files and passes others through.

@@ -6,7 +6,9 @@
  * global batch (S6). The loader thread assembles batch b + 1 while step b runs, with
  * helpers where it has them: each takes a contiguous part of the batch's rows (a row's
  * values and augmentation depend on its sample alone, so the batch is the same bits
- * whatever the number of threads). */
+ * whatever the number of threads). Before it assembles a batch it asks for the samples
+ * of the PREFETCH batches after it (ddp_data_prefetch), which a dataset too large to
+ * be read ahead whole needs. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -72,7 +74,7 @@ void ddp_batch_span(const ddp_epoch_plan *plan, int64_t step, int64_t *begin, in
 
 /* ----------------------------------------------------------------- thread */
 
-enum { SLOTS = 2 };
+enum { SLOTS = 2, PREFETCH = 2 };
 
 typedef struct Slot {
     void *x, *y;
@@ -94,6 +96,7 @@ struct ddp_loader {
     ddp_draw_key key;
     bool augment;
     int64_t batches, filled, taken;
+    int64_t asked;              /* batches of the pass whose samples were asked for */
     bool filling, quit;
 };
 
@@ -139,6 +142,8 @@ static void *loader_main(void *arg) {
         s->rows = l->sizes[b];
         l->filling = true;
         pthread_mutex_unlock(&l->mu);
+        for (; l->asked < l->batches && l->asked <= b + PREFETCH; l->asked++)
+            ddp_data_prefetch(l->data, l->order + l->starts[l->asked], l->sizes[l->asked]);
         Fill fill = {l, s, rows};
         if (l->helpers)
             ddp_pool_for(l->helpers, fill_rows, &fill, 0, s->rows, 2);
@@ -216,7 +221,7 @@ void ddp_loader_begin(ddp_loader *l, const int64_t *order, const int64_t *starts
     l->starts = starts;
     l->sizes = sizes;
     l->batches = batches;
-    l->filled = l->taken = 0;
+    l->filled = l->taken = l->asked = 0;
     pthread_cond_broadcast(&l->changed);
     pthread_mutex_unlock(&l->mu);
 }

@@ -92,6 +92,7 @@ typedef struct ddp_data_shard {
     void *inputs;               /* its samples x elems, as ddp_data's */
     unsigned char *mapping;     /* the mapped file inputs point into; NULL: read */
     size_t mapping_len;
+    bool read_ahead;            /* the mapped file was asked whole to be read in the background */
 } ddp_data_shard;
 
 typedef struct ddp_data {
@@ -106,6 +107,7 @@ typedef struct ddp_data {
     void *inputs;               /* samples x elems, native byte order, C order; NULL: synthetic, or shards */
     unsigned char *mapping;     /* the mapped file inputs point into (data_map.c); NULL: read */
     size_t mapping_len;
+    bool read_ahead;            /* the mapped file was asked whole to be read in the background */
     ddp_data_shard *shards;     /* a dataset of several files: their inputs (inputs is NULL) */
     int64_t nshards;
     int64_t label_elems;        /* values per sample's label (1 for a class index) */
@@ -182,6 +184,12 @@ typedef struct ddp_draw_key {
  * sample indices). */
 void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
                     const ddp_draw_key *augment, void *x, void *y, int64_t *ids);
+/* Asks the kernel to read the inputs of samples indices[0..n) into the page cache in
+ * the background where they lie in a mapped file not read ahead whole (one larger than
+ * half the memory): the loader asks for the batches after the one it assembles, so a
+ * dataset larger than memory, on a parallel file system, comes in many samples at a
+ * time rather than a page fault at a time. */
+void ddp_data_prefetch(const ddp_data *d, const int64_t *indices, int64_t n);
 /* The augmentations of a sample's inputs (a row of the program's input shape, elements
  * of elem_size bytes), drawn from (key, sample) alone. */
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,

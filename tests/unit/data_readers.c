@@ -18,7 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1524,6 +1527,120 @@ static void test_mapped_npy(void) {
     CHECK(read >= 8 << 20);
 }
 
+/* A mapped dataset too large to be read ahead whole (read_ahead cleared here, as
+ * data_map.c leaves it for a file past half the memory) has the samples the loader asks
+ * for read in the background. With the file's pages dropped from the page cache and a
+ * pass of batches 4 MiB apart in the file, the loader assembles two batches and asks for
+ * the two after them: their samples come in though no batch is taken, where those of
+ * the fifth stay out; a dataset read ahead whole asks for nothing. (The pages that share
+ * a large folio with the header, which the reader mapped, stay in the page cache: the
+ * batches lie past them.) */
+enum { FAR_SAMPLES = 512, FAR_PER = 65536, FAR_BATCH = 4, FAR_APART = 64 }; /* 32 MiB, samples of 16 pages */
+
+/* Whether every page of sample s's inputs is in the page cache. */
+static bool sample_resident(const ddp_data *d, int64_t s) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = (uintptr_t)d->inputs + (uintptr_t)(s * FAR_PER);
+    uintptr_t first = start & ~(page - 1), end = start + FAR_PER;
+    unsigned char in[64];
+    size_t pages = (end - first + page - 1) / page;
+    if (pages > sizeof in || mincore((void *)first, end - first, in) != 0)
+        return false;
+    for (size_t i = 0; i < pages; i++)
+        if (!(in[i] & 1))
+            return false;
+    return true;
+}
+
+static bool batch_resident(const ddp_data *d, const int64_t *rows) {
+    for (int r = 0; r < FAR_BATCH; r++)
+        if (!sample_resident(d, rows[r]))
+            return false;
+    return true;
+}
+
+/* Drops the file's pages from the page cache until none of its samples past the first
+ * 4 MiB is there (a read ahead asked for as it was opened may still be coming in);
+ * false after 10 s. */
+static bool drop_pages(const ddp_data *d, const char *name) {
+    int fd = open(path_of(name), O_RDONLY);
+    bool out = false;
+    for (int tries = 0; fd >= 0 && !out && tries < 1000; tries++) {
+        fdatasync(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        out = true;
+        for (int64_t s = FAR_APART; s < FAR_SAMPLES && out; s++)
+            out = !sample_resident(d, s);
+        if (!out)
+            usleep(10000);
+    }
+    if (fd >= 0)
+        close(fd);
+    return out;
+}
+
+/* Waits up to 10 s for the batch's samples to come in. */
+static bool comes_in(const ddp_data *d, const int64_t *rows) {
+    for (int tries = 0; tries < 1000 && !batch_resident(d, rows); tries++)
+        usleep(10000);
+    return batch_resident(d, rows);
+}
+
+static void write_far_npy(void) {
+    bytes *head = npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (512, 65536), }", NULL, 0);
+    size_t len = head->len + (size_t)FAR_SAMPLES * FAR_PER;
+    unsigned char *file = malloc(len);
+    if (!file)
+        exit(2);
+    memcpy(file, head->data, head->len);
+    for (size_t at = head->len; at < len; at++)
+        file[at] = (unsigned char)(at % 251);
+    write_file("far_x.npy", file, len);
+    free(file);
+    write_npy_of("far_y.npy", 0, "(512,)", FAR_SAMPLES, label_value);
+}
+
+static void test_prefetch(void) {
+    write_far_npy();
+    ddp_dataset spec = dataset(DDP_DATA_NPY, "far", "far_x.npy", "far_y.npy");
+    ddp_data d;
+    if (!open_ok(&spec, &d))
+        return;
+    CHECK(d.mapping && d.read_ahead); /* 32 MiB: read ahead whole */
+    struct statfs fs;
+    if (statfs(root, &fs) == 0 && fs.f_type == TMPFS_MAGIC) { /* its pages cannot be dropped */
+        printf("data readers: %s is a tmpfs, whose pages stay: the prefetch is not checked\n", root);
+        ddp_data_free(&d);
+        return;
+    }
+    int64_t rows[6][FAR_BATCH], starts[6], sizes[6];
+    static const int64_t shape[] = {FAR_PER};
+    for (int b = 0; b < 6; b++) {
+        for (int r = 0; r < FAR_BATCH; r++)
+            rows[b][r] = (b + 1) * FAR_APART + 8 + r;
+        starts[b] = b * FAR_BATCH, sizes[b] = FAR_BATCH;
+    }
+    /* a dataset read ahead whole asks for nothing */
+    CHECK(drop_pages(&d, "far_x.npy"));
+    ddp_data_prefetch(&d, rows[2], FAR_BATCH);
+    usleep(100000);
+    CHECK(!batch_resident(&d, rows[2]));
+    /* one too large: batches 3 and 4 come in, the fifth stays out */
+    d.read_ahead = false;
+    ddp_program p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 1, shape);
+    ddp_loader *l = ddp_loader_new(&d, &p, FAR_BATCH, 1);
+    CHECK(l != NULL && drop_pages(&d, "far_x.npy"));
+    if (l) {
+        ddp_loader_begin(l, &rows[0][0], starts, sizes, 6, NULL);
+        bool third = comes_in(&d, rows[2]), fourth = comes_in(&d, rows[3]), fifth = batch_resident(&d, rows[4]);
+        if (verbose || !third || !fourth || fifth)
+            fprintf(stderr, "prefetch: batches 3 and 4 %s and %s, batch 5 %s\n", third ? "in" : "out",
+                    fourth ? "in" : "out", fifth ? "in" : "out");
+        CHECK(third && fourth && !fifth);
+        ddp_loader_free(l);
+    }
+    ddp_data_free(&d);
+}
+
 /* A mapped file changed in place (its size kept) is found, and named; one replaced by
  * another file of its name is not a change (the mapping keeps the old bytes). */
 static void test_mapped_file_changed(void) {
@@ -1622,6 +1739,7 @@ int main(int argc, char **argv) {
     test_npy_patterns();
     test_check_parts();
     test_mapped_npy();
+    test_prefetch();
     test_mapped_file_changed();
     test_mapped_file_cut_short();
     while (ncreated > 0)
