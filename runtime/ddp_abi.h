@@ -310,7 +310,8 @@ DDP_CONTRACT(ddp_rt_expr)
  * (two words, 53 bits, for f64 initialisation). A synthetic dataset's sample i draws
  * once (element 0); its words 0 and 1 seed a SplitMix64 sequence over the sample's
  * elements (runtime/data.c). An augmentation draws once per sample and epoch (element
- * 0, step the epoch from 0, as shuffling's), so the samples of an epoch change alike however the job
+ * 0, step the epoch from 0, as shuffling's; a resized crop's tries elements 0 to 9,
+ * its place element 10), so the samples of an epoch change alike however the job
  * is cut into workers, and a resumed run changes them as the uninterrupted one. */
 enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_INIT = 3 << 16,
        DDP_STREAM_DATA = 4 << 16, DDP_STREAM_AUGMENT = 5 << 16 };
