@@ -690,6 +690,47 @@ static const char *sample_inputs(const ddp_data *d, int64_t sample) {
     return (const char *)shard->inputs + (size_t)(sample - shard->first) * bytes;
 }
 
+static int ascending(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Two passes, the mean then the squares about it, so a large mean costs no digits. */
+bool ddp_data_stats(const ddp_data *d, int64_t places, int64_t most, uint64_t seed, double *mean, double *std,
+                    int64_t *used) {
+    int64_t n = d->samples, use = n < most ? n : most;
+    int64_t *order = malloc(sizeof *order * (size_t)(n ? n : 1));
+    double *row = malloc(sizeof *row * (size_t)d->elems);
+    if (!order || !row || is_synthetic(d)) {
+        free(order);
+        free(row);
+        return false;
+    }
+    ddp_epoch_order(seed, 0, use < n, n, order);
+    qsort(order, (size_t)use, sizeof *order, ascending); /* the file in its order */
+    for (int64_t c = 0; c < places; c++)
+        mean[c] = std[c] = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t i = 0; i < use; i++) {
+            converters[d->elem][1](row, sample_inputs(d, order[i]), d->elems, d->spec->scale);
+            for (int64_t e = 0, c = 0; e < d->elems; e++, c = c + 1 == places ? 0 : c + 1) {
+                if (pass == 0)
+                    mean[c] += row[e];
+                else
+                    std[c] += (row[e] - mean[c]) * (row[e] - mean[c]);
+            }
+            if (pass == 0 && i + 1 == use)
+                for (int64_t c = 0; c < places; c++)
+                    mean[c] /= (double)(use * (d->elems / places));
+        }
+    for (int64_t c = 0; c < places; c++)
+        std[c] = sqrt(std[c] / (double)(use * (d->elems / places)));
+    *used = use;
+    free(order);
+    free(row);
+    return true;
+}
+
 void ddp_data_prefetch(const ddp_data *d, const int64_t *indices, int64_t n) {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), bytes = (uintptr_t)d->elems * data_elem_size[d->elem];
     for (int64_t r = 0; r < n; r++) {

@@ -60,6 +60,11 @@ static const char usage[] =
     "  --check               read and check all that the run needs (datasets, --load, the\n"
     "                        files it writes, the job's other workers), print the banner\n"
     "                        and stop before the first step: nothing is trained or written\n"
+    "  --data-stats          print the mean and standard deviation of the training inputs\n"
+    "                        (the validation ones with --evaluate) after the dataset's\n"
+    "                        scale, per channel of images [h, w, c] and per feature of\n"
+    "                        tables, as the dataset's mean and std take them; nothing is\n"
+    "                        trained\n"
     "  --log-every N         steps between progress lines when stdout is not a terminal\n"
     "  --rank N, --world-size N, --local-rank N, --local-world-size N, --coordinator HOST:PORT\n"
     "                        this worker's place in the job (default: DDP_* variables,\n"
@@ -150,7 +155,7 @@ typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_M
                F_EVALUATE, F_PREDICT, F_PREDICT_INPUTS, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD,
                F_LOCAL_RANK, F_LOCAL_WORLD, F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT,
                F_INTERFACE, F_TRACE, F_PROFILE, F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS,
-               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_LOADER_THREADS, F_HELP } Flag;
+               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_DATA_STATS, F_LOADER_THREADS, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -171,7 +176,7 @@ static const struct {
     {"--run-dir", F_RUN_DIR, true},     {"--resume-changed", F_RESUME_CHANGED, false},
     {"--resume", F_RESUME, true},       {"--requeue-on-signal", F_REQUEUE, false},
     {"--no-cuda-graphs", F_NO_GRAPHS, false}, {"--convolutions", F_CONVOLUTIONS, true},
-    {"--conv-search", F_CONV_SEARCH, true}, {"--check", F_CHECK, false},
+    {"--conv-search", F_CONV_SEARCH, true}, {"--check", F_CHECK, false}, {"--data-stats", F_DATA_STATS, false},
     {"--loader-threads", F_LOADER_THREADS, true},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
@@ -308,6 +313,7 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
     case F_PREDICT_INPUTS: return predict_inputs(cfg, v);
     case F_SYNTHETIC: cfg->synthetic = true; return -1;
     case F_CHECK: cfg->check = true; return -1;
+    case F_DATA_STATS: cfg->data_stats = true; return -1;
     case F_BASELINE: cfg->exec.baseline_cpu = true; return -1;
     case F_NO_GRAPHS: cfg->exec.no_graphs = true; return -1;
     case F_CONVOLUTIONS:
@@ -375,6 +381,11 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
     if (cfg->evaluate && cfg->synthetic)
         return bad_usage(cfg, "%s and --synthetic do not go together: evaluation reads the validation data",
                          evaluating);
+    if (cfg->data_stats && cfg->synthetic)
+        return bad_usage(cfg, "--data-stats and --synthetic do not go together: the statistics are of the "
+                              "program's datasets");
+    if (cfg->data_stats && cfg->evaluate && s->validation.kind < 0)
+        return bad_usage(cfg, "--data-stats --evaluate: the program has no validation dataset");
     if (cfg->predict_inputs[0] && !cfg->predict_path)
         return bad_usage(cfg, "--predict-inputs goes with --predict FILE, the file the outputs go to");
     if (cfg->evaluate && s->validation.kind < 0 && !cfg->predict_inputs[0])

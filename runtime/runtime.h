@@ -184,6 +184,12 @@ typedef struct ddp_draw_key {
  * sample indices). */
 void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
                     const ddp_draw_key *augment, void *x, void *y, int64_t *ids);
+/* The mean and standard deviation (of the population) at each of `places` places along
+ * the inputs' last axis (1: every value alike) after the dataset's scale, over every
+ * sample or, past `most`, a random `most` of them drawn from seed (how many: *used).
+ * False when memory runs out. */
+bool ddp_data_stats(const ddp_data *d, int64_t places, int64_t most, uint64_t seed, double *mean, double *std,
+                    int64_t *used);
 /* Asks the kernel to read the inputs of samples indices[0..n) into the page cache in
  * the background where they lie in a mapped file not read ahead whole (one larger than
  * half the memory): the loader asks for the batches after the one it assembles, so a
@@ -672,6 +678,7 @@ typedef struct ddp_config {
     const char *data_root, *metrics_path, *save_path, *load_path;
     bool evaluate;              /* --evaluate, or --predict */
     bool check;                 /* --check: everything a run needs read and tried; nothing run */
+    bool data_stats;            /* --data-stats: the inputs' mean and std printed; nothing run */
     const char *predict_path;   /* --predict: where the validation samples' outputs go */
     char predict_inputs[4096];  /* --predict-inputs: unlabelled .npy inputs instead (an absolute
                                    path, or a pattern); "": the validation dataset */

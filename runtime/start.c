@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data_read.h"
 #include "device.h"
 #include "runtime.h"
 
@@ -367,9 +368,52 @@ static void choose_loader_threads(ddp_config *cfg, const ddp_device *device) {
         cfg->loader_threads = !device || spare < 1 ? 1 : spare > 8 ? 8 : spare;
 }
 
+/* --data-stats: the first worker alone reads the dataset (every sample, or of one past
+ * 1 GiB of inputs a random 20,000 or as many as make 1 GiB) and prints its mean and std
+ * as the dataset takes them: per
+ * channel of images [h, w, c], per feature of a table [features], one number for
+ * images [h, w] and anything else. The other workers have nothing to do. */
+static int print_data_stats(const ddp_program *p, const ddp_config *cfg) {
+    if (cfg->cluster.rank != 0)
+        return 0;
+    ddp_job job = {0};
+    ddp_data d = {0};
+    const ddp_dataset *spec = cfg->evaluate ? &p->settings.validation : &p->settings.train;
+    if (spec->kind == DDP_DATA_SYNTHETIC)
+        return fail(&job, "--data-stats: the dataset is synthetic, its values random draws of no file");
+    if (!open_dataset(cfg, p, spec, &d, &job))
+        return 1;
+    int64_t places = d.rank == 1 || d.rank >= 3 ? d.shape[d.rank - 1] : 1, used = 0;
+    int64_t sample_bytes = d.elems * data_elem_size[d.elem], by_bytes = (1 << 30) / (sample_bytes ? sample_bytes : 1);
+    double *mean = malloc(sizeof *mean * (size_t)places), *std = malloc(sizeof *std * (size_t)places);
+    bool ok = mean && std &&
+              ddp_data_stats(&d, places, by_bytes > 20000 ? by_bytes : 20000, cfg->seed, mean, std, &used);
+    if (ok) {
+        char shape[160], read[64] = "every one read";
+        if (used < d.samples)
+            snprintf(read, sizeof read, "a random %lld read", (long long)used);
+        printf("%s: %lld samples of %s, %s, after scale = %g%s:\n", d.where, (long long)d.samples,
+               ddp_shape_text(shape, sizeof shape, d.shape, d.rank), read, spec->scale,
+               spec->nnormalize ? " (before the mean and std it has)" : "");
+        for (int which = 0; which < 2; which++) {
+            const double *v = which ? std : mean;
+            printf("    %s = %s", which ? "std " : "mean", places > 1 ? "[" : "");
+            for (int64_t c = 0; c < places; c++)
+                printf("%s%.5g", c ? ", " : "", v[c]);
+            printf("%s\n", places > 1 ? "]" : "");
+        }
+    }
+    free(mean);
+    free(std);
+    ddp_data_free(&d);
+    return ok ? 0 : fail(&job, "--data-stats: out of memory");
+}
+
 /* One worker's run, from its place in the job (a replica's, with several GPUs a worker)
  * to its exit status. */
 static int run_worker(const ddp_program *p, ddp_config cfg) {
+    if (cfg.data_stats)
+        return print_data_stats(p, &cfg);
     char err[2048], note[1024];
     ddp_job job = {0};
     const ddp_cluster *c = &cfg.cluster;

@@ -2,7 +2,8 @@
 # cli.sh DIR: a built program's command line (programs in DIR): --help, bad usage
 # (status 2), run-time errors (status 1) and settings this runtime cannot honour yet,
 # refused at start; each with the message a user needs. Also: progress in a log file
-# has no carriage returns, and parameters saved by one model do not load into another.
+# has no carriage returns, parameters saved by one model do not load into another, and
+# --data-stats gives the figures worked out by hand and by NumPy.
 set -u
 dir=$1
 root=$(mktemp -d)
@@ -190,6 +191,27 @@ expect 0 "^epoch 2/3  loss [0-9.]*  accuracy [0-9.]*  val_loss [0-9.]*  val_accu
 expect 0 "^  run folder  $root/new-run (made when the run starts): " $tiny --check --run-dir "$root/new-run"
 [ -e "$root/new-run" ] && { echo "FAIL: --check made the run folder"; failures=$((failures + 1)); }
 expect 1 "cannot make the run folder $root/garbage/run: Not a directory" $tiny --check --run-dir "$root/garbage/run"
+
+# --data-stats: each feature's mean and std, worked out by hand from tiny.csv's rows
+# (x0: 1 0 2 1, twice; ...); Fashion-MNIST's, every sample read, against NumPy's
+expect 0 "^    mean = \[1, 1.25, 1, 1.5\]$" $tiny --data-stats
+expect 0 "^    std  = \[0.70711, 0.82916, 1.2247, 1.5\]$" $tiny --data-stats
+expect 0 "tiny_check.csv: 4 samples of \[4\], every one read, after scale = 1:" $tiny --data-stats --evaluate
+expect 2 "\-\-data-stats and \-\-synthetic do not go together" $tiny --data-stats --synthetic
+fashion=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+numpy=$(python3 -c "
+import gzip, numpy as np
+x = np.frombuffer(gzip.open('$fashion').read()[16:], np.uint8) / 255
+print('    mean = %.5g' % x.mean()); print('    std  = %.5g' % x.std())")
+stats=$("$dir/fashion_mlp" --data-stats 2>&1)
+if [ "$(printf '%s\n' "$stats" | tail -n 2)" = "$numpy" ] &&
+    printf '%s\n' "$stats" | grep -q "60000 samples of \[28, 28\], every one read"; then
+    echo "ok: Fashion-MNIST's mean and std as NumPy has them: $(printf '%s' "$numpy" | tr -s ' \n' ' ')"
+else
+    echo "FAIL: Fashion-MNIST's --data-stats:"
+    printf '%s\n--- NumPy:\n%s\n' "$stats" "$numpy"
+    failures=$((failures + 1))
+fi
 
 # a log file gets whole lines: no carriage return, no escape sequence
 $tiny --epochs 2 > "$root/log" 2>&1

@@ -179,6 +179,14 @@ check(r.returncode == 0 and "6 samples of [12, 16, 3]" in r.stdout and "done: 2 
       "centres:\n" + "\n".join(l for l in r.stdout.splitlines() if "data" in l or "done" in l)
       + ("" if r.returncode == 0 else r.stdout + r.stderr))
 
+# --data-stats: each channel's mean and std of the packed images, as NumPy has them
+r = subprocess.run([program, "--data-root", root, "--data-stats"], capture_output=True, text=True)
+pixels = np.concatenate([np.load(os.path.join(out, "images-%05d.npy" % i)) for i in range(2)]) / 255
+numpy = "    mean = [%s]\n    std  = [%s]" % tuple(", ".join("%.5g" % v for v in f(pixels.reshape(-1, 3), axis=0))
+                                                  for f in (np.mean, np.std))
+check(r.returncode == 0 and r.stdout.endswith(numpy + "\n") and "6 samples of [12, 16, 3], every one read" in r.stdout,
+      "--data-stats gives each channel's mean and std as NumPy does:\n" + r.stdout + r.stderr + "--- NumPy:\n" + numpy)
+
 # a damaged image stops the packing, naming it; what was written is removed
 cut = os.path.join(src, "cat", "c2.jpg")
 whole = open(os.path.join(src, "cat", "c0.jpg"), "rb").read()

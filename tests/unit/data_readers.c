@@ -1032,6 +1032,36 @@ static void test_resized_crops(void) {
     ddp_data_free(&d);
 }
 
+/* ddp_data_stats over the 40 crop_byte images of [12, 16, 3] (rrc_x.npy): every one,
+ * per channel and as one number, then a random 10 of them (the first 10 of the
+ * seed's order), each against sums made here. */
+static void test_data_stats(void) {
+    ddp_dataset spec = byte_dataset("stats", "rrc_x.npy", "rrc_y.npy", NULL, false);
+    ddp_data d;
+    if (!open_ok(&spec, &d))
+        return;
+    int64_t order[RRC_N], used = 0;
+    ddp_epoch_order(3, 0, true, RRC_N, order);
+    int wrong = 0;
+    for (int most = RRC_N; most >= 10; most -= 30)
+        for (int64_t places = 1; places <= 3; places += 2) {
+            double mean[3], std[3], sum[3] = {0}, squares[3] = {0};
+            CHECK(ddp_data_stats(&d, places, most, 3, mean, std, &used) && used == most);
+            int64_t count = most * RRC_H0 * RRC_W0 * 3 / places;
+            for (int pass = 0; pass < 2; pass++)
+                for (int i = 0; i < most; i++)
+                    for (int e = 0; e < RRC_H0 * RRC_W0 * 3; e++) {
+                        int64_t s = most == RRC_N ? i : order[i];
+                        double v = crop_byte(s * RRC_H0 * RRC_W0 * 3 + e, false) * spec.scale, *to = pass ? squares : sum;
+                        to[e % places] += pass ? (v - sum[e % places] / count) * (v - sum[e % places] / count) : v;
+                    }
+            for (int64_t c = 0; c < places; c++)
+                wrong += fabs(mean[c] - sum[c] / count) > 1e-12 || fabs(std[c] - sqrt(squares[c] / count)) > 1e-12;
+        }
+    CHECK(wrong == 0);
+    ddp_data_free(&d);
+}
+
 /* ------------------------------------------------------------------ CSV */
 
 static void test_csv_good(void) {
@@ -1732,6 +1762,7 @@ int main(int argc, char **argv) {
     test_crop_windows();
     test_resized_windows();
     test_resized_crops();
+    test_data_stats();
     test_csv_good();
     test_csv_broken();
     test_fits_and_batches();
