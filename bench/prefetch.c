@@ -10,7 +10,8 @@
  * page cache) and reads every sample once in a shuffled order, in batches of --batch
  * (128) on one loader thread, as a training epoch does; the two ways alternate, --passes
  * (3) times each. It prints samples per second of each, the median over its passes,
- * and their ratio (above 1: asking ahead is faster). */
+ * and their ratio (above 1: asking ahead is faster). Each pass's last batch is checked
+ * against ddp_data_batch's: asking ahead changes when the bytes come, never which. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,10 +33,11 @@ static void drop_pages(const ddp_data *d, int fd) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
-/* Samples per second of one pass over d in batches of `batch`, asking ahead or not. */
-static double pass_rate(ddp_data *d, ddp_loader *l, int64_t batch, bool ask, int fd,
-                        int64_t pass, int64_t *order, int64_t *starts, int64_t *sizes, void *x, void *y,
-                        int64_t *ids) {
+/* Samples per second of one pass over d in batches of `batch`, asking ahead or not;
+ * -1 where its last batch is not ddp_data_batch's. */
+static double pass_rate(ddp_data *d, const ddp_program *p, ddp_loader *l, int64_t batch, bool ask, int fd,
+                        int64_t pass, int64_t *order, int64_t *starts, int64_t *sizes, float *x, void *y,
+                        int64_t *ids, float *want) {
     int64_t n = d->samples, batches = (n + batch - 1) / batch;
     ddp_epoch_order(1, pass, true, n, order);
     for (int64_t b = 0; b < batches; b++)
@@ -46,7 +48,9 @@ static double pass_rate(ddp_data *d, ddp_loader *l, int64_t batch, bool ask, int
     ddp_loader_begin(l, order, starts, sizes, batches, NULL);
     while (ddp_loader_next(l, x, y, ids) > 0)
         continue;
-    return (double)n / (now_seconds() - t);
+    double rate = (double)n / (now_seconds() - t);
+    ddp_data_batch(d, p, order + starts[batches - 1], sizes[batches - 1], NULL, want, y, ids);
+    return memcmp(x, want, sizeof(float) * (size_t)(d->elems * sizes[batches - 1])) == 0 ? rate : -1;
 }
 
 int main(int argc, char **argv) {
@@ -85,9 +89,10 @@ int main(int argc, char **argv) {
     int64_t n = d.samples, batches = (n + batch - 1) / batch;
     int64_t *order = malloc(sizeof(int64_t) * (size_t)n), *starts = malloc(sizeof(int64_t) * (size_t)batches);
     int64_t *sizes = malloc(sizeof(int64_t) * (size_t)batches), *ids = malloc(sizeof(int64_t) * (size_t)batch);
-    void *x = malloc(sizeof(float) * (size_t)(d.elems * batch)), *y = malloc(sizeof(int32_t) * (size_t)batch);
+    float *x = malloc(sizeof(float) * (size_t)(d.elems * batch)), *want = malloc(sizeof(float) * (size_t)(d.elems * batch));
+    void *y = malloc(sizeof(int32_t) * (size_t)batch);
     ddp_loader *l = ddp_loader_new(&d, &p, batch, 1);
-    if (!order || !starts || !sizes || !ids || !x || !y || !l) {
+    if (!order || !starts || !sizes || !ids || !x || !want || !y || !l) {
         fprintf(stderr, "bench_prefetch: out of memory\n");
         return 1;
     }
@@ -96,14 +101,18 @@ int main(int argc, char **argv) {
            (double)n * (double)(d.elems * data_elem_size[d.elem]) / (1 << 20), (long long)batch);
     double asked[MAX_PASSES], faulted[MAX_PASSES];
     for (int i = 0; i < passes; i++) {
-        faulted[i] = pass_rate(&d, l, batch, false, fd, 2 * i, order, starts, sizes, x, y, ids);
-        asked[i] = pass_rate(&d, l, batch, true, fd, 2 * i + 1, order, starts, sizes, x, y, ids);
+        faulted[i] = pass_rate(&d, &p, l, batch, false, fd, 2 * i, order, starts, sizes, x, y, ids, want);
+        asked[i] = pass_rate(&d, &p, l, batch, true, fd, 2 * i + 1, order, starts, sizes, x, y, ids, want);
+        if (faulted[i] < 0 || asked[i] < 0) {
+            fprintf(stderr, "bench_prefetch: the loader's last batch of a pass is not ddp_data_batch's\n");
+            return 1;
+        }
     }
     double a = median(asked, passes), f = median(faulted, passes);
     printf("%-40s %12s\n%-40s %12.0f\n%-40s %12.0f\nratio %.2f\n", "way", "samples/s", "faulted in (reference)", f,
            "asked for, batches ahead", a, a / f);
     ddp_loader_free(l);
-    free(order), free(starts), free(sizes), free(ids), free(x), free(y);
+    free(order), free(starts), free(sizes), free(ids), free(x), free(want), free(y);
     ddp_data_free(&d);
     close(fd);
     return 0;

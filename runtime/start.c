@@ -370,9 +370,9 @@ static void choose_loader_threads(ddp_config *cfg, const ddp_device *device) {
 
 /* --data-stats: the first worker alone reads the dataset (every sample, or of one past
  * 1 GiB of inputs a random 20,000 or as many as make 1 GiB) and prints its mean and std
- * as the dataset takes them: per
- * channel of images [h, w, c], per feature of a table [features], one number for
- * images [h, w] and anything else. The other workers have nothing to do. */
+ * as the dataset takes them: per channel of images [h, w, c], per feature of a table
+ * [features], one number for images [h, w] and anything else. The other workers have
+ * nothing to do. */
 static int print_data_stats(const ddp_program *p, const ddp_config *cfg) {
     if (cfg->cluster.rank != 0)
         return 0;
@@ -412,12 +412,12 @@ static int print_data_stats(const ddp_program *p, const ddp_config *cfg) {
 /* One worker's run, from its place in the job (a replica's, with several GPUs a worker)
  * to its exit status. */
 static int run_worker(const ddp_program *p, ddp_config cfg) {
-    if (cfg.data_stats)
-        return print_data_stats(p, &cfg);
     char err[2048], note[1024];
     ddp_job job = {0};
     const ddp_cluster *c = &cfg.cluster;
     ddp_set_identity(cfg.prog, c->rank, c->host, c->world > 1);
+    if (cfg.data_stats)
+        return print_data_stats(p, &cfg);
     int status;
     ddp_data train = {0}, validation = {0};
     ddp_runtime *rt = NULL;
