@@ -10,6 +10,8 @@ claiming a huge image, an empty class, a folder already packed, bad usage) gets 
 message and status, and a failed packing leaves nothing behind; --skip-bad leaves the
 bad image out and lists it. The JPEGs are written by cjpeg, the PNGs here."""
 import os
+import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -170,6 +172,21 @@ for name, data, says in [("cut.png", whole_png[: idat + 12], "not a readable PNG
     open(bad, "wb").write(data)
     expect(1, bad + ": " + says, os.path.dirname(png_src), os.path.join(root, "png_failed"), "--size", "8")
     os.remove(bad)
+
+# a file that cannot be written (the process's file size limit, 600 bytes, below the
+# images file's) stops the packing, naming it, and leaves nothing behind
+def small_files():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (600, 600))
+
+
+limited = os.path.join(root, "limited")
+r = subprocess.run([ddppack, os.path.dirname(png_src), limited, "--size", "8"], capture_output=True, text=True,
+                   preexec_fn=small_files)
+check(r.returncode == 1 and "images-00000.npy: cannot write it: File too large" in r.stderr
+      and "Sanitizer" not in r.stderr and os.listdir(limited) == [],
+      "a file that cannot be written is named, and nothing is left: %d %s %s" % (r.returncode, r.stderr.strip(),
+                                                                                os.listdir(limited)))
 
 r = subprocess.run([program, "--data-root", root, "--run-dir", os.path.join(root, "run")], capture_output=True,
                    text=True)
