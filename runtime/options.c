@@ -65,6 +65,10 @@ static const char usage[] =
     "                        scale, per channel of images [h, w, c] and per feature of\n"
     "                        tables, as the dataset's mean and std take them; nothing is\n"
     "                        trained\n"
+    "  --dump-batch FILE     write the first training batch as the model receives it\n"
+    "                        (scaled, normalised and augmented as in epoch 1) to FILE, a\n"
+    "                        .npy of float32, and its labels beside it (FILE-labels.npy);\n"
+    "                        nothing is trained\n"
     "  --log-every N         steps between progress lines when stdout is not a terminal\n"
     "  --rank N, --world-size N, --local-rank N, --local-world-size N, --coordinator HOST:PORT\n"
     "                        this worker's place in the job (default: DDP_* variables,\n"
@@ -155,7 +159,7 @@ typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_M
                F_EVALUATE, F_PREDICT, F_PREDICT_INPUTS, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD,
                F_LOCAL_RANK, F_LOCAL_WORLD, F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT,
                F_INTERFACE, F_TRACE, F_PROFILE, F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS,
-               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_DATA_STATS, F_LOADER_THREADS, F_HELP } Flag;
+               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_DATA_STATS, F_DUMP_BATCH, F_LOADER_THREADS, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -177,6 +181,7 @@ static const struct {
     {"--resume", F_RESUME, true},       {"--requeue-on-signal", F_REQUEUE, false},
     {"--no-cuda-graphs", F_NO_GRAPHS, false}, {"--convolutions", F_CONVOLUTIONS, true},
     {"--conv-search", F_CONV_SEARCH, true}, {"--check", F_CHECK, false}, {"--data-stats", F_DATA_STATS, false},
+    {"--dump-batch", F_DUMP_BATCH, true},
     {"--loader-threads", F_LOADER_THREADS, true},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
@@ -314,6 +319,11 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
     case F_SYNTHETIC: cfg->synthetic = true; return -1;
     case F_CHECK: cfg->check = true; return -1;
     case F_DATA_STATS: cfg->data_stats = true; return -1;
+    case F_DUMP_BATCH:
+        if (strlen(v) < 5 || strcmp(v + strlen(v) - 4, ".npy") != 0)
+            return bad_usage(cfg, "--dump-batch %s: the file's name ends in .npy (a NumPy array)", v);
+        cfg->dump_path = v;
+        return -1;
     case F_BASELINE: cfg->exec.baseline_cpu = true; return -1;
     case F_NO_GRAPHS: cfg->exec.no_graphs = true; return -1;
     case F_CONVOLUTIONS:
@@ -381,6 +391,9 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
     if (cfg->evaluate && cfg->synthetic)
         return bad_usage(cfg, "%s and --synthetic do not go together: evaluation reads the validation data",
                          evaluating);
+    if (cfg->dump_path && (cfg->data_stats || cfg->evaluate))
+        return bad_usage(cfg, "--dump-batch writes a training batch: it does not go with %s",
+                         cfg->data_stats ? "--data-stats" : evaluating);
     if (cfg->data_stats && cfg->synthetic)
         return bad_usage(cfg, "--data-stats and --synthetic do not go together: the statistics are of the "
                               "program's datasets");

@@ -6,7 +6,7 @@
  * row is in, so a run that fails leaves the old file, or none, never part of one.
  * Values keep the program's precision: float32 (bf16 outputs widened exactly) or
  * float64 for an f64 program; a CSV prints each with as many digits as give it back
- * exactly. */
+ * exactly. Also the one-piece .npy writer of --dump-batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,13 +30,14 @@ bool ddp_predictions_format_known(const char *path) {
 }
 
 /* NumPy's format 1.0: magic, version, header length, then a Python dict literal padded
- * with spaces to a multiple of 64 bytes and ended by a newline. */
-static void npy_header(FILE *f, const ddp_program *p, int64_t samples, bool f64) {
+ * with spaces to a multiple of 64 bytes and ended by a newline; arrays [samples, *dims]
+ * of descr ("<f4", "<i4", ...). */
+static void npy_header(FILE *f, const char *descr, int64_t samples, const int64_t *dims, int64_t rank) {
     char dict[512];
-    int n = snprintf(dict, sizeof dict, "{'descr': '<f%d', 'fortran_order': False, 'shape': (%lld,", f64 ? 8 : 4,
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,", descr,
                      (long long)samples);
-    for (int64_t d = 0; d < p->output_rank && d < 8; d++)
-        n += snprintf(dict + n, sizeof dict - (size_t)n, " %lld,", (long long)p->output_shape[d]);
+    for (int64_t d = 0; d < rank && d < 8; d++)
+        n += snprintf(dict + n, sizeof dict - (size_t)n, " %lld,", (long long)dims[d]);
     n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
     int total = (10 + n + 1 + 63) / 64 * 64; /* magic to newline */
     while (10 + n + 1 < total)
@@ -69,8 +70,18 @@ ddp_predictions *ddp_predictions_open(const char *path, const ddp_program *p, in
     if (w->csv)
         csv_header(w->file.f, w->elems);
     else
-        npy_header(w->file.f, p, samples, w->f64);
+        npy_header(w->file.f, w->f64 ? "<f8" : "<f4", samples, p->output_shape, p->output_rank);
     return w;
+}
+
+bool ddp_npy_write(const char *path, const char *descr, int64_t samples, const int64_t *dims, int64_t rank,
+                   const void *values, size_t bytes, char *err, size_t len) {
+    ddp_replacement file;
+    if (!ddp_replace_open(&file, path, err, len))
+        return false;
+    npy_header(file.f, descr, samples, dims, rank);
+    fwrite(values, 1, bytes, file.f);
+    return ddp_replace_commit(&file, false, err, len);
 }
 
 bool ddp_predictions_add(ddp_predictions *w, const double *rows, int64_t n) {

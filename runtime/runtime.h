@@ -679,6 +679,7 @@ typedef struct ddp_config {
     bool evaluate;              /* --evaluate, or --predict */
     bool check;                 /* --check: everything a run needs read and tried; nothing run */
     bool data_stats;            /* --data-stats: the inputs' mean and std printed; nothing run */
+    const char *dump_path;      /* --dump-batch: the first training batch written there; nothing run */
     const char *predict_path;   /* --predict: where the validation samples' outputs go */
     char predict_inputs[4096];  /* --predict-inputs: unlabelled .npy inputs instead (an absolute
                                    path, or a pattern); "": the validation dataset */
@@ -764,6 +765,10 @@ bool ddp_predictions_add(ddp_predictions *w, const double *rows, int64_t n);
 /* Every row in: the file replaces its target. Frees w; false with why in err. */
 bool ddp_predictions_finish(ddp_predictions *w, char *err, size_t len);
 void ddp_predictions_abandon(ddp_predictions *w); /* the file left as it was; frees w */
+/* An array [samples, *dims] of descr ("<f4", "<i4", ...), `bytes` of values, as the
+ * .npy at path, replacing it whole; false with why in err. */
+bool ddp_npy_write(const char *path, const char *descr, int64_t samples, const int64_t *dims, int64_t rank,
+                   const void *values, size_t bytes, char *err, size_t len);
 
 /* ---------------------------------------------------------- safetensors.c */
 

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "data_read.h"
 #include "device.h"
 #include "runtime.h"
@@ -409,6 +410,57 @@ static int print_data_stats(const ddp_program *p, const ddp_config *cfg) {
     return ok ? 0 : fail(&job, "--data-stats: out of memory");
 }
 
+/* --dump-batch FILE: the first batch of epoch 1 as one worker training alone takes it
+ * (the first batch_per_replica samples of the epoch's order, scaled, normalised and
+ * augmented with the epoch's draws) written as float32 [batch, *input shape] to FILE,
+ * and its labels as the loss takes them to FILE-labels.npy; the first worker alone
+ * writes. */
+static int dump_batch(const ddp_program *p, const ddp_config *cfg) {
+    if (cfg->cluster.rank != 0)
+        return 0;
+    ddp_job job = {0};
+    ddp_data d = {0};
+    ddp_dataset noise;
+    const ddp_dataset *spec = cfg->synthetic ? synthetic_like(p, cfg, &noise) : &p->settings.train;
+    if (!open_dataset(cfg, p, spec, &d, &job))
+        return 1;
+    int64_t n = p->settings.batch_per_replica < d.samples ? p->settings.batch_per_replica : d.samples;
+    int64_t per = 1, labels = p->label_dtype == DDP_I32 ? 1 : p->output_elems;
+    for (int64_t a = 0; a < p->input_rank; a++)
+        per *= p->input_shape[a];
+    size_t in_size = (size_t)ddp_dtype_size(ddp_input_dtype(p)), label_size = (size_t)ddp_dtype_size(p->label_dtype);
+    int64_t *order = malloc(sizeof *order * (size_t)d.samples), *ids = malloc(sizeof *ids * (size_t)n);
+    void *x = malloc(in_size * (size_t)(n * per)), *y = malloc(label_size * (size_t)(n * labels));
+    float *x32 = malloc(sizeof *x32 * (size_t)(n * per));
+    char err[2048], labels_path[4200];
+    bool ok = order && ids && x && y && x32;
+    if (ok) {
+        ddp_epoch_order(cfg->seed, 0, p->settings.shuffle, d.samples, order);
+        ddp_draw_key key = {cfg->seed, 0};
+        ddp_data_batch(&d, p, order, n, &key, x, y, ids);
+        for (int64_t e = 0; e < n * per; e++) /* the program's inputs, as float32 */
+            x32[e] = in_size == 2 ? ddp_bf16_to_float(((uint16_t *)x)[e])
+                     : in_size == 8 ? (float)((double *)x)[e] : ((float *)x)[e];
+        snprintf(labels_path, sizeof labels_path, "%.*s-labels.npy", (int)(strlen(cfg->dump_path) - 4),
+                 cfg->dump_path);
+        const char *label_descr = p->label_dtype == DDP_I32 ? "<i4" : label_size == 8 ? "<f8" : "<f4";
+        int64_t label_dims[1] = {labels};
+        ok = ddp_npy_write(cfg->dump_path, "<f4", n, p->input_shape, p->input_rank, x32, sizeof *x32 * (size_t)(n * per),
+                           err, sizeof err) &&
+             ddp_npy_write(labels_path, label_descr, n, label_dims, p->label_dtype == DDP_I32 ? 0 : 1, y,
+                           label_size * (size_t)(n * labels), err, sizeof err);
+        if (ok)
+            printf("%s: %lld samples of %s's first batch of epoch 1 (samples %lld, %lld, ...); their labels: %s\n",
+                   cfg->dump_path, (long long)n, d.where, (long long)ids[0], (long long)(n > 1 ? ids[1] : ids[0]),
+                   labels_path);
+    } else {
+        snprintf(err, sizeof err, "--dump-batch: out of memory");
+    }
+    free(order), free(ids), free(x), free(y), free(x32);
+    ddp_data_free(&d);
+    return ok ? 0 : fail(&job, err);
+}
+
 /* One worker's run, from its place in the job (a replica's, with several GPUs a worker)
  * to its exit status. */
 static int run_worker(const ddp_program *p, ddp_config cfg) {
@@ -418,6 +470,8 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
     ddp_set_identity(cfg.prog, c->rank, c->host, c->world > 1);
     if (cfg.data_stats)
         return print_data_stats(p, &cfg);
+    if (cfg.dump_path)
+        return dump_batch(p, &cfg);
     int status;
     ddp_data train = {0}, validation = {0};
     ddp_runtime *rt = NULL;

@@ -2,8 +2,9 @@
 # cli.sh DIR: a built program's command line (programs in DIR): --help, bad usage
 # (status 2), run-time errors (status 1) and settings this runtime cannot honour yet,
 # refused at start; each with the message a user needs. Also: progress in a log file
-# has no carriage returns, parameters saved by one model do not load into another, and
-# --data-stats gives the figures worked out by hand and by NumPy.
+# has no carriage returns, parameters saved by one model do not load into another,
+# --data-stats gives the figures worked out by hand and by NumPy, and --dump-batch
+# writes the samples the first step trains on.
 set -u
 dir=$1
 root=$(mktemp -d)
@@ -210,6 +211,37 @@ if [ "$(printf '%s\n' "$stats" | tail -n 2)" = "$numpy" ] &&
 else
     echo "FAIL: Fashion-MNIST's --data-stats:"
     printf '%s\n--- NumPy:\n%s\n' "$stats" "$numpy"
+    failures=$((failures + 1))
+fi
+
+# --dump-batch: tiny's first batch (no shuffle) is tiny.csv's 8 rows and their labels;
+# fashion_mlp's (shuffled) holds the samples the first step trains on, as its trace says
+expect 0 "$root/batch.npy: 8 samples of .*tiny.csv's first batch of epoch 1 (samples 0, 1, ...)" \
+    $tiny --dump-batch "$root/batch.npy"
+if python3 -c "
+import numpy as np, sys
+x, y = np.load('$root/batch.npy'), np.load('$root/batch-labels.npy')
+rows = [[1, 2, 3, 4], [0, 1, 0, 1], [2, 2, 1, 0], [1, 0, 0, 1]] * 2
+sys.exit(not (x.dtype == np.float32 and x.tolist() == rows and y.dtype == np.int32 and y.tolist() == [0, 1, 2, 1] * 2))"
+then
+    echo "ok: --dump-batch wrote tiny.csv's rows and labels"
+else
+    echo "FAIL: --dump-batch's files are not tiny.csv's rows and labels"
+    failures=$((failures + 1))
+fi
+expect 2 "\-\-dump-batch batch.csv: the file's name ends in .npy" $tiny --dump-batch batch.csv
+expect 2 "\-\-dump-batch writes a training batch: it does not go with \-\-evaluate" $tiny --dump-batch x.npy --evaluate
+first=$("$dir/fashion_mlp" --dump-batch "$root/fashion.npy" --seed 9 2>&1 | sed -n 's/.*(samples \([0-9]*\), \([0-9]*\), ...).*/\1 \2/p')
+"$dir/fashion_mlp" --seed 9 --epochs 1 --steps-per-epoch 1 --threads 1 --trace "$root/trace.json" \
+    --run-dir "$root/traced" > /dev/null 2>&1
+traced=$(python3 -c "
+import json
+t = json.load(open('$root/trace.json'))
+print(*next(e for e in t['traceEvents'] if e.get('name') == 'data wait')['args']['samples'][:2])")
+if [ -n "$first" ] && [ "$first" = "$traced" ]; then
+    echo "ok: --dump-batch's samples are the first step's ($first)"
+else
+    echo "FAIL: --dump-batch's samples ($first) are not the first step's ($traced)"
     failures=$((failures + 1))
 fi
 

@@ -204,6 +204,18 @@ numpy = "    mean = [%s]\n    std  = [%s]" % tuple(", ".join("%.5g" % v for v in
 check(r.returncode == 0 and r.stdout.endswith(numpy + "\n") and "6 samples of [12, 16, 3], every one read" in r.stdout,
       "--data-stats gives each channel's mean and std as NumPy does:\n" + r.stdout + r.stderr + "--- NumPy:\n" + numpy)
 
+# --dump-batch: the first batch as trained on, of the model's shape, the same bytes run
+# after run (the draws are the seed's)
+dumps = []
+for i in range(2):
+    path = os.path.join(root, "dump%d.npy" % i)
+    r = subprocess.run([program, "--data-root", root, "--dump-batch", path], capture_output=True, text=True)
+    dumps.append((r.returncode, open(path, "rb").read() if r.returncode == 0 else r.stdout + r.stderr))
+batch = np.load(os.path.join(root, "dump0.npy"))
+check(dumps[0][0] == 0 and dumps[0] == dumps[1] and batch.shape == (2, 10, 14, 3) and batch.dtype == np.float32
+      and batch.min() >= 0 and batch.max() <= 1,
+      "--dump-batch writes the first batch's windows, the same twice: %s %s" % (batch.shape, dumps[0][0]))
+
 # a damaged image stops the packing, naming it; what was written is removed
 cut = os.path.join(src, "cat", "c2.jpg")
 whole = open(os.path.join(src, "cat", "c0.jpg"), "rb").read()
