@@ -481,6 +481,15 @@ void ddp_data_held(const ddp_data *d, int64_t *mapped, int64_t *in_memory) {
         *(d->mapping ? mapped : in_memory) += d->samples * sample;
 }
 
+int64_t ddp_data_asked_ahead(const ddp_data *d) {
+    int64_t sample = is_synthetic(d) ? 0 : d->elems * data_elem_size[d->elem], bytes = 0;
+    for (int64_t i = 0; i < d->nshards; i++) {
+        int64_t end = i + 1 < d->nshards ? d->shards[i + 1].first : d->samples;
+        bytes += d->shards[i].mapping && !d->shards[i].read_ahead ? (end - d->shards[i].first) * sample : 0;
+    }
+    return d->nshards ? bytes : d->mapping && !d->read_ahead ? d->samples * sample : 0;
+}
+
 void ddp_data_free(ddp_data *d) {
     data_free_inputs(d);
     free(d->labels);

@@ -181,8 +181,14 @@ static void describe_data(const ddp_program *p, const ddp_data *d, char *out, si
         n += snprintf(out + n, len - (size_t)n, " (%s)", counted(d->nshards, "file"));
     int64_t mapped, in_memory;
     ddp_data_held(d, &mapped, &in_memory);
+    int64_t ahead = ddp_data_asked_ahead(d);
     if (mapped && n >= 0 && (size_t)n < len)
-        n += snprintf(out + n, len - (size_t)n, "; %s mapped (one copy for the node's workers)", bytes_text(mapped));
+        n += snprintf(out + n, len - (size_t)n, "; %s mapped (one copy for the node's workers", bytes_text(mapped));
+    if (mapped && ahead && n >= 0 && (size_t)n < len) /* bytes_text's buffer is one: a call each */
+        n += snprintf(out + n, len - (size_t)n, "; %s past half the memory, read a few batches ahead of the loader",
+                      ahead == mapped ? "all" : bytes_text(ahead));
+    if (mapped && n >= 0 && (size_t)n < len)
+        n += snprintf(out + n, len - (size_t)n, ")");
     if (n >= 0 && (size_t)n < len)
         n += snprintf(out + n, len - (size_t)n, "%s %s in memory", mapped ? "," : ";", bytes_text(in_memory));
     if (n >= 0 && (size_t)n < len)

@@ -165,6 +165,9 @@ void ddp_data_free(ddp_data *d);
 /* The bytes a dataset holds: its files' mapped (one copy in the page cache for every
  * worker of the node) and those in this worker's own memory. */
 void ddp_data_held(const ddp_data *d, int64_t *mapped, int64_t *in_memory);
+/* The mapped bytes not read ahead whole (files past half the memory): the loader asks
+ * for them a few batches ahead (ddp_data_prefetch). */
+int64_t ddp_data_asked_ahead(const ddp_data *d);
 /* Every file this process has mapped as it was then (a file changed in place since, of
  * another size or time of modification, is named in err). */
 bool ddp_data_files_unchanged(char *err, size_t errlen);

@@ -1562,7 +1562,8 @@ static void test_mapped_npy(void) {
  * for read in the background. With the file's pages dropped from the page cache and a
  * pass of batches 4 MiB apart in the file, the loader assembles two batches and asks for
  * the two after them: their samples come in though no batch is taken, where those of
- * the fifth stay out; a dataset read ahead whole asks for nothing. (The pages that share
+ * the fifth stay out; a dataset read ahead whole asks for nothing. ddp_data_asked_ahead
+ * counts the bytes of the first kind only. (The pages that share
  * a large folio with the header, which the reader mapped, stay in the page cache: the
  * batches lie past them.) */
 enum { FAR_SAMPLES = 512, FAR_PER = 65536, FAR_BATCH = 4, FAR_APART = 64 }; /* 32 MiB, samples of 16 pages */
@@ -1635,7 +1636,7 @@ static void test_prefetch(void) {
     ddp_data d;
     if (!open_ok(&spec, &d))
         return;
-    CHECK(d.mapping && d.read_ahead); /* 32 MiB: read ahead whole */
+    CHECK(d.mapping && d.read_ahead && ddp_data_asked_ahead(&d) == 0); /* 32 MiB: read ahead whole */
     struct statfs fs;
     if (statfs(root, &fs) == 0 && fs.f_type == TMPFS_MAGIC) { /* its pages cannot be dropped */
         printf("data readers: %s is a tmpfs, whose pages stay: the prefetch is not checked\n", root);
@@ -1656,6 +1657,7 @@ static void test_prefetch(void) {
     CHECK(!batch_resident(&d, rows[2]));
     /* one too large: batches 3 and 4 come in, the fifth stays out */
     d.read_ahead = false;
+    CHECK(ddp_data_asked_ahead(&d) == (int64_t)FAR_SAMPLES * FAR_PER); /* as the banner says it */
     ddp_program p = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 1, shape);
     ddp_loader *l = ddp_loader_new(&d, &p, FAR_BATCH, 1);
     CHECK(l != NULL && drop_pages(&d, "far_x.npy"));
