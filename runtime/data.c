@@ -719,21 +719,17 @@ bool ddp_data_stats(const ddp_data *d, int64_t places, int64_t most, uint64_t se
     qsort(order, (size_t)use, sizeof *order, ascending); /* the file in its order */
     for (int64_t c = 0; c < places; c++)
         mean[c] = std[c] = 0;
-    for (int pass = 0; pass < 2; pass++)
+    double count = (double)(use * (d->elems / places)); /* values at each place */
+    for (int pass = 0; pass < 2; pass++) {
+        double *sums = pass ? std : mean;
         for (int64_t i = 0; i < use; i++) {
             converters[d->elem][1](row, sample_inputs(d, order[i]), d->elems, d->spec->scale);
-            for (int64_t e = 0, c = 0; e < d->elems; e++, c = c + 1 == places ? 0 : c + 1) {
-                if (pass == 0)
-                    mean[c] += row[e];
-                else
-                    std[c] += (row[e] - mean[c]) * (row[e] - mean[c]);
-            }
-            if (pass == 0 && i + 1 == use)
-                for (int64_t c = 0; c < places; c++)
-                    mean[c] /= (double)(use * (d->elems / places));
+            for (int64_t e = 0, c = 0; e < d->elems; e++, c = c + 1 == places ? 0 : c + 1)
+                sums[c] += pass ? (row[e] - mean[c]) * (row[e] - mean[c]) : row[e];
         }
-    for (int64_t c = 0; c < places; c++)
-        std[c] = sqrt(std[c] / (double)(use * (d->elems / places)));
+        for (int64_t c = 0; c < places; c++)
+            sums[c] = pass ? sqrt(sums[c] / count) : sums[c] / count;
+    }
     *used = use;
     free(order);
     free(row);
@@ -741,6 +737,8 @@ bool ddp_data_stats(const ddp_data *d, int64_t places, int64_t most, uint64_t se
 }
 
 void ddp_data_prefetch(const ddp_data *d, const int64_t *indices, int64_t n) {
+    if (!d->nshards && (!d->mapping || d->read_ahead))
+        return; /* read, or read ahead whole: the usual case, and every batch asks */
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), bytes = (uintptr_t)d->elems * data_elem_size[d->elem];
     for (int64_t r = 0; r < n; r++) {
         const ddp_data_shard *shard = d->nshards ? shard_of(d, indices[r]) : NULL;

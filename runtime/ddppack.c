@@ -89,8 +89,12 @@ static int bad_usage(const char *fmt, const char *arg) {
     return 2;
 }
 
+/* n: the bytes that could not be had, or 0 where a library does not say. */
 static _Noreturn void out_of_memory(size_t n) {
-    fprintf(stderr, "ddppack: out of memory (%zu bytes)\n", n);
+    if (n)
+        fprintf(stderr, "ddppack: out of memory (%zu bytes)\n", n);
+    else
+        fprintf(stderr, "ddppack: out of memory\n");
     exit(1);
 }
 
@@ -388,7 +392,7 @@ static bool decode_png(const unsigned char *data, size_t len, Pixels *px, char *
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, on_png_error, on_png_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!info)
-        out_of_memory(sizeof *px);
+        out_of_memory(0);
     unsigned char *volatile rgb = NULL;
     png_bytep *volatile rows = NULL;
     if (setjmp(r.back)) {
