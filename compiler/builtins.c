@@ -143,6 +143,10 @@ static const Param synthetic_params[] = {
 static const Param checkpoint_params[] = {
     REQ("dir", K_STR, 0), DUR("every", 1, UNIT_EPOCHS, P_POSITIVE), INT("keep", 3, P_POSITIVE),
 };
+static const Param early_stopping_params[] = {
+    {.name = "metric", .kind = K_METRIC, .def = DEF_WORD, .def_word = "loss"},
+    INT("patience", 3, P_POSITIVE), NUM("min_delta", 0, P_NONNEG),
+};
 static const double default_port_range[] = {10000, 20000};
 static const Param slurm_params[] = {
     OPT("port_base", K_INT, P_POSITIVE),
@@ -162,7 +166,8 @@ static const Param slurm_params[] = {
     {.name = "metrics", .kind = K_METRICS, .def = DEF_WORD, .def_word = "loss"},        \
     REQ("epochs", K_INT, P_POSITIVE), OPT("learning_rate", K_LR, P_RUNTIME | P_POSITIVE), \
     OPT("steps_per_epoch", K_INT, P_POSITIVE), OPT("validation", K_DATASET, 0),         \
-    DUR("validate_every", 1, UNIT_EPOCHS, P_POSITIVE), OPT("checkpoint", K_CHECKPOINT, 0)
+    DUR("validate_every", 1, UNIT_EPOCHS, P_POSITIVE), OPT("checkpoint", K_CHECKPOINT, 0),     \
+    OPT("save_best", K_METRIC, 0), OPT("early_stopping", K_EARLY_STOPPING, 0)
 
 static const Param strategy_params[] = {STRATEGY_SETTINGS};
 static const Param train_params[] = {TRAIN_SETTINGS};
@@ -231,6 +236,8 @@ const Builtin builtins[] = {
     OTHER("synthetic", B_DATASET, DDP_DATA_SYNTHETIC, synthetic_params, "random samples, for benchmarks"),
 
     OTHER("checkpoint", B_CHECKPOINT, 0, checkpoint_params, "periodic checkpoints in a folder"),
+    OTHER("early_stopping", B_EARLY_STOPPING, 0, early_stopping_params,
+          "training ends once a validation figure has not improved by more than min_delta for patience validations"),
     OTHER("slurm", B_CLUSTER, DDP_CLUSTER_SLURM, slurm_params, "the cluster from Slurm's environment"),
 };
 const int builtin_count = N(builtins);
@@ -284,6 +291,7 @@ const char *builtin_kind_name(BuiltinKind k) {
         [B_LAYER] = "layer", [B_LOSS] = "loss", [B_OPTIMIZER] = "optimizer",
         [B_SCHEDULE] = "schedule", [B_METRIC] = "metric", [B_AUGMENT] = "augmentation", [B_DATASET] = "dataset",
         [B_CHECKPOINT] = "checkpoint", [B_CLUSTER] = "cluster", [B_SETTINGS] = "settings",
+        [B_EARLY_STOPPING] = "early stopping",
     };
     return names[k];
 }
@@ -371,6 +379,10 @@ const char *kind_describe(const Param *p) {
         return buf;
     case K_DATASET: return "a dataset";
     case K_CHECKPOINT: return "checkpoint(dir, every = ..., keep = ...)";
+    case K_METRIC:
+        snprintf(buf, sizeof buf, "a metric: %s", builtins_of_kind(B_METRIC));
+        return buf;
+    case K_EARLY_STOPPING: return "early_stopping(metric = ..., patience = ..., min_delta = ...)";
     case K_CLUSTER: return "auto, slurm, env, local or slurm(port_base = ...)";
     case K_STR_LIST: return "a list of strings";
     case K_NUMS:

@@ -189,6 +189,18 @@ static void metrics_of(Ddpc *c, Value ms, ddp_settings *s) {
     s->nmetrics = ms.len;
 }
 
+int64_t config_watched_figure(Value metric, Value metrics) {
+    if (metric.kind != V_OBJECT)
+        return -1;
+    if (metric.builtin->code == DDP_METRIC_LOSS)
+        return 0;
+    for (int i = 0; metrics.kind == V_LIST && i < metrics.len; i++)
+        if (metrics.items[i].builtin == metric.builtin &&
+            num_arg(metrics.items[i], "k", 0) == num_arg(metric, "k", 0))
+            return 1 + i;
+    return -1;
+}
+
 static int64_t word_setting(const TrainSpec *spec, const char *name, const char *const *words) {
     Value v = spec_setting(spec, name);
     int code = v.kind == V_WORD ? word_code(words, v.str) : -1;
@@ -225,6 +237,11 @@ const ddp_settings *config_build(Ddpc *c, const TrainSpec *spec) {
     s->checkpoint_dir = str_arg(checkpoint, "dir");
     s->checkpoint_every = duration_of(object_arg(checkpoint, "every"));
     s->checkpoint_keep = (int64_t)num_arg(checkpoint, "keep", 0);
+    Value metrics = spec_setting(spec, "metrics"), stopping = spec_setting(spec, "early_stopping");
+    s->save_best = config_watched_figure(spec_setting(spec, "save_best"), metrics);
+    s->early_stopping = config_watched_figure(object_arg(stopping, "metric"), metrics);
+    s->early_stopping_patience = (int64_t)num_arg(stopping, "patience", 0);
+    s->early_stopping_min_delta = num_arg(stopping, "min_delta", 0);
     s->train = dataset_of(c, spec->dataset);
     s->validation = dataset_of(c, spec_setting(spec, "validation"));
     Value loss = spec_setting(spec, "loss");

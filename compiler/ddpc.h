@@ -314,6 +314,8 @@ typedef enum {
     K_LAYER,      /* a layer, block or model (user block parameters `: layer`) */
     K_LR,         /* a number or a schedule */
     K_LOSS, K_OPTIMIZER, K_METRICS, K_AUGMENTS, K_DATASET, K_CHECKPOINT, K_CLUSTER,
+    K_METRIC,     /* one metric */
+    K_EARLY_STOPPING,
     K_STR_LIST,   /* ["a", "b"] */
     K_NUMS,       /* a number or a list of numbers, made a list */
     K_INT_RANGE,  /* [lo, hi] of integers */
@@ -351,7 +353,7 @@ typedef struct Param {
 
 typedef enum {
     B_LAYER, B_LOSS, B_OPTIMIZER, B_SCHEDULE, B_METRIC, B_AUGMENT, B_DATASET,
-    B_CHECKPOINT, B_CLUSTER, B_SETTINGS,
+    B_CHECKPOINT, B_CLUSTER, B_SETTINGS, B_EARLY_STOPPING,
 } BuiltinKind;
 
 typedef enum {
@@ -590,6 +592,9 @@ Value spec_setting(const TrainSpec *spec, const char *name);
 /* The checked configuration as the contract's ddp_settings, codes for every choice;
  * what every later stage reads instead of the settings' values. */
 const ddp_settings *config_build(Ddpc *c, const TrainSpec *spec);
+/* The validation figure a metric names for save_best and early_stopping: 0 the loss
+ * (always measured), 1 + i the i-th of metrics; -1 when metrics lacks it. */
+int64_t config_watched_figure(Value metric, Value metrics);
 
 /* ----------------------------------------------------------- settings.c */
 

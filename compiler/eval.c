@@ -333,6 +333,8 @@ Value param_default(Ddpc *c, const Param *p, Loc at) {
         break;
     case DEF_NONE: v.kind = V_NONE; break;
     }
+    if (p->kind == K_METRIC && p->def == DEF_WORD) /* early_stopping(metric = loss) */
+        return (Value){.kind = V_OBJECT, .builtin = builtin_find(p->def_word), .loc = at};
     if (p->kind == K_METRICS && p->def == DEF_WORD) { /* metrics = [loss] */
         Value metric = {.kind = V_OBJECT, .builtin = builtin_find(p->def_word), .loc = at};
         v.kind = V_LIST;
@@ -743,6 +745,10 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
         return is_object_of(v, B_CHECKPOINT) ? v : wrong_kind(&k, v);
     case K_METRICS:
         return check_builtin_list(c, &k, v, B_METRIC);
+    case K_METRIC:
+        return is_object_of(v, B_METRIC) ? v : wrong_kind(&k, v);
+    case K_EARLY_STOPPING:
+        return is_object_of(v, B_EARLY_STOPPING) ? v : wrong_kind(&k, v);
     case K_AUGMENTS:
         return check_builtin_list(c, &k, v, B_AUGMENT);
     case K_CLUSTER:

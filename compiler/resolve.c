@@ -287,7 +287,8 @@ static bool builtin_wanted(const Builtin *b, const Param *expect, Want want) {
     case K_LOSS: return b->kind == B_LOSS;
     case K_OPTIMIZER: return b->kind == B_OPTIMIZER;
     case K_LR: return b->kind == B_SCHEDULE;
-    case K_METRICS: return b->kind == B_METRIC;
+    case K_METRICS: case K_METRIC: return b->kind == B_METRIC;
+    case K_EARLY_STOPPING: return b->kind == B_EARLY_STOPPING;
     case K_AUGMENTS: return b->kind == B_AUGMENT;
     case K_DATASET: return b->kind == B_DATASET;
     case K_CHECKPOINT: return b->kind == B_CHECKPOINT;

@@ -245,6 +245,25 @@ static void check_metrics(Ddpc *c, TrainSpec *spec, Value metrics, Value loss) {
     }
 }
 
+/* save_best and early_stopping watch a validation figure: the loss, or one of the
+ * metrics the run measures. */
+static void check_watched(Ddpc *c, TrainSpec *spec, const char *setting, Value metric, Loc at) {
+    Value validation = spec_setting(spec, "validation"), metrics = spec_setting(spec, "metrics");
+    if (metric.kind != V_OBJECT || metrics.kind != V_LIST)
+        return;
+    if (validation.kind == V_NONE) {
+        diag_report(c, E_NO_VALIDATION, at, "`%s` watches the validation figures, but this train block has no "
+                    "`validation` dataset", setting);
+        diag_note(c, at, "add `validation = ...` (a dataset the model is not trained on)");
+        return;
+    }
+    if (config_watched_figure(metric, metrics) < 0) {
+        diag_report(c, E_METRIC_MISMATCH, metric.loc, "`%s` watches %s, which is not among the run's metrics",
+                    setting, value_text(c, metric));
+        diag_note(c, metrics.loc, "add it to `metrics`");
+    }
+}
+
 /* ----------------------------------------------------------------- train */
 
 static void check_learning_rate(Ddpc *c, TrainSpec *spec) {
@@ -344,6 +363,9 @@ static void check_train(Ddpc *c, TrainSpec *spec) {
         diag_report(c, W_VALIDATION_IS_TRAINING, validation.loc,
                     "validation on the training dataset measures memory, not generalisation");
     check_metrics(c, spec, spec_setting(spec, "metrics"), loss);
+    Value best = spec_setting(spec, "save_best"), stopping = spec_setting(spec, "early_stopping");
+    check_watched(c, spec, "save_best", best, best.loc);
+    check_watched(c, spec, "early_stopping", object_arg(stopping, "metric"), stopping.loc);
     if (c->diag.errors)
         return;
     c->config = config_build(c, spec);

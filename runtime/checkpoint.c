@@ -224,6 +224,20 @@ static void figures_read(const char *text, int64_t nmetrics, ddp_figures *f) {
         f->metric[i] = strtod(end, &end);
 }
 
+/* A watched figure as "best step since" (best "nan" before any validation); a
+ * checkpoint without one (written before save_best and early_stopping existed) reads
+ * as none yet. */
+static void watch_text(const ddp_watch *w, char *out, size_t len) {
+    snprintf(out, len, "%.17g %lld %lld", w->best, (long long)w->step, (long long)w->since);
+}
+
+static void watch_read(const char *text, ddp_watch *w) {
+    long long step, since;
+    double best;
+    if (text && sscanf(text, "%lf %lld %lld", &best, &step, &since) == 3)
+        *w = (ddp_watch){best, step, since};
+}
+
 /* The tensors of a checkpoint: the model's, the optimizer's state, the other workers'
  * statistics, every worker's sums. The arrays point into rt and workers. */
 typedef char TensorName[48];
@@ -318,6 +332,11 @@ static bool write_checkpoint(ddp_runtime *rt, const ddp_checkpoint *c, int world
     meta_number(&m, "validated_step", g->validated_step);
     meta_number(&m, "epoch_validated", g->epoch_validated);
     meta_text(&m, "last_validation", validation);
+    char best[96], stopping[96];
+    watch_text(&g->best, best, sizeof best);
+    watch_text(&g->stopping, stopping, sizeof stopping);
+    meta_text(&m, "save_best", best);
+    meta_text(&m, "early_stopping", stopping);
     meta_number(&m, "workers", world);
     meta_text(&m, "reason", c->reason);
     meta_text(&m, "run", c->run_settings);
@@ -576,8 +595,11 @@ static bool apply(ddp_runtime *rt, const ddp_tensor_file *f, const char *path, i
          (v = ddp_tensors_meta(f, "last_validation"));
     if (!ok)
         return ddp_fail(err, errlen, "%s: its metadata lacks where the run was (step, epoch, batch, ...)", path);
-    *g = (ddp_progress){step, epoch, batch, samples, validated_step, validated != 0, epoch_validated != 0, {.loss = 0}};
+    *g = (ddp_progress){step, epoch, batch, samples, validated_step, validated != 0, epoch_validated != 0, {.loss = 0},
+                        {NAN, 0, 0}, {NAN, 0, 0}};
     figures_read(v, p->settings.nmetrics, &g->last_validation);
+    watch_read(ddp_tensors_meta(f, "save_best"), &g->best);
+    watch_read(ddp_tensors_meta(f, "early_stopping"), &g->stopping);
     return true;
 }
 

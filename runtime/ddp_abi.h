@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 7
+#define DDP_ABI_VERSION 8
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -451,6 +451,12 @@ enum ddp_allreduce_precision { DDP_ALLREDUCE_FP32, DDP_ALLREDUCE_BF16 };
     X##_STR(T, checkpoint_dir)      /* NULL: none */                                                         \
     X##_SUB(T, ddp_duration, checkpoint_every)                                                               \
     X##_I64(T, checkpoint_keep)                                                                              \
+    X##_I64(T, save_best)           /* the validation figure whose best parameters are kept: -1 none, 0 the  \
+                                       loss, 1 + i metrics[i] */                                             \
+    X##_I64(T, early_stopping)      /* the validation figure that ends training once it stops improving, as \
+                                       save_best */                                                          \
+    X##_I64(T, early_stopping_patience) /* validations in a row without improvement */                       \
+    X##_F64(T, early_stopping_min_delta) /* what an improvement must exceed */                               \
     X##_SUB(T, ddp_dataset, train)                                                                           \
     X##_SUB(T, ddp_dataset, validation) /* kind -1: none */                                                  \
     X##_I64(T, loss)                /* ddp_loss_kind */                                                      \

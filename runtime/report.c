@@ -142,6 +142,23 @@ static void figures_text(char *out, size_t len, const ddp_program *p, const ddp_
             n += (size_t)snprintf(out + n, len - n, "  %s%s %.4f", prefix, p->settings.metrics[i].name, f->metric[i]);
 }
 
+/* The validation figure save_best or early_stopping watches, as the progress lines
+ * name it: "val_loss", "val_accuracy". */
+const char *ddp_watched_name(const ddp_program *p, int64_t which) {
+    static char name[80];
+    snprintf(name, sizeof name, "val_%s", which <= 0 ? "loss" : p->settings.metrics[which - 1].name);
+    return name;
+}
+
+/* " by more than 0.001", early stopping's min_delta, or "" for 0. */
+static const char *margin_text(const ddp_settings *s) {
+    static char text[64];
+    text[0] = 0;
+    if (s->early_stopping_min_delta > 0)
+        snprintf(text, sizeof text, " by more than %g", s->early_stopping_min_delta);
+    return text;
+}
+
 /* ----------------------------------------------------------------- banner */
 
 /* "; normalised: mean [0.49, 0.48, 0.45], std [0.25, 0.24, 0.26]" (up to four
@@ -512,6 +529,13 @@ static void say_run_start(const ddp_report *r, const ddp_run_start *start, bool 
                start->checkpoint_dir, (long long)s->checkpoint_keep);
     else
         ddp_say("a checkpoint in %s only on SIGUSR1, SIGTERM or SIGINT\n", start->checkpoint_dir);
+    if (s->save_best >= 0)
+        ddp_say("  best        the parameters of the best %s in %s/best.safetensors\n",
+                ddp_watched_name(r->program, s->save_best), start->run_dir);
+    if (s->early_stopping >= 0)
+        ddp_say("  early stop  after %s in a row without %s improving%s\n",
+                counted(s->early_stopping_patience, "validation"), ddp_watched_name(r->program, s->early_stopping),
+                margin_text(s));
     const char *label = checking ? "resumes" : "resumed";
     if (start->resumed[0] && start->batch >= start->steps) /* stopped after an epoch's last step, before its end */
         ddp_say("  %-11s %s: the end of epoch %lld (its validation and figures) next\n", label, start->resumed,
@@ -593,6 +617,24 @@ void ddp_report_checked(ddp_report *r, const ddp_run_start *s, int64_t workers) 
             "trained or written (run again without --check)\n", s && s->resumed[0] ? ", the checkpoint" : "",
             workers > 1 ? ", and every worker of the job agrees" : "");
     fflush(stdout);
+}
+
+void ddp_report_best(ddp_report *r, double value, int64_t step, const char *path) {
+    if (r->quiet)
+        return;
+    ddp_report_interrupt(r);
+    ddp_say("best %s so far: %.4f after step %lld, parameters saved to %s\n",
+            ddp_watched_name(r->program, r->program->settings.save_best), value, (long long)step, path);
+}
+
+void ddp_report_stopped_early(ddp_report *r, const ddp_watch *w, int64_t epoch) {
+    if (r->quiet)
+        return;
+    const ddp_settings *s = &r->program->settings;
+    ddp_report_interrupt(r);
+    ddp_say("early stopping: %s has not improved%s on %.4f (after step %lld) for %s; training ends with epoch "
+            "%lld of %lld\n", ddp_watched_name(r->program, s->early_stopping), margin_text(s), w->best,
+            (long long)w->step, counted(w->since, "validation"), (long long)epoch, (long long)r->cfg->epochs);
 }
 
 void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,

@@ -831,8 +831,9 @@ ddp_tensor_out *ddp_param_tensors(ddp_runtime *rt, int64_t *n);
 ddp_text ddp_layouts_text(const ddp_program *p);
 
 /* The parameters and statistics, atomically; the header's metadata holds the program
- * hash and each tensor's layout. */
-bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen);
+ * hash, each tensor's layout and the nextra (at most 4) strings of extra. */
+bool ddp_save_params(ddp_runtime *rt, const char *path, const ddp_meta *extra, int nextra, char *err,
+                     size_t errlen);
 /* Reads every parameter and statistic from a safetensors file (a checkpoint too), each
  * checked by name, dtype and shape; note gets a line worth showing (another program's
  * hash) or "". */
@@ -861,6 +862,15 @@ typedef struct ddp_figures {
     double metric[DDP_MAX_METRICS]; /* the program's metrics, in its order */
     int64_t samples;
 } ddp_figures;
+
+/* A validation figure watched over the run (save_best, early_stopping): the best
+ * value so far, the step after which it was measured, and the validations since then
+ * that did not improve on it. */
+typedef struct ddp_watch {
+    double best;                /* NAN: none yet */
+    int64_t step;
+    int64_t since;
+} ddp_watch;
 
 /* What an epoch did, for its line and its JSON object. */
 typedef struct ddp_epoch_result {
@@ -901,6 +911,15 @@ void ddp_report_checked(ddp_report *r, const ddp_run_start *s, int64_t workers);
  * resumed run's rate). */
 void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,
                         double seconds, const ddp_figures *last_validation, const char *saved_to);
+/* The validation figure save_best or early_stopping watches (0 the loss, 1 + i metric
+ * i), as the progress lines name it: "val_loss", "val_accuracy" (a static buffer). */
+const char *ddp_watched_name(const ddp_program *p, int64_t which);
+/* The validation after `step` improved on save_best's figure, now `value`: its
+ * parameters are in path. */
+void ddp_report_best(ddp_report *r, double value, int64_t step, const char *path);
+/* Early stopping ends training: its figure has not improved on w->best for w->since
+ * validations; the run's epochs end with `epoch` (from 1). */
+void ddp_report_stopped_early(ddp_report *r, const ddp_watch *w, int64_t epoch);
 /* The banner's lines of the run folder and any resume; metrics.jsonl opened there (cut
  * back to the checkpoint's step when resuming). */
 bool ddp_report_run(ddp_report *r, const ddp_run_start *s, char *err, size_t errlen);
@@ -917,6 +936,7 @@ typedef struct ddp_progress {
     int64_t validated_step;     /* the step after which last_validation was taken */
     bool validated, epoch_validated; /* a validation ever; one during this epoch */
     ddp_figures last_validation;
+    ddp_watch best, stopping;   /* save_best's and early_stopping's */
 } ddp_progress;
 
 typedef struct ddp_checkpoint {

@@ -108,7 +108,8 @@ ddp_text ddp_layouts_text(const ddp_program *p) {
     return t;
 }
 
-bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen) {
+bool ddp_save_params(ddp_runtime *rt, const char *path, const ddp_meta *extra, int nextra, char *err,
+                     size_t errlen) {
     const ddp_program *p = rt->program;
     char hash[32];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)p->hash);
@@ -117,9 +118,11 @@ bool ddp_save_params(ddp_runtime *rt, const char *path, char *err, size_t errlen
     ddp_text layouts = ddp_layouts_text(p);
     bool ok = t && !layouts.failed;
     if (ok) {
-        ddp_meta meta[] = {{"format", "ddp"}, {"model", p->name}, {"program_hash", hash},
-                           {"layouts", layouts.s ? layouts.s : ""}};
-        ok = ddp_tensors_write(path, meta, 4, t, n, false, err, errlen);
+        ddp_meta meta[8] = {{"format", "ddp"}, {"model", p->name}, {"program_hash", hash},
+                            {"layouts", layouts.s ? layouts.s : ""}};
+        for (int i = 0; i < nextra && i < 4; i++)
+            meta[4 + i] = extra[i];
+        ok = ddp_tensors_write(path, meta, 4 + (nextra < 4 ? nextra : 4), t, n, false, err, errlen);
     } else {
         ddp_fail(err, errlen, "%s: out of memory", path);
     }

@@ -80,6 +80,8 @@ typedef struct Run {
     ddp_text run_settings, program_settings; /* as checkpoints hold them */
     int64_t first_epoch, first_batch; /* where training starts: 0, 0, or a checkpoint's */
     bool resumed_epoch_validated;
+    ddp_watch best, stopping;   /* save_best's and early_stopping's figures */
+    bool stop_early;            /* early stopping's patience ran out: training ends */
     int stopped;                /* the signal the job stopped on after a checkpoint; 0 */
     int test_signal;            /* DDP_TEST_SIGNAL: raised at the start of test_step; 0: none */
     int64_t test_step;
@@ -620,6 +622,71 @@ static bool validation_due(const Run *r, int64_t epoch, bool epoch_end) {
     return epoch_end && ((epoch + 1) % every.value == 0 || epoch + 1 == r->cfg->epochs);
 }
 
+/* ---------------------------------------------------------- watched figures */
+
+/* Validation figure `which`: 0 the loss, 1 + i metric i. */
+static double watched_value(const ddp_figures *f, int64_t which) {
+    return which == 0 ? f->loss : f->metric[which - 1];
+}
+
+/* Whether v improves on w's best by more than margin: higher accuracies, lower losses
+ * and errors. The first number does; NaN never does. */
+static bool improves(const ddp_program *p, int64_t which, const ddp_watch *w, double v, double margin) {
+    int64_t kind = which == 0 ? DDP_METRIC_LOSS : p->settings.metrics[which - 1].kind;
+    bool higher = kind == DDP_METRIC_ACCURACY || kind == DDP_METRIC_TOP_K;
+    if (isnan(v) || isnan(w->best))
+        return !isnan(v);
+    return higher ? v > w->best + margin : v < w->best - margin;
+}
+
+/* save_best's figure improved: worker 0 writes the parameters to best.safetensors in
+ * the run folder (beside it, then renamed over it), and every worker learns whether
+ * it could. The statistics are the job's: the validation averaged them. */
+static bool save_best(Run *r, char *err, size_t len) {
+    char path[2200], why[1024] = "", step[32], value[32], figure[80];
+    int32_t saved = 1;
+    snprintf(path, sizeof path, "%s/best.safetensors", r->run_dir);
+    if (r->rank == 0) {
+        const ddp_program *p = r->rt->program;
+        snprintf(step, sizeof step, "%lld", (long long)r->best.step);
+        snprintf(value, sizeof value, "%.17g", r->best.best);
+        snprintf(figure, sizeof figure, "%s", ddp_watched_name(p, p->settings.save_best));
+        ddp_meta meta[] = {{"step", step}, {"figure", figure}, {"value", value}};
+        saved = region_down(r, DDP_REGION_PARAMS, why, sizeof why) &&
+                region_down(r, DDP_REGION_STATS, why, sizeof why) &&
+                ddp_save_params(r->rt, path, meta, 3, why, sizeof why);
+    }
+    if (r->ring && !ddp_ring_broadcast(r->ring, &saved, sizeof saved, 0, err, len))
+        return false;
+    if (!saved)
+        return ddp_fail(err, len, "saving the best parameters: %s",
+                        r->rank == 0 ? why : "worker 0 could not write them (it says why)");
+    ddp_report_best(r->report, r->best.best, r->best.step, path);
+    return true;
+}
+
+/* Figure `which` of the last validation against w: its new best when it improves by
+ * more than margin (then true), else one more validation since the best. */
+static bool watch_figure(Run *r, int64_t which, ddp_watch *w, double margin) {
+    double v = watched_value(&r->last_validation, which);
+    bool better = improves(r->rt->program, which, w, v, margin);
+    *w = better ? (ddp_watch){v, r->step, 0} : (ddp_watch){w->best, w->step, w->since + 1};
+    return better;
+}
+
+/* After a validation and its report: save_best's parameters written if its figure
+ * improved, and early stopping's count of validations without improvement. */
+static bool watch_validation(Run *r, char *err, size_t len) {
+    const ddp_settings *s = &r->rt->program->settings;
+    if (s->save_best >= 0 && watch_figure(r, s->save_best, &r->best, 0) && !save_best(r, err, len))
+        return false;
+    if (s->early_stopping >= 0) {
+        watch_figure(r, s->early_stopping, &r->stopping, s->early_stopping_min_delta);
+        r->stop_early = r->stopping.since >= s->early_stopping_patience;
+    }
+    return true;
+}
+
 /* ------------------------------------------------------------- checkpoints */
 
 /* Whether the job stops after this step: with several workers, as the step's
@@ -651,7 +718,7 @@ static bool checkpoint_now(Run *r, int64_t epoch, int64_t batch, bool epoch_vali
     ddp_checkpoint c = {r->checkpoint_dir, s->checkpoint_dir ? s->checkpoint_keep : 3, reason, r->run_settings.s,
                         r->program_settings.s,
                         {r->step, epoch, batch, r->samples, r->validated_step, r->validated, epoch_validated,
-                         r->last_validation}};
+                         r->last_validation, r->best, r->stopping}};
     double begin = ddp_trace_clock();
     bool ok = ddp_checkpoint_save(r->rt, r->ring, &c, path, pathlen, err, sizeof err);
     span(r, "checkpoint", begin);
@@ -685,6 +752,7 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
     double start = now_seconds(), training = 0;
     int64_t trained = 0;
     const ddp_figures *epoch_validation = first > 0 && r->resumed_epoch_validated ? &r->last_validation : NULL;
+    bool cut_short = false;
     char err[1024];
     Pass *pass = &r->train_pass;
     ddp_epoch_order(r->cfg->seed, epoch, rt->program->settings.shuffle, r->train->samples, pass->order);
@@ -713,13 +781,21 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
             }
             epoch_validation = &r->last_validation;
             ddp_report_validation(r->report, r->step, &r->last_validation);
+            if (!watch_validation(r, err, sizeof err)) {
+                say_where(r, epoch, b, true, "after validating", err, why, len);
+                return false;
+            }
         }
         if (!checkpoint_after_step(r, epoch, b, epoch_validation != NULL, why, len))
             return false;
         if (r->stopped)
             return true;
+        if (r->stop_early) { /* the epoch ends here: its figures so far, no checkpoint of a whole epoch */
+            cut_short = b + 1 < pass->batches;
+            break;
+        }
     }
-    bool last = epoch + 1 == r->cfg->epochs;
+    bool last = epoch + 1 == r->cfg->epochs || r->stop_early;
     ddp_figures figures = read_figures(rt->program, r->global);
     /* a run ends with figures for its final parameters, whatever the schedule */
     bool final = last && r->validation && !(r->validated && r->validated_step == r->step);
@@ -740,9 +816,15 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
                           rt->scalars[DDP_S_LEARNING_RATE].f, training > 0 ? (double)trained / training : 0,
                           now_seconds() - start};
     ddp_report_epoch(r->report, &e);
+    if (at_end && !watch_validation(r, err, sizeof err)) {
+        snprintf(why, len, "the end of epoch %lld: %.900s", (long long)epoch + 1, err);
+        return false;
+    }
+    if (r->stop_early)
+        ddp_report_stopped_early(r->report, &r->stopping, epoch + 1);
     char path[4096], reason[64];
     snprintf(reason, sizeof reason, "periodic");
-    return !checkpoint_due(r, DDP_UNIT_EPOCHS, epoch + 1) ||
+    return cut_short || !checkpoint_due(r, DDP_UNIT_EPOCHS, epoch + 1) ||
            checkpoint_now(r, epoch + 1, 0, false, reason, path, sizeof path, why, len);
 }
 
@@ -836,7 +918,7 @@ static bool finish_training(Run *r, char *why, size_t len) {
     if (r->ring && !ddp_parameters_agree(r->rt, r->ring, "after training", "the workers' updates were not the "
                                          "same, which is a fault of ddp's runtime: please report it", err, sizeof err))
         return failed_after(r, "comparing the parameters", err, why, len);
-    if (r->cfg->save_path && r->rank == 0 && !ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+    if (r->cfg->save_path && r->rank == 0 && !ddp_save_params(r->rt, r->cfg->save_path, NULL, 0, err, sizeof err))
         return failed_after(r, "saving", err, why, len);
     return true;
 }
@@ -867,18 +949,21 @@ static int stopped(Run *r) {
 static int train_all(Run *r) {
     char why[1024], err[1024];
     double start = now_seconds();
-    int64_t samples_before = r->samples;
-    for (int64_t epoch = r->first_epoch; epoch < r->cfg->epochs; epoch++) {
+    int64_t samples_before = r->samples, epochs = r->first_epoch + (r->first_batch > 0); /* begun */
+    if (r->stop_early) /* resumed after early stopping ended the run's training */
+        ddp_report_stopped_early(r->report, &r->stopping, epochs);
+    for (int64_t epoch = r->first_epoch; epoch < r->cfg->epochs && !r->stop_early; epoch++) {
         if (run_epoch(r, epoch, epoch == r->first_epoch ? r->first_batch : 0, why, sizeof why)) {
             if (r->stopped)
                 return stopped(r);
+            epochs = epoch + 1;
             continue;
         }
         /* the update of the failed step never ran, so worker 0 holds the job's last
          * parameters, whatever went wrong elsewhere */
         if (r->cfg->save_path && r->rank == 0 && region_down(r, DDP_REGION_PARAMS, err, sizeof err) &&
             region_down(r, DDP_REGION_STATS, err, sizeof err) &&
-            ddp_save_params(r->rt, r->cfg->save_path, err, sizeof err))
+            ddp_save_params(r->rt, r->cfg->save_path, NULL, 0, err, sizeof err))
             snprintf(why + strlen(why), sizeof why - strlen(why), ". The parameters from before it are in %s%s",
                      r->cfg->save_path, r->ring && r->rt->program->stats_count ? " (with worker 0's own "
                      "batch-normalisation statistics)" : "");
@@ -886,8 +971,9 @@ static int train_all(Run *r) {
     }
     if (!finish_training(r, why, sizeof why))
         return failure(r, why);
-    ddp_report_summary(r->report, r->cfg->epochs, r->step, r->samples, r->samples - samples_before,
-                       now_seconds() - start, r->validated ? &r->last_validation : NULL, r->cfg->save_path);
+    ddp_report_summary(r->report, r->stop_early ? epochs : r->cfg->epochs, r->step, r->samples,
+                       r->samples - samples_before, now_seconds() - start, r->validated ? &r->last_validation : NULL,
+                       r->cfg->save_path);
     return 0;
 }
 
@@ -970,6 +1056,9 @@ static bool start_run(Run *r, char *said, size_t saidlen, char *err, size_t len)
     r->first_epoch = g.epoch;
     r->first_batch = g.batch;
     r->resumed_epoch_validated = g.epoch_validated;
+    r->best = g.best;
+    r->stopping = g.stopping;
+    r->stop_early = p->settings.early_stopping >= 0 && r->stopping.since >= p->settings.early_stopping_patience;
     if (r->step > 0) /* the last step's learning rate, for an epoch line before any step of this run */
         ddp_prepare_step(r->rt, r->step - 1, r->plan.steps);
     snprintf(said, saidlen, "%s%s%s", place.note, place.note[0] ? " " : "", found);
@@ -1113,7 +1202,7 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
             ddp_job *job) {
     Run r = {.rt = rt, .cfg = cfg, .report = report, .train = train, .validation = validation,
              .rank = cfg->cluster.rank, .workers = cfg->cluster.world, .job = job, .ring = job->ring,
-             .trace = job->trace};
+             .trace = job->trace, .best = {NAN, 0, 0}, .stopping = {NAN, 0, 0}};
     char err[1024], resumed[4096] = ""; /* an evaluation resumes nothing */
     int status;
     if (rt->program->accum_pairs > 64 || rt->program->settings.nmetrics > DDP_MAX_METRICS)
