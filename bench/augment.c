@@ -7,12 +7,13 @@
  * INPUTS holds images [N, h, w, c] (any dtype the npy reader takes; CIFAR-10's uint8
  * [N, 32, 32, 3] in bench/augment.sh). For each variant (scaled only; normalised; scaled,
  * cropped with padding 4 and flipped; all three; a random resized crop to 7/8 of the
- * sides, flipped and normalised) it assembles f32 batches of --batch
+ * sides, flipped and normalised; normalised, cropped, flipped, then mixed by mixup or
+ * cutmix, with one-hot labels of 10 classes) it assembles f32 batches of --batch
  * (128) samples drawn at random, as ddp_data_batch does for a training step, for
  * about --seconds (1) after one warm-up batch, and prints samples per second, the
  * median over the batches. Each variant's batch is also checked: normalised values
  * must be ((x / 255) - mean) / std of some value x of the file or of the padding (x in
- * [0, 255], not whole, where resized). The
+ * [0, 255], not whole, where resized or mixed). The
  * loader's passes (all four steps, the samples shuffled, each pass's batches as a
  * training epoch has them) print samples per second, the median over the passes, and
  * the ratio to one thread; each pass's last batch is checked against ddp_data_batch. */
@@ -29,11 +30,13 @@ enum { MAX_BATCHES = 100000 };
 
 static const ddp_channel cifar_channels[] = {{0.4914, 0.2470}, {0.4822, 0.2435}, {0.4465, 0.2616}};
 static const ddp_augment crop_and_flip[] = {{.kind = DDP_AUGMENT_CROP, .padding = 4},
-                                            {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
+                                            {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL},
+                                            {.kind = DDP_AUGMENT_MIXUP, .alpha = 0.2},
+                                            {.kind = DDP_AUGMENT_CUTMIX, .alpha = 1}};
 
 /* Whether every value of the batch is an 8-bit value (or zero) scaled and normalised;
- * resized values lie between them. */
-static bool values_plausible(const float *x, int64_t n, int64_t channels, const ddp_dataset *spec, bool resized) {
+ * resized or mixed values (between) lie between them. */
+static bool values_plausible(const float *x, int64_t n, int64_t channels, const ddp_dataset *spec, bool between) {
     for (int64_t e = 0; e < n; e++) {
         double v = x[e];
         if (spec->nnormalize) {
@@ -41,7 +44,7 @@ static bool values_plausible(const float *x, int64_t n, int64_t channels, const 
             v = v * c->std + c->mean;
         }
         double byte = v * 255;
-        if (!(byte > -0.01 && byte < 255.01) || (!resized && fabs(byte - round(byte)) > 1e-3))
+        if (!(byte > -0.01 && byte < 255.01) || (!between && fabs(byte - round(byte)) > 1e-3))
             return false;
     }
     return true;
@@ -51,7 +54,7 @@ static bool values_plausible(const float *x, int64_t n, int64_t channels, const 
  * (the median pass, after one warm-up), the last batch of each compared with
  * ddp_data_batch's; -1 where they differ or the loader cannot start. */
 static double loader_rate(const ddp_data *d, const ddp_program *p, int64_t batch, int threads, double seconds,
-                          float *x, int32_t *y, int64_t *ids, float *want) {
+                          float *x, void *y, int64_t *ids, float *want) {
     int64_t n = d->samples, batches = n / batch, per = d->shape[0] * d->shape[1] * d->shape[2];
     int64_t *order = malloc(sizeof(int64_t) * (size_t)n), *starts = malloc(sizeof(int64_t) * (size_t)batches);
     int64_t *sizes = malloc(sizeof(int64_t) * (size_t)batches);
@@ -120,7 +123,7 @@ int main(int argc, char **argv) {
     memcpy(p.input_shape, d.shape, sizeof(int64_t) * 3);
     int64_t per = d.shape[0] * d.shape[1] * d.shape[2];
     float *x = malloc(sizeof(float) * (size_t)(per * batch)), *want = malloc(sizeof(float) * (size_t)(per * batch));
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)batch);
+    float *y = malloc(sizeof(float) * 10 * (size_t)batch); /* class indices, or one-hot rows of 10 */
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)batch), *ids = malloc(sizeof(int64_t) * (size_t)batch);
     double *took = malloc(sizeof(double) * MAX_BATCHES);
     if (!x || !want || !y || !rows || !ids || !took) {
@@ -132,7 +135,8 @@ int main(int argc, char **argv) {
            (long long)d.shape[0], (long long)d.shape[1], (long long)d.shape[2], (long long)batch);
     printf("%-36s %14s\n", "variant", "samples/s");
     static const char *const names[] = {"scaled", "scaled, normalised", "scaled, cropped and flipped",
-                                        "scaled, normalised, cropped, flipped", "resized crop, flipped, normalised"};
+                                        "scaled, normalised, cropped, flipped", "resized crop, flipped, normalised",
+                                        "normalised, cropped, flipped, mixed"};
     int64_t side_h = d.shape[0] * 7 / 8, side_w = d.shape[1] * 7 / 8;
     ddp_augment resized_and_flip[] = {{.kind = DDP_AUGMENT_RESIZED_CROP, .height = side_h ? side_h : 1,
                                        .width = side_w ? side_w : 1, .scale_min = 0.08, .scale_max = 1,
@@ -140,12 +144,15 @@ int main(int argc, char **argv) {
                                       {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
     int status = 0;
     srand(1);
-    for (int v = 0; v < 5; v++) {
-        bool resized = v == 4;
-        spec.normalize = (v & 1 || resized) && cifar ? cifar_channels : NULL;
-        spec.nnormalize = (v & 1 || resized) && cifar ? 3 : 0;
-        spec.augment = resized ? resized_and_flip : v & 2 ? crop_and_flip : NULL;
-        spec.naugment = v & 2 || resized ? 2 : 0;
+    for (int v = 0; v < 6; v++) {
+        bool resized = v == 4, mixed = v == 5;
+        spec.normalize = (v & 1 || resized || mixed) && cifar ? cifar_channels : NULL;
+        spec.nnormalize = (v & 1 || resized || mixed) && cifar ? 3 : 0;
+        spec.augment = resized ? resized_and_flip : v & 2 || mixed ? crop_and_flip : NULL;
+        spec.naugment = mixed ? 4 : v & 2 || resized ? 2 : 0;
+        p.settings.loss = mixed ? DDP_LOSS_CATEGORICAL : DDP_LOSS_SPARSE_CATEGORICAL;
+        p.label_dtype = mixed ? DDP_F32 : DDP_I32;
+        p.output_elems = mixed ? 10 : 1 << 30;
         p.input_shape[0] = resized ? resized_and_flip[0].height : d.shape[0];
         p.input_shape[1] = resized ? resized_and_flip[0].width : d.shape[1];
         int64_t per_row = p.input_shape[0] * p.input_shape[1] * d.shape[2];
@@ -159,7 +166,7 @@ int main(int argc, char **argv) {
             took[n] = now_seconds() - t;
             key.epoch++;
         }
-        if (!values_plausible(x, per_row * batch, d.shape[2], &spec, resized)) {
+        if (!values_plausible(x, per_row * batch, d.shape[2], &spec, resized || mixed)) {
             fprintf(stderr, "bench_augment: %s: a value of the last batch is no scaled byte\n", names[v]);
             status = 1;
         }
@@ -170,6 +177,9 @@ int main(int argc, char **argv) {
     spec.nnormalize = cifar ? 3 : 0;
     spec.augment = crop_and_flip;
     spec.naugment = 2;
+    p.settings.loss = DDP_LOSS_SPARSE_CATEGORICAL;
+    p.label_dtype = DDP_I32;
+    p.output_elems = 1 << 30;
     printf("\nthe loader, all four steps, passes of %lld batches\n%-8s %14s %8s\n", (long long)(d.samples / batch),
            "threads", "samples/s", "ratio");
     double one = 0;

@@ -1,12 +1,14 @@
 #!/bin/sh
 # augment.sh [BUILD_DIR [SAMPLES [SIDE]]]: how fast training batches of images [SIDE,
 # SIDE, 3] (CIFAR-sized: 32) are assembled, as they are, normalised, cropped and flipped,
-# all three, and resized from a random window to 7/8 of SIDE, flipped and normalised:
+# all three, resized from a random window to 7/8 of SIDE, flipped and normalised, and
+# normalised, cropped, flipped and mixed (mixup or CutMix):
 # ddp's loader (bench/augment.c, one thread) beside torchvision's transforms on the same
 # uint8 images in one thread (v2.RandomCrop(SIDE, padding = 4), v2.RandomResizedCrop(
 # SIDE * 7 / 8, antialias = True), v2.RandomHorizontalFlip, v2.ToDtype(float32, scale =
-# True), v2.Normalize, each sample as a DataLoader worker transforms it), measured in
-# this run. Ratios above 1 mean ddp
+# True), v2.Normalize, each sample as a DataLoader worker transforms it; then the
+# batch mixed by v2.RandomChoice([v2.MixUp(alpha = 0.2), v2.CutMix(alpha = 1)]),
+# where ddp mixes each sample with another made for it), measured in this run. Ratios above 1 mean ddp
 # is faster. Then the loader's threads: its passes on 1 .. the CPUs here, and the
 # ratio to one thread (`--loader-threads`; SIDE = 224 shows ImageNet-sized images).
 #
@@ -48,8 +50,9 @@ normalize = v2.Normalize([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
 crop_flip = [v2.RandomCrop(side, padding=4), v2.RandomHorizontalFlip()]
 resized_flip = [v2.RandomResizedCrop(side * 7 // 8, antialias=True), v2.RandomHorizontalFlip()]
 variants = [[to_float], [to_float, normalize], crop_flip + [to_float], crop_flip + [to_float, normalize],
-            resized_flip + [to_float, normalize]]
-for steps in variants:
+            resized_flip + [to_float, normalize], crop_flip + [to_float, normalize]]
+mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=10), v2.CutMix(alpha=1.0, num_classes=10)])
+for v, steps in enumerate(variants):
     t = v2.Compose(steps)
     times = []
     start = time.perf_counter()
@@ -57,11 +60,13 @@ for steps in variants:
         rows = torch.randint(0, images.shape[0], (128,))
         begin = time.perf_counter()
         batch = torch.stack([t(images[i]) for i in rows])
+        if v == 5:  # the batch's samples and labels mixed, as a training loop does after the DataLoader
+            batch, labels = mix(batch, rows % 10)
         times.append(time.perf_counter() - begin)
     print("%.0f" % (128 / sorted(times[1:])[len(times[1:]) // 2]))
 EOF
 echo
 printf '%-36s %14s %14s %8s\n' variant "ddp samples/s" torchvision ratio
-sed -n 3,7p "$work/ddp.out" | paste - "$work/torch.out" | awk -F'\t' '{
+sed -n 3,8p "$work/ddp.out" | paste - "$work/torch.out" | awk -F'\t' '{
     n = split($1, f, " +"); ours = f[n]; name = $1; sub(/ +[0-9]+$/, "", name)
     printf "%-36s %14s %14s %8.2f\n", name, ours, $2, ours / $2 }'

@@ -118,6 +118,10 @@ static const Param random_resized_crop_params[] = {
      .def_list_len = 2},
 };
 
+/* torchvision's and timm's usual mixup and CutMix */
+static const Param random_mixup_params[] = {NUM("alpha", 0.2, P_POSITIVE)};
+static const Param random_cutmix_params[] = {NUM("alpha", 1, P_POSITIVE)};
+
 /* mean, std: every file dataset's normalisation, after scale; augment: the image
  * datasets' (a list of augmentations) */
 #define NORMALIZE OPT("mean", K_NUMS, 0), OPT("std", K_NUMS, P_POSITIVE)
@@ -228,6 +232,12 @@ const Builtin builtins[] = {
     OTHER("random_resized_crop", B_AUGMENT, DDP_AUGMENT_RESIZED_CROP, random_resized_crop_params,
           "a window of a training sample, of a random share (scale) of its area and shape (ratio, width / "
           "height) at a random place, resized to size (the centre in validation)"),
+    OTHER("random_mixup", B_AUGMENT, DDP_AUGMENT_MIXUP, random_mixup_params,
+          "a training sample and its labels mixed with another sample drawn at random, in a share drawn from "
+          "Beta(alpha, alpha) (mixup)"),
+    OTHER("random_cutmix", B_AUGMENT, DDP_AUGMENT_CUTMIX, random_cutmix_params,
+          "a box of a training sample replaced by the same box of another drawn at random, the labels mixed by "
+          "its area (CutMix)"),
 
     OTHER("idx", B_DATASET, DDP_DATA_IDX, idx_params, "MNIST-family IDX files, plain or .gz"),
     OTHER("cifar10", B_DATASET, DDP_DATA_CIFAR10, cifar10_params, "CIFAR-10 binary batches"),
@@ -332,7 +342,7 @@ static const char *builtins_of_kind(BuiltinKind k) {
     case B_METRIC:
         return "accuracy, top_k_accuracy, loss or mae";
     case B_AUGMENT:
-        return "random_flip, random_crop, random_cutout or random_resized_crop";
+        return "random_flip, random_crop, random_cutout, random_resized_crop, random_mixup or random_cutmix";
     default:
         return "";
     }

@@ -125,7 +125,8 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
                              .scale_min = scale[0],
                              .scale_max = scale[1],
                              .ratio_min = ratio[0],
-                             .ratio_max = ratio[1]};
+                             .ratio_max = ratio[1],
+                             .alpha = num_arg(list.items[i], "alpha", 0)};
     }
     d->augment = a;
     d->naugment = list.len;

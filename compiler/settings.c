@@ -131,13 +131,39 @@ static void check_crop_size(Ddpc *c, TrainSpec *spec, Value a, int i) {
                     spec->graph->model, shape_text(c, in));
 }
 
-/* Augmentations change images, [h, w] or [h, w, channels]; a crop must keep some of
- * the image at every place it can be cut, and a cutout must leave some of it. */
-static void check_augments(Ddpc *c, TrainSpec *spec, Value ds) {
+/* Whether an augmentation mixes samples and their labels: random_mixup, random_cutmix. */
+static bool mixes(Value a) {
+    return is_named(a, "random_mixup") || is_named(a, "random_cutmix");
+}
+
+/* A mixing augmentation comes after the others (it mixes the samples they made) and
+ * mixes labels, so the loss must take them as rows: not class indices. */
+static void check_mixing(Ddpc *c, Value list, int i, Value loss) {
+    Value a = list.items[i];
+    if (i + 1 < list.len && !mixes(list.items[i + 1])) {
+        diag_report(c, E_AUGMENT_MISMATCH, list.items[i + 1].loc, "%s comes after %s, which mixes the samples "
+                    "the augmentations before it made", list.items[i + 1].builtin->name, a.builtin->name);
+        diag_note(c, a.loc, "put random_mixup and random_cutmix last in the list");
+    }
+    if (is_named(loss, "sparse_categorical_crossentropy")) {
+        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "%s mixes the labels of two samples, but "
+                    "sparse_categorical_crossentropy takes one class index per sample", a.builtin->name);
+        diag_note(c, loss.loc, "use categorical_crossentropy: the same labels, made one-hot rows, then mixed");
+    }
+}
+
+/* Augmentations change images, [h, w] or [h, w, channels] (random_mixup any sample); a
+ * crop must keep some of the image at every place it can be cut, and a cutout must
+ * leave some of it. */
+static void check_augments(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
     Value list = object_arg(ds, "augment");
     const Shape *in = &spec->graph->input;
     for (int i = 0; list.kind == V_LIST && i < list.len; i++) {
         Value a = list.items[i];
+        if (mixes(a))
+            check_mixing(c, list, i, loss);
+        if (is_named(a, "random_mixup"))
+            continue;
         if (in->rank != 2 && in->rank != 3) {
             diag_report(c, E_AUGMENT_MISMATCH, a.loc, "%s changes images, [height, width] or "
                         "[height, width, channels], but `%s` takes %s", a.builtin->name,
@@ -208,7 +234,7 @@ static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool t
     Value augment = object_arg(ds, "augment");
     bool cropped = crop_window(ds, window); /* validation takes its centre */
     if (trained || cropped)
-        check_augments(c, spec, ds);
+        check_augments(c, spec, ds, loss);
     if (!trained && augment.kind == V_LIST && augment.len > cropped && !(ds.decl && ds.decl == spec->dataset.decl)) {
         const char *crop = cropped ? augment.items[0].builtin->name : "";
         diag_report(c, W_AUGMENT_IN_VALIDATION, ds.loc, "%s is augmented, but it is only validated on, "

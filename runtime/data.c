@@ -959,8 +959,9 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
     for (int64_t i = 0; i < spec->naugment; i++) {
         const ddp_augment *a = &spec->augment[i];
         uint32_t w[4];
-        if ((a->kind == DDP_AUGMENT_CROP && a->height) || a->kind == DDP_AUGMENT_RESIZED_CROP)
-            continue; /* cut as the batch was assembled (batch_inputs) */
+        if ((a->kind == DDP_AUGMENT_CROP && a->height) || a->kind == DDP_AUGMENT_RESIZED_CROP ||
+            a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX)
+            continue; /* cut, or mixed, as the batch is assembled (batch_inputs) */
         augment_draws(key, i, sample, 0, w);
         if (a->kind == DDP_AUGMENT_FLIP) {
             if (a->mode != DDP_FLIP_VERTICAL && (w[0] & 1))
@@ -974,6 +975,75 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
             cut_out(&m, ddp_draw_below(w, m.h) - a->size / 2, ddp_draw_below(w + 2, m.w) - a->size / 2, a->size);
         }
     }
+}
+
+/* -------------------------------------------------------------- mixing */
+
+static bool is_mixing(const ddp_augment *a) {
+    return a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX;
+}
+
+/* Whether the dataset's augmentations end in mixing ones (the compiler keeps them last). */
+static bool mixes_samples(const ddp_dataset *spec) {
+    return spec->naugment && is_mixing(&spec->augment[spec->naugment - 1]);
+}
+
+/* A Gamma(alpha, 1) draw by Marsaglia and Tsang's method (2000), below alpha 1 from
+ * Gamma(alpha + 1) times U^(1 / alpha), each try taking augmentation i's next draws
+ * for the sample from *element on (a try fails with probability below 5%). */
+static double gamma_draw(const ddp_draw_key *key, int64_t i, int64_t sample, uint32_t *element, double alpha) {
+    uint32_t w[4];
+    double boost = 1;
+    if (alpha < 1) {
+        augment_draws(key, i, sample, (*element)++, w);
+        boost = pow(ddp_uniform53(w), 1 / alpha);
+        alpha += 1;
+    }
+    double d = alpha - 1.0 / 3, c = 1 / sqrt(9 * d);
+    for (int tries = 0; tries < 64; tries++) {
+        augment_draws(key, i, sample, (*element)++, w);
+        double x = ddp_normal(w), v = 1 + c * x;
+        if (v <= 0)
+            continue;
+        v = v * v * v;
+        augment_draws(key, i, sample, (*element)++, w);
+        if (log(ddp_uniform53(w)) < 0.5 * x * x + d - d * v + d * log(v))
+            return d * v * boost;
+    }
+    return d * boost; /* 64 failures in a row: never seen */
+}
+
+/* The first mixing augmentation's first draws choose among them (the list's last
+ * ones) and the other sample; the chosen one's draws give its share, from Beta(alpha,
+ * alpha) as two Gamma draws (from element 2 on), and a cutmix's box centre (element
+ * 1): torchvision's CutMix, a box of the image's sides times sqrt(1 - share), clipped,
+ * whose area then sets the share. */
+void ddp_mix_draw(const ddp_dataset *spec, const ddp_program *p, int64_t samples, const ddp_draw_key *key,
+                  int64_t sample, ddp_mix *mix) {
+    int64_t first = spec->naugment;
+    while (first > 0 && is_mixing(&spec->augment[first - 1]))
+        first--;
+    uint32_t w[4], element = 2;
+    augment_draws(key, first, sample, 0, w);
+    int64_t chosen = first + ddp_draw_below(w, spec->naugment - first);
+    const ddp_augment *a = &spec->augment[chosen];
+    mix->partner = ddp_draw_below(w + 2, samples);
+    double g1 = gamma_draw(key, chosen, sample, &element, a->alpha);
+    double g2 = gamma_draw(key, chosen, sample, &element, a->alpha);
+    mix->share = g1 + g2 > 0 ? g1 / (g1 + g2) : 0.5;
+    mix->cut = a->kind == DDP_AUGMENT_CUTMIX;
+    if (!mix->cut)
+        return;
+    int64_t h = p->input_shape[0], wd = p->input_shape[1];
+    augment_draws(key, chosen, sample, 1, w);
+    int64_t cy = ddp_draw_below(w, h), cx = ddp_draw_below(w + 2, wd);
+    double r = 0.5 * sqrt(1 - mix->share);
+    int64_t half_h = (int64_t)(r * (double)h), half_w = (int64_t)(r * (double)wd);
+    mix->box[0] = cy - half_h > 0 ? cy - half_h : 0;
+    mix->box[1] = cx - half_w > 0 ? cx - half_w : 0;
+    mix->box[2] = cy + half_h < h ? cy + half_h : h;
+    mix->box[3] = cx + half_w < wd ? cx + half_w : wd;
+    mix->share = 1 - (double)((mix->box[2] - mix->box[0]) * (mix->box[3] - mix->box[1])) / (double)(h * wd);
 }
 
 /* ------------------------------------------------------------ byte tables */
@@ -1222,61 +1292,133 @@ static void resize_sample(const ddp_data *d, Resizing *rs, int64_t sample, const
     }
 }
 
+/* What makes a batch's rows: the dataset's values, cut or resized where its first
+ * augmentation says, normalised and augmented (augment: training's draws; NULL in
+ * validation), each row a sample's whatever the others. */
+typedef struct RowMaker {
+    const ddp_data *d;
+    const ddp_program *p;
+    const ddp_draw_key *augment;
+    Making mk;
+    Resizing rs;
+    int64_t per, window[2];
+    size_t elem;
+    bool cropped, resized;
+} RowMaker;
+
+static void row_maker_init(RowMaker *rm, const ddp_data *d, const ddp_program *p, const ddp_draw_key *augment,
+                           ByteTable *table, void *row) {
+    bool f64 = p->dtype == DDP_F64, bf16 = ddp_input_dtype(p) == DDP_BF16;
+    *rm = (RowMaker){.d = d, .p = p, .augment = augment,
+                     .mk = {d, NULL, f64, bf16, bf16 || is_synthetic(d) ? NULL : converters[d->elem][f64]},
+                     .per = model_input_elems(p), .elem = bf16 ? sizeof(uint16_t) : f64 ? sizeof(double) : sizeof(float)};
+    if (table && byte_table(d, f64, bf16, table))
+        rm->mk.table = table;
+    rm->cropped = !is_synthetic(d) && crop_window(d->spec, rm->window);
+    rm->resized = rm->cropped && augment && resizes(d->spec); /* validation cuts the centre */
+    if (rm->resized) {
+        Image m = row_image(d->spec, p, rm->elem, row);
+        resizing_init(&rm->rs, d, &m);
+    }
+}
+
+/* Sample `sample` into row, as the model receives it but for any mixing. */
+static void make_row(RowMaker *rm, int64_t sample, char *row) {
+    const ddp_data *d = rm->d;
+    const ddp_program *p = rm->p;
+    if (rm->resized) {
+        Image m = row_image(d->spec, p, rm->elem, row);
+        int64_t window[4];
+        ddp_resized_window(&d->spec->augment[0], d->shape[0], d->shape[1], rm->augment, sample, window);
+        resize_sample(d, &rm->rs, sample, window, &m);
+    } else if (rm->cropped) {
+        Image m = row_image(d->spec, p, rm->elem, row);
+        int64_t oy, ox;
+        window_place(d, rm->window, rm->augment, sample, &oy, &ox);
+        crop_sample(&rm->mk, sample, oy, ox, &m);
+    } else if (is_synthetic(d) && rm->mk.bf16) {
+        bf16_inputs(d, sample, NULL, 0, rm->per, (uint16_t *)row);
+    } else if (is_synthetic(d)) {
+        synthetic_inputs(sample, rm->per, rm->mk.f64, row);
+    } else {
+        make_values(&rm->mk, sample, sample_inputs(d, sample), 0, rm->per, row);
+    }
+    if (rm->augment && d->spec->naugment)
+        ddp_augment_sample(d->spec, p, rm->elem, rm->augment, sample, row);
+}
+
+/* The other sample's row mixed into row: its box's pixels (cutmix), or every value in
+ * the shares (mixup), summed in double and rounded once to the row's type. */
+static void mix_rows(const RowMaker *rm, const ddp_mix *mix, char *row, const char *other) {
+    Image m = row_image(rm->d->spec, rm->p, rm->elem, row);
+    if (mix->cut) {
+        for (int64_t y = mix->box[0]; y < mix->box[2]; y++) {
+            char *to = pixel_at(&m, y, mix->box[1]);
+            memcpy(to, other + (to - row), (size_t)(mix->box[3] - mix->box[1]) * m.pixel);
+        }
+        return;
+    }
+    double a = mix->share, b = 1 - mix->share;
+    for (int64_t e = 0; e < rm->per; e++)
+        if (rm->mk.f64)
+            ((double *)row)[e] = a * ((double *)row)[e] + b * ((const double *)other)[e];
+        else if (rm->mk.bf16)
+            ((uint16_t *)row)[e] = ddp_bf16_from_float((float)(a * ddp_bf16_to_float(((uint16_t *)row)[e]) +
+                                                               b * ddp_bf16_to_float(((const uint16_t *)other)[e])));
+        else
+            ((float *)row)[e] = (float)(a * ((float *)row)[e] + b * ((const float *)other)[e]);
+}
+
 static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
                          const ddp_draw_key *augment, void *x) {
-    int64_t per = model_input_elems(p), window[2];
-    bool f64 = p->dtype == DDP_F64, bf16 = ddp_input_dtype(p) == DDP_BF16;
-    bool cropped = !is_synthetic(d) && crop_window(d->spec, window);
-    size_t elem = bf16 ? sizeof(uint16_t) : f64 ? sizeof(double) : sizeof(float), row_bytes = (size_t)per * elem;
-    Making mk = {d, NULL, f64, bf16, bf16 || is_synthetic(d) ? NULL : converters[d->elem][f64]};
     ByteTable *table = malloc(sizeof *table); /* 32 KiB: not on a loader thread's stack */
-    if (table && byte_table(d, f64, bf16, table))
-        mk.table = table;
-    Resizing rs = {0};
-    bool resized = cropped && augment && resizes(d->spec); /* validation cuts the centre */
-    if (resized && n) {
-        Image m = row_image(d->spec, p, elem, x);
-        resizing_init(&rs, d, &m);
+    RowMaker rm;
+    row_maker_init(&rm, d, p, augment, table, x);
+    size_t row_bytes = (size_t)rm.per * rm.elem;
+    bool mixing = augment && mixes_samples(d->spec);
+    char *other = mixing ? malloc(row_bytes) : NULL;
+    if (mixing && !other) {
+        fprintf(stderr, "ddp: out of memory mixing %s's samples\n", d->where);
+        abort();
     }
     for (int64_t r = 0; r < n; r++) {
         char *row = (char *)x + (size_t)r * row_bytes;
-        if (resized) {
-            Image m = row_image(d->spec, p, elem, row);
-            int64_t window[4];
-            ddp_resized_window(&d->spec->augment[0], d->shape[0], d->shape[1], augment, indices[r], window);
-            resize_sample(d, &rs, indices[r], window, &m);
-        } else if (cropped) {
-            Image m = row_image(d->spec, p, elem, row);
-            int64_t oy, ox;
-            window_place(d, window, augment, indices[r], &oy, &ox);
-            crop_sample(&mk, indices[r], oy, ox, &m);
-        } else if (is_synthetic(d) && bf16) {
-            bf16_inputs(d, indices[r], NULL, 0, per, (uint16_t *)row);
-        } else if (is_synthetic(d)) {
-            synthetic_inputs(indices[r], per, f64, row);
-        } else {
-            make_values(&mk, indices[r], sample_inputs(d, indices[r]), 0, per, row);
+        make_row(&rm, indices[r], row);
+        if (mixing) {
+            ddp_mix mix;
+            ddp_mix_draw(d->spec, p, d->samples, augment, indices[r], &mix);
+            make_row(&rm, mix.partner, other);
+            mix_rows(&rm, &mix, row, other);
         }
-        if (augment && d->spec->naugment)
-            ddp_augment_sample(d->spec, p, elem, augment, indices[r], row);
     }
-    resizing_free(&rs);
+    free(other);
+    resizing_free(&rm.rs);
     free(table);
 }
 
+/* Value j of a sample's label row: its one-hot row's, or the file's. */
+static double label_row_value(const ddp_data *d, bool hot, int64_t sample, int64_t j) {
+    return hot ? (double)(j == (int64_t)label_value(d, sample, 0)) : label_value(d, sample, j);
+}
+
+/* augment: training's draws, which mix label rows as they mix the inputs */
 static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
-                         void *y) {
-    if (p->label_dtype == DDP_I32) {
+                         const ddp_draw_key *augment, void *y) {
+    if (p->label_dtype == DDP_I32) { /* class indices: the compiler refuses mixing them */
         for (int64_t r = 0; r < n; r++)
             ((int32_t *)y)[r] = (int32_t)label_value(d, indices[r], 0);
         return;
     }
     int64_t k = p->output_elems;
-    bool hot = one_hot(d, p), f64 = p->label_dtype == DDP_F64;
+    bool hot = one_hot(d, p), f64 = p->label_dtype == DDP_F64, mixing = augment && mixes_samples(d->spec);
     for (int64_t r = 0; r < n; r++) {
-        int64_t hot_class = hot ? (int64_t)label_value(d, indices[r], 0) : -1;
+        ddp_mix mix = {.share = 1};
+        if (mixing)
+            ddp_mix_draw(d->spec, p, d->samples, augment, indices[r], &mix);
         for (int64_t j = 0; j < k; j++) {
-            double v = hot ? (double)(j == hot_class) : label_value(d, indices[r], j);
+            double v = label_row_value(d, hot, indices[r], j);
+            if (mixing)
+                v = mix.share * v + (1 - mix.share) * label_row_value(d, hot, mix.partner, j);
             if (f64)
                 ((double *)y)[r * k + j] = v;
             else
@@ -1290,7 +1432,7 @@ void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indi
     if (x)
         batch_inputs(d, p, indices, n, augment, x);
     if (y)
-        batch_labels(d, p, indices, n, y);
+        batch_labels(d, p, indices, n, augment, y);
     if (ids)
         memcpy(ids, indices, (size_t)n * sizeof *ids);
 }

@@ -373,8 +373,13 @@ DDP_CONTRACT(ddp_metric)
  * (the list's first), a window of a uniform fraction in [scale_min, scale_max] of the
  * sample's area and an aspect ratio log-uniform in [ratio_min, ratio_max] at a uniform
  * place, resized to height x width (runtime/data.c says how it is drawn), whose
- * validation is the centre height x width. */
-enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT, DDP_AUGMENT_RESIZED_CROP };
+ * validation is the centre height x width. Last in the list, a mixup or a cutmix
+ * mixes the sample, as the others made it, with another drawn at random from the
+ * dataset, in a share drawn from Beta(alpha, alpha): every value (mixup) or a box of
+ * the other's pixels (cutmix, the share then the box's area), and the labels as rows
+ * in the same shares; with both, each sample takes one of them. */
+enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT, DDP_AUGMENT_RESIZED_CROP,
+                        DDP_AUGMENT_MIXUP, DDP_AUGMENT_CUTMIX };
 enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
 
 #define DDP_FIELDS_ddp_augment(X, T)                                                                         \
@@ -387,7 +392,8 @@ enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
     X##_F64(T, scale_min)   /* resized crop: the window's share of the area ... */                          \
     X##_F64(T, scale_max)                                                                                    \
     X##_F64(T, ratio_min)   /* ... and its width / height */                                                 \
-    X##_F64(T, ratio_max)
+    X##_F64(T, ratio_max)                                                                                    \
+    X##_F64(T, alpha)       /* mixup, cutmix: the Beta distribution's parameter */
 DDP_CONTRACT(ddp_augment)
 
 /* A dataset's normalisation of one value of its samples' last axis (an image's

@@ -203,6 +203,21 @@ void ddp_data_prefetch(const ddp_data *d, const int64_t *indices, int64_t n);
  * of elem_size bytes), drawn from (key, sample) alone. */
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
                         int64_t sample, void *row);
+/* How a training sample is mixed with another (random_mixup, random_cutmix): which
+ * sample, the share of its own values and labels it keeps, and for a cutmix the box
+ * [y0, x0, y1, x1) of the other's pixels it takes (its share then the rest of the
+ * area). */
+typedef struct ddp_mix {
+    int64_t partner;
+    double share;
+    bool cut;
+    int64_t box[4];
+} ddp_mix;
+/* The mixing of `sample` in training, drawn from (key, sample) alone, from a dataset
+ * of `samples` whose augmentations end in random_mixup or random_cutmix (with both,
+ * each sample takes one of them). */
+void ddp_mix_draw(const ddp_dataset *spec, const ddp_program *p, int64_t samples, const ddp_draw_key *key,
+                  int64_t sample, ddp_mix *mix);
 /* The window {y, x, height, width} random_resized_crop a (the list's first) cuts from a
  * sample of height x width pixels in training, drawn from (key, sample) alone. */
 void ddp_resized_window(const ddp_augment *a, int64_t height, int64_t width, const ddp_draw_key *key,

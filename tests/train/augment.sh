@@ -1,7 +1,7 @@
 #!/bin/sh
 # augment.sh DDPC PROGRAM: a training dataset's augmentations reach the steps. PROGRAM
 # (tests/cluster/equivalence.ddp: Fashion-MNIST resized from random windows, cropped,
-# flipped and cut out)
+# flipped, cut out and mixed)
 # against the same program built here without its `augment`, 3 steps each: the
 # banner names the augmentations; two augmented runs give the same loss at every step
 # (the draws repeat); the augmented run's loss differs from the plain one's from the
@@ -32,7 +32,7 @@ run augmented "$program" --save "$dir/augmented.safetensors"
 run again "$program"
 run loaders "$program" --loader-threads 3 --save "$dir/loaders.safetensors"
 run plain "$dir/plain_program"
-grep -q "augmented: random_resized_crop(size = \[28, 28\], scale = \[0.5, 1\], ratio = \[0.75, 1.33333\]), random_crop(padding = 3), random_flip(horizontal), random_cutout(size = 8)" "$dir/augmented.out" ||
+grep -q "augmented: random_resized_crop(size = \[28, 28\], scale = \[0.5, 1\], ratio = \[0.75, 1.33333\]), random_crop(padding = 3), random_flip(horizontal), random_cutout(size = 8), random_mixup(alpha = 0.4), random_cutmix(alpha = 1)" "$dir/augmented.out" ||
     fail "the banner does not name the augmentations: $(grep '  data ' "$dir/augmented.out")"
 echo "ok: the banner names the augmentations"
 cmp -s "$dir/augmented.losses" "$dir/again.losses" || fail "two augmented runs differ"

@@ -1138,6 +1138,91 @@ static void test_csv_broken(void) {
 
 /* ---------------------------------------------------- against a model */
 
+/* random_mixup and random_cutmix: each training row is its sample as the augmentations
+ * before them make it, mixed with another sample made the same way, in the share
+ * ddp_mix_draw gives (every value, or a box of pixels), and its one-hot label row is
+ * mixed in the same share; the shares follow Beta(alpha, alpha); validation mixes
+ * nothing. */
+enum { MIX_N = 40, MIX_H = 6, MIX_W = 8, MIX_PER = MIX_H * MIX_W * 3 };
+
+static void test_mixing(void) {
+    static const ddp_channel pairs[] = {{0.5, 0.25}, {0.4, 0.3}, {0.1, 2}};
+    static const int64_t shape[] = {MIX_H, MIX_W, 3};
+    static float x[MIX_N * MIX_PER], own[MIX_PER], other[MIX_PER], y[MIX_N * 10], y_own[10], y_other[10];
+    int64_t rows[MIX_N], ids[MIX_N];
+    for (int s = 0; s < MIX_N; s++)
+        rows[s] = (s * 7) % MIX_N;
+    ddp_augment list[3] = {{.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL},
+                           {.kind = DDP_AUGMENT_MIXUP, .alpha = 0.4},
+                           {.kind = DDP_AUGMENT_CUTMIX, .alpha = 1}};
+    ddp_dataset spec = window_dataset("mix", "(40, 6, 8, 3)", MIX_N * MIX_PER, MIX_N, pairs, true, list);
+    ddp_data d;
+    if (!open_ok(&spec, &d))
+        return;
+    ddp_program p = model(DDP_F32, DDP_LOSS_CATEGORICAL, 10, 3, shape);
+    int wrong = 0, cut = 0, mixed = 0;
+    for (int64_t epoch = 0; epoch < 2; epoch++) {
+        ddp_draw_key key = {5, epoch};
+        spec.naugment = 3;
+        ddp_data_batch(&d, &p, rows, MIX_N, &key, x, y, ids);
+        for (int r = 0; r < MIX_N; r++) {
+            ddp_mix mix;
+            ddp_mix_draw(&spec, &p, MIX_N, &key, rows[r], &mix);
+            spec.naugment = 1; /* the samples as the flip leaves them */
+            ddp_data_batch(&d, &p, &rows[r], 1, &key, own, y_own, ids);
+            ddp_data_batch(&d, &p, &mix.partner, 1, &key, other, y_other, ids);
+            spec.naugment = 3;
+            cut += mix.cut;
+            mixed += mix.partner != rows[r] && mix.share < 1;
+            int64_t box = (mix.box[2] - mix.box[0]) * (mix.box[3] - mix.box[1]);
+            wrong += mix.partner < 0 || mix.partner >= MIX_N || mix.share < 0 || mix.share > 1 ||
+                     (mix.cut && mix.share != 1 - (double)box / (MIX_H * MIX_W));
+            for (int i = 0; i < MIX_PER; i++) {
+                int yy = i / 3 / MIX_W, xx = i / 3 % MIX_W;
+                bool in_box = mix.cut && yy >= mix.box[0] && yy < mix.box[2] && xx >= mix.box[1] && xx < mix.box[3];
+                float want = mix.cut ? (in_box ? other[i] : own[i])
+                                     : (float)(mix.share * own[i] + (1 - mix.share) * other[i]);
+                wrong += x[r * MIX_PER + i] != want;
+            }
+            for (int j = 0; j < 10; j++)
+                wrong += y[r * 10 + j] != (float)(mix.share * y_own[j] + (1 - mix.share) * y_other[j]);
+        }
+    }
+    if (verbose || wrong)
+        fprintf(stderr, "mixing: %d wrong, %d of %d cut\n", wrong, cut, 2 * MIX_N);
+    CHECK(wrong == 0 && cut > 20 && cut < 60 && mixed > 60);
+    /* validation: the samples as they are, their labels one-hot */
+    ddp_data_batch(&d, &p, rows, MIX_N, NULL, x, y, ids);
+    int not_hot = 0;
+    for (int r = 0; r < MIX_N; r++)
+        for (int j = 0; j < 10; j++)
+            not_hot += y[r * 10 + j] != (float)(j == rows[r] % 10);
+    CHECK(not_hot == 0);
+    ddp_data_free(&d);
+    /* the shares: Beta(alpha, alpha), of mean 1/2 and variance 1 / (4 (2 alpha + 1)) */
+    static const double alphas[] = {0.2, 0.4, 1, 2};
+    for (size_t k = 0; k < sizeof alphas / sizeof alphas[0]; k++) {
+        ddp_augment one = {.kind = DDP_AUGMENT_MIXUP, .alpha = alphas[k]};
+        ddp_dataset mixup = {.augment = &one, .naugment = 1};
+        double sum = 0, squares = 0, below = 0;
+        enum { DRAWS = 20000 };
+        for (int64_t s = 0; s < DRAWS; s++) {
+            ddp_mix mix;
+            ddp_mix_draw(&mixup, &p, 1000000, &(ddp_draw_key){9, 3}, s, &mix);
+            sum += mix.share;
+            squares += mix.share * mix.share;
+            below += mix.share < 0.25;
+        }
+        double mean = sum / DRAWS, var = squares / DRAWS - mean * mean, want = 1 / (4 * (2 * alphas[k] + 1));
+        if (verbose || fabs(mean - 0.5) > 0.01 || fabs(var - want) > 0.05 * want)
+            fprintf(stderr, "Beta(%g, %g): mean %.4f, variance %.4f (want %.4f), below 1/4 %.3f\n", alphas[k],
+                    alphas[k], mean, var, want, below / DRAWS);
+        CHECK(fabs(mean - 0.5) <= 0.01 && fabs(var - want) <= 0.05 * want);
+        if (alphas[k] == 1) /* uniform */
+            CHECK(fabs(below / DRAWS - 0.25) < 0.01);
+    }
+}
+
 static ddp_program model(int64_t dtype, int64_t loss, int64_t outputs, int rank, const int64_t *shape) {
     ddp_program p = {.name = "net", .dtype = dtype, .input_rank = rank, .output_elems = outputs};
     p.label_dtype = loss == DDP_LOSS_SPARSE_CATEGORICAL ? DDP_I32 : dtype;
@@ -1764,6 +1849,7 @@ int main(int argc, char **argv) {
     test_crop_windows();
     test_resized_windows();
     test_resized_crops();
+    test_mixing();
     test_data_stats();
     test_csv_good();
     test_csv_broken();
