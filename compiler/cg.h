@@ -35,6 +35,7 @@ typedef struct Cg {
     LLVMValueRef scalar[DDP_S_COUNT]; /* each scalar used, loaded in the entry block */
     LLVMBasicBlockRef entry;
     void *hoisted;                 /* what an index prologue computed for the body (kernels.c) */
+    LLVMValueRef grad_scale;       /* the optimizer's clip_norm scale, loaded once before its loop */
     /* helper functions, made on first use */
     LLVMValueRef math[16];
 } Cg;

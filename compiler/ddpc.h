@@ -716,6 +716,8 @@ typedef enum {
     OP_FILL,          /* out = 0 */
     OP_FIND_NONFINITE, /* grads -> out [chunks]: each chunk's first NaN or infinity, + 1 (0: none) */
     OP_NONFINITE_FLAG, /* chunks, accumulators -> the step's non-finite flag (ir->nonfinite) */
+    OP_GRAD_SQUARES,  /* grads -> out [chunks]: each chunk's sum of squares, in f64 */
+    OP_CLIP_FACTOR,   /* chunks -> ir->clip: the gradients' scale, min(1, clip_norm / (norm + 1e-6)) */
     OP_OPTIMIZER,     /* params, grads, state -> updated, over a range of the flat vector */
     OP_BUCKET_READY,  /* marker: a gradient bucket is final */
     OP_WAIT_BUCKETS,  /* marker: all-reduce of every bucket is done */
@@ -761,7 +763,7 @@ struct IrOp {
     int kernel_index;         /* after codegen: the kernel that runs it */
 };
 
-enum { NONFINITE_CHUNK = 4096 }; /* gradient elements per index of OP_FIND_NONFINITE */
+enum { NONFINITE_CHUNK = 4096 }; /* gradient elements per index of OP_FIND_NONFINITE and OP_GRAD_SQUARES */
 
 typedef struct Bucket {
     int64_t begin, end;       /* elements of the flat gradient vector */
@@ -784,6 +786,7 @@ typedef struct Ir {
      * finite; else 1 + the index of the first gradient element that is not, or 1 +
      * param_count for the loss. Once set it stays set, and the optimizer skips. */
     Tensor *nonfinite;
+    Tensor *clip;             /* [1] f64 with clip_norm: the scale the optimizer gives the gradients; else NULL */
     TensorList params;        /* in the order of the flat vector */
     TensorList stats;
     int64_t param_count, stats_count;

@@ -33,6 +33,7 @@ const char *op_kind_name(OpKind k) {
         [OP_CONCAT] = "concat", [OP_SPLIT] = "split", [OP_LOSS] = "loss",
         [OP_METRIC] = "metric", [OP_ACCUMULATE] = "accumulate", [OP_FILL] = "fill",
         [OP_FIND_NONFINITE] = "find_nonfinite", [OP_NONFINITE_FLAG] = "nonfinite_flag", [OP_OPTIMIZER] = "optimizer",
+        [OP_GRAD_SQUARES] = "grad_squares", [OP_CLIP_FACTOR] = "clip_factor",
         [OP_BUCKET_READY] = "bucket_ready", [OP_WAIT_BUCKETS] = "wait_buckets",
         [OP_METRICS_READY] = "metrics_ready",
     };
@@ -700,6 +701,16 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
     ir->nonfinite = ir_tensor(c, ir, "nonfinite", T_ACCUM, DT_F64, false, &one);
     add_out(flag, ir->nonfinite);
     flag->range = dim_fixed(1);
+    if (o->clip_norm > 0) { /* the summed gradients' global norm, as PyTorch's clip_grad_norm_ takes it */
+        IrOp *squares = ir_op(c, ir, PH_OPTIMIZER, OP_GRAD_SQUARES);
+        add_in(squares, ir->all_grads);
+        add_out(squares, ir_tensor(c, ir, "grad_squares", T_WORK, DT_F64, false, &flat));
+        IrOp *factor = ir_op(c, ir, PH_OPTIMIZER, OP_CLIP_FACTOR);
+        add_in(factor, squares->out[0]);
+        ir->clip = ir_tensor(c, ir, "clip", T_WORK, DT_F64, false, &one);
+        add_out(factor, ir->clip);
+        factor->range = dim_fixed(1);
+    }
     IrOp *op = ir_op(c, ir, PH_OPTIMIZER, OP_OPTIMIZER);
     op->code = o->kind;
     op->what = builtin_of(B_OPTIMIZER, o->kind)->name;
@@ -707,6 +718,8 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
     add_out(op, ir->all_params);
     add_in(op, ir->all_grads);
     add_in(op, ir->nonfinite);
+    if (ir->clip)
+        add_in(op, ir->clip);
     for (int i = 0; i < ir->state_vectors; i++) {
         ir->states[i] = ir_tensor(c, ir, arena_printf(c->arena, "state%d", i), T_STATE, dtype,
                                   false, &flat);

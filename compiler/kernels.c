@@ -1547,16 +1547,25 @@ static LLVMValueRef least_mark(Cg *cg, IrOp *op, Block *k, Marks *m, LLVMValueRe
     return sel(cg, fcmp(cg, LLVMRealOEQ, least, F(cg, INFINITY)), F(cg, 0), least);
 }
 
+/* Chunk c of the gradients (OP_FIND_NONFINITE, OP_GRAD_SQUARES): its elements from
+ * *lo on. */
+static LLVMValueRef chunk_rows(Cg *cg, Tensor *g, LLVMValueRef c, LLVMValueRef *lo) {
+    *lo = mul(cg, c, I(cg, NONFINITE_CHUNK));
+    return smin(cg, sub(cg, I(cg, g->elems), *lo), I(cg, NONFINITE_CHUNK));
+}
+
+/* Thread 0 stores a block's result v at index i of the op's output. */
+static void block_store(Cg *cg, IrOp *op, Block *k, LLVMValueRef i, LLVMValueRef v) {
+    If f = first_thread(cg, k);
+    store_f64(cg, op->out[0], i, v, false);
+    cg_if_end(cg, &f);
+}
+
 static void block_find_nonfinite(Cg *cg, IrOp *op, LLVMValueRef c) {
     Block k = block_of(cg, op);
-    Tensor *g = op->in[0];
-    LLVMValueRef lo = mul(cg, c, I(cg, NONFINITE_CHUNK)), left = sub(cg, I(cg, g->elems), lo);
-    LLVMValueRef rows = smin(cg, left, I(cg, NONFINITE_CHUNK));
-    Marks m = {cg_var(cg, cg->f64, F(cg, INFINITY), "least"), g, lo, true};
-    LLVMValueRef first = least_mark(cg, op, &k, &m, rows);
-    If f = first_thread(cg, &k);
-    store_f64(cg, op->out[0], c, first, false);
-    cg_if_end(cg, &f);
+    LLVMValueRef lo, rows = chunk_rows(cg, op->in[0], c, &lo);
+    Marks m = {cg_var(cg, cg->f64, F(cg, INFINITY), "least"), op->in[0], lo, true};
+    block_store(cg, op, &k, c, least_mark(cg, op, &k, &m, rows));
 }
 
 static void block_nonfinite_flag(Cg *cg, IrOp *op, LLVMValueRef i) {
@@ -1566,6 +1575,89 @@ static void block_nonfinite_flag(Cg *cg, IrOp *op, LLVMValueRef i) {
     LLVMValueRef first = least_mark(cg, op, &k, &m, I(cg, op->in[0]->elems));
     If f = first_thread(cg, &k);
     set_nonfinite_flag(cg, op, first);
+    cg_if_end(cg, &f);
+}
+
+/* ------------------------------------------------------------ clip_norm */
+
+/* Chunk c's sum of squared gradient elements, in f64: four sums of every fourth
+ * element, so that the additions overlap, then added pairwise (a fixed order: the
+ * same bits every step and any thread count). */
+static void gen_grad_squares(Cg *cg, IrOp *op, LLVMValueRef c) {
+    Tensor *g = op->in[0];
+    LLVMValueRef lo, n = chunk_rows(cg, g, c, &lo);
+    LLVMValueRef acc[4];
+    for (int k = 0; k < 4; k++) {
+        acc[k] = cg_var(cg, cg->f64, F(cg, 0), "squares");
+        set_var(cg, acc[k], F(cg, 0)); /* each chunk afresh */
+    }
+    Loop quads = cg_loop_begin(cg, I(cg, 0), divs(cg, n, I(cg, 4)), "q");
+    LLVMValueRef at = add(cg, lo, mul(cg, cg_loop_index(cg, &quads), I(cg, 4)));
+    for (int k = 0; k < 4; k++) {
+        LLVMValueRef v = load_f64(cg, g, add(cg, at, I(cg, k)));
+        set_var(cg, acc[k], fadd(cg, load_var(cg, acc[k], cg->f64), fmul(cg, v, v)));
+    }
+    cg_loop_end(cg, &quads);
+    Loop tail = cg_loop_begin(cg, add(cg, lo, mul(cg, divs(cg, n, I(cg, 4)), I(cg, 4))), add(cg, lo, n), "t");
+    LLVMValueRef v = load_f64(cg, g, cg_loop_index(cg, &tail));
+    set_var(cg, acc[0], fadd(cg, load_var(cg, acc[0], cg->f64), fmul(cg, v, v)));
+    cg_loop_end(cg, &tail);
+    LLVMValueRef sum = fadd(cg, fadd(cg, load_var(cg, acc[0], cg->f64), load_var(cg, acc[1], cg->f64)),
+                            fadd(cg, load_var(cg, acc[2], cg->f64), load_var(cg, acc[3], cg->f64)));
+    store_f64(cg, op->out[0], c, sum, false);
+}
+
+/* The gradients' scale from their squares' sum: clip_norm / (norm + 1e-6) where that
+ * is below 1 (PyTorch's clip_grad_norm_), else 1. */
+static void store_clip_factor(Cg *cg, IrOp *op, LLVMValueRef squares) {
+    LLVMValueRef norm = cg_sqrt(cg, squares);
+    LLVMValueRef scale = fdiv(cg, F(cg, cg->ir->config->optimizer.clip_norm), fadd(cg, norm, F(cg, 1e-6)));
+    store_f64(cg, op->out[0], I(cg, 0), sel(cg, fcmp(cg, LLVMRealOLT, scale, F(cg, 1)), scale, F(cg, 1)), false);
+}
+
+static void gen_clip_factor(Cg *cg, IrOp *op, LLVMValueRef i) {
+    (void)i;
+    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->in[0]->elems), "c");
+    set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), load_f64(cg, op->in[0], cg_loop_index(cg, &l))));
+    cg_loop_end(cg, &l);
+    store_clip_factor(cg, op, load_var(cg, sum, cg->f64));
+}
+
+/* On a GPU, a block's share of squares (of gradient elements, or of chunks' sums). */
+typedef struct Squares {
+    LLVMValueRef sum;
+    Tensor *t;
+    LLVMValueRef base;
+    bool square;                /* t holds gradients to square, not sums */
+} Squares;
+
+static void squares_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
+    (void)op;
+    Squares *s = arg;
+    LLVMValueRef v = load_f64(cg, s->t, add(cg, s->base, row));
+    set_var(cg, s->sum, fadd(cg, load_var(cg, s->sum, cg->f64), s->square ? fmul(cg, v, v) : v));
+}
+
+/* The block's sum over rows [0, rows) of the op's input from base on, squared or not. */
+static LLVMValueRef block_squares(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, LLVMValueRef rows, bool square) {
+    Squares s = {cg_var(cg, cg->f64, F(cg, 0), "sum"), op->in[0], base, square};
+    strided_rows(cg, op, k, rows, squares_visit, &s);
+    return block_sum(cg, k, load_var(cg, s.sum, cg->f64), 0);
+}
+
+static void block_grad_squares(Cg *cg, IrOp *op, LLVMValueRef c) {
+    Block k = block_of(cg, op);
+    LLVMValueRef lo, rows = chunk_rows(cg, op->in[0], c, &lo);
+    block_store(cg, op, &k, c, block_squares(cg, op, &k, lo, rows, true));
+}
+
+static void block_clip_factor(Cg *cg, IrOp *op, LLVMValueRef i) {
+    (void)i;
+    Block k = block_of(cg, op);
+    LLVMValueRef sum = block_squares(cg, op, &k, I(cg, 0), I(cg, op->in[0]->elems), false);
+    If f = first_thread(cg, &k);
+    store_clip_factor(cg, op, sum);
     cg_if_end(cg, &f);
 }
 
@@ -1587,6 +1679,8 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     Ir *ir = cg->ir;
     LLVMValueRef p = cg_load(cg, ir->all_params, i), g = cg_load(cg, ir->all_grads, i);
     LLVMValueRef lr = scalar_real(cg, DDP_S_LEARNING_RATE), wd = scalar_real(cg, DDP_S_WEIGHT_DECAY);
+    if (cg->grad_scale) /* scaled before anything else sees them, weight decay included */
+        g = fmul(cg, g, cg->grad_scale);
     const ddp_optimizer *o = &ir->config->optimizer;
     LLVMValueRef upd;
     if (op->code == DDP_OPT_SGD) {
@@ -1630,8 +1724,8 @@ static int64_t reduced_length(const IrOp *op) {
         return op->chunk_rows ? chunks_of(op) : op->in[0]->elems / op->channels;
     case OP_GAP: return op->in[0]->shape.dim[0] * op->in[0]->shape.dim[1];
     case OP_ACCUMULATE: return op->in[0]->elems;
-    case OP_FIND_NONFINITE: return NONFINITE_CHUNK;
-    case OP_NONFINITE_FLAG: return op->in[0]->elems;
+    case OP_FIND_NONFINITE: case OP_GRAD_SQUARES: return NONFINITE_CHUNK;
+    case OP_NONFINITE_FLAG: case OP_CLIP_FACTOR: return op->in[0]->elems;
     default: return 0;
     }
 }
@@ -1687,6 +1781,8 @@ static IndexBody body_of(OpKind kind) {
     case OP_ACCUMULATE: return gen_accumulate;
     case OP_FIND_NONFINITE: return gen_find_nonfinite;
     case OP_NONFINITE_FLAG: return gen_nonfinite_flag;
+    case OP_GRAD_SQUARES: return gen_grad_squares;
+    case OP_CLIP_FACTOR: return gen_clip_factor;
     case OP_OPTIMIZER: return gen_optimizer;
     default: return NULL;
     }
@@ -1701,6 +1797,8 @@ static IndexBody block_body_of(OpKind kind) {
     case OP_ACCUMULATE: return block_accumulate;
     case OP_FIND_NONFINITE: return block_find_nonfinite;
     case OP_NONFINITE_FLAG: return block_nonfinite_flag;
+    case OP_GRAD_SQUARES: return block_grad_squares;
+    case OP_CLIP_FACTOR: return block_clip_factor;
     default: return NULL;
     }
 }
@@ -1762,6 +1860,8 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
     If update = {0};
     if (op->kind == OP_OPTIMIZER)
         update = cg_if_begin(cg, fcmp(cg, LLVMRealOEQ, load_f64(cg, cg->ir->nonfinite, I(cg, 0)), F(cg, 0)));
+    if (op->kind == OP_OPTIMIZER && cg->ir->clip) /* once: the loop's stores could alias it */
+        cg->grad_scale = cg_from_f64(cg, load_f64(cg, cg->ir->clip, I(cg, 0)), cg->real);
     if (cg->target == TARGET_GPU && kernel_launch(op).kind == DDP_LAUNCH_BLOCK)
         cg_kernel_blocks(cg, op, block_body_of(op->kind));
     else if (cg->target != TARGET_GPU && op->kind == OP_POINTWISE)
@@ -1773,6 +1873,7 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
         cg_if_end(cg, &update);
     cg_kernel_end(cg);
     cg->hoisted = NULL;
+    cg->grad_scale = NULL;
     cg->args = NULL;
     cg->nargs = 0;
     return fn;

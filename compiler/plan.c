@@ -101,7 +101,7 @@ static void lay_out_vectors(Ddpc *c, Ir *ir) {
         IrOp *op = ir->ops[PH_OPTIMIZER].items[i];
         if (op->kind == OP_OPTIMIZER)
             op->range = (IrDim){ir->param_count, 0};
-        if (op->kind == OP_FIND_NONFINITE) {
+        if (op->kind == OP_FIND_NONFINITE || op->kind == OP_GRAD_SQUARES) {
             op->range = (IrDim){chunks, 0};
             op->out[0]->elems = chunks;
         }

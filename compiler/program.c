@@ -174,9 +174,10 @@ static const ddp_buffer *buffers_table(Ddpc *c, Ir *ir) {
     return out;
 }
 
-/* Kernels of one index on the CPU: the sums into the accumulators and the flag. */
+/* Kernels of one index on the CPU: the sums into the accumulators, the flag and the
+ * gradients' scale. */
 static bool serial(const IrOp *op) {
-    return op->kind == OP_ACCUMULATE || op->kind == OP_NONFINITE_FLAG;
+    return op->kind == OP_ACCUMULATE || op->kind == OP_NONFINITE_FLAG || op->kind == OP_CLIP_FACTOR;
 }
 
 static const ddp_kernel *kernels_table(Ddpc *c, Ir *ir) {

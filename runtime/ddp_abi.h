@@ -349,6 +349,7 @@ enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };
     X##_F64(T, beta2)                                                                                        \
     X##_F64(T, epsilon)                                                                                      \
     X##_I64(T, nesterov)                                                                                     \
+    X##_F64(T, clip_norm)     /* the gradients' largest global L2 norm, scaled down to it past it; 0: none */ \
     X##_I64(T, state_vectors) /* flat vectors of optimizer state: sgd 0 or 1 (momentum), adam 2 */
 DDP_CONTRACT(ddp_optimizer)
 
