@@ -69,6 +69,12 @@ static const char usage[] =
     "                        (scaled, normalised and augmented as in epoch 1) to FILE, a\n"
     "                        .npy of float32, and its labels beside it (FILE-labels.npy);\n"
     "                        nothing is trained\n"
+    "  --find-lr FILE        the learning-rate range test: from the initial parameters (or\n"
+    "                        --load's), train --find-lr-steps steps (100) at rates rising\n"
+    "                        geometrically over --find-lr-range LOW,HIGH (1e-7,10), until\n"
+    "                        the loss diverges; print the rate where the smoothed loss\n"
+    "                        falls fastest and write every step to FILE (.csv); nothing\n"
+    "                        is saved\n"
     "  --log-every N         steps between progress lines when stdout is not a terminal\n"
     "  --rank N, --world-size N, --local-rank N, --local-world-size N, --coordinator HOST:PORT\n"
     "                        this worker's place in the job (default: DDP_* variables,\n"
@@ -159,7 +165,8 @@ typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_M
                F_EVALUATE, F_PREDICT, F_PREDICT_INPUTS, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD,
                F_LOCAL_RANK, F_LOCAL_WORLD, F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT,
                F_INTERFACE, F_TRACE, F_PROFILE, F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS,
-               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_DATA_STATS, F_DUMP_BATCH, F_LOADER_THREADS, F_HELP } Flag;
+               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_DATA_STATS, F_DUMP_BATCH, F_FIND_LR, F_FIND_LR_STEPS, F_FIND_LR_RANGE,
+               F_LOADER_THREADS, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -181,7 +188,8 @@ static const struct {
     {"--resume", F_RESUME, true},       {"--requeue-on-signal", F_REQUEUE, false},
     {"--no-cuda-graphs", F_NO_GRAPHS, false}, {"--convolutions", F_CONVOLUTIONS, true},
     {"--conv-search", F_CONV_SEARCH, true}, {"--check", F_CHECK, false}, {"--data-stats", F_DATA_STATS, false},
-    {"--dump-batch", F_DUMP_BATCH, true},
+    {"--dump-batch", F_DUMP_BATCH, true}, {"--find-lr-steps", F_FIND_LR_STEPS, true},
+    {"--find-lr-range", F_FIND_LR_RANGE, true}, {"--find-lr", F_FIND_LR, true},
     {"--loader-threads", F_LOADER_THREADS, true},
     {"--help", F_HELP, false},          {"-h", F_HELP, false},
 };
@@ -324,6 +332,26 @@ static int apply_flag(ddp_config *cfg, Flag f, const char *name, const char *v) 
             return bad_usage(cfg, "--dump-batch %s: the file's name ends in .npy (a NumPy array)", v);
         cfg->dump_path = v;
         return -1;
+    case F_FIND_LR:
+        if (strlen(v) < 5 || strcmp(v + strlen(v) - 4, ".csv") != 0)
+            return bad_usage(cfg, "--find-lr %s: the file's name ends in .csv", v);
+        cfg->find_lr_path = v;
+        return -1;
+    case F_FIND_LR_STEPS:
+        return int_flag(cfg, name, v, 2, 1000000, "a number of steps from 2 on", &cfg->find_lr_steps);
+    case F_FIND_LR_RANGE: {
+        char low[64], high[64];
+        const char *comma = strchr(v, ',');
+        if (!comma || comma - v >= (int)sizeof low || strlen(comma + 1) >= sizeof high)
+            return bad_usage(cfg, "--find-lr-range wants LOW,HIGH, two learning rates, not `%s`", v);
+        snprintf(low, sizeof low, "%.*s", (int)(comma - v), v);
+        snprintf(high, sizeof high, "%s", comma + 1);
+        if (!parse_rate(low, &cfg->find_lr_range[0]) || !parse_rate(high, &cfg->find_lr_range[1]) ||
+            cfg->find_lr_range[0] >= cfg->find_lr_range[1])
+            return bad_usage(cfg, "--find-lr-range wants LOW,HIGH, two positive rates, the first the lower, "
+                                  "not `%s`", v);
+        return -1;
+    }
     case F_BASELINE: cfg->exec.baseline_cpu = true; return -1;
     case F_NO_GRAPHS: cfg->exec.no_graphs = true; return -1;
     case F_CONVOLUTIONS:
@@ -391,6 +419,21 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
     if (cfg->evaluate && cfg->synthetic)
         return bad_usage(cfg, "%s and --synthetic do not go together: evaluation reads the validation data",
                          evaluating);
+    if (cfg->find_lr_path) {
+        const char *other = cfg->evaluate ? evaluating : cfg->resume ? "--resume" : cfg->save_path ? "--save"
+                            : cfg->check ? "--check" : cfg->data_stats ? "--data-stats" : cfg->dump_path ? "--dump-batch"
+                            : !isnan(cfg->learning_rate) ? "--lr" : cfg->profile ? "--profile" : NULL;
+        if (other)
+            return bad_usage(cfg, "--find-lr sweeps the learning rate from the initial parameters and saves "
+                                  "nothing: it does not go with %s", other);
+        if (!cfg->find_lr_steps)
+            cfg->find_lr_steps = 100;
+        if (cfg->find_lr_range[0] == 0) /* fastai's and PyTorch Lightning's range */
+            cfg->find_lr_range[0] = 1e-7, cfg->find_lr_range[1] = 10;
+    } else if (cfg->find_lr_steps || cfg->find_lr_range[0] > 0) {
+        return bad_usage(cfg, "%s goes with --find-lr FILE", cfg->find_lr_steps ? "--find-lr-steps"
+                                                                                 : "--find-lr-range");
+    }
     if (cfg->dump_path && (cfg->data_stats || cfg->evaluate))
         return bad_usage(cfg, "--dump-batch writes a training batch: it does not go with %s",
                          cfg->data_stats ? "--data-stats" : evaluating);

@@ -640,6 +640,57 @@ void ddp_report_stopped_early(ddp_report *r, const ddp_watch *w, int64_t epoch) 
             (long long)w->step, counted(w->since, "validation"), (long long)epoch, (long long)r->cfg->epochs);
 }
 
+/* The step before the smoothed loss's lowest where it falls fastest against the log of
+ * the rate, past the first tenth of the steps, whose smoothing has too few losses yet
+ * (fastai's "steep" suggestion); -1 where it never falls. */
+static int64_t steepest_step(const ddp_lr_sweep *s, int64_t planned, int64_t *lowest) {
+    int64_t skip = planned / 10 > 1 ? planned / 10 : 1;
+    *lowest = 0;
+    for (int64_t k = 1; k < s->steps; k++)
+        if (s->smoothed[k] < s->smoothed[*lowest])
+            *lowest = k;
+    int64_t best = -1;
+    double fastest = 0;
+    for (int64_t k = skip; k <= *lowest; k++) {
+        double slope = (s->smoothed[k] - s->smoothed[k - 1]) / (log(s->rate[k]) - log(s->rate[k - 1]));
+        if (slope < fastest)
+            fastest = slope, best = k;
+    }
+    return best;
+}
+
+bool ddp_report_lr_sweep(ddp_report *r, const ddp_lr_sweep *s, FILE *out, char *err, size_t errlen) {
+    fprintf(out, "step,learning_rate,loss,smoothed_loss\n");
+    for (int64_t k = 0; k < s->steps; k++)
+        fprintf(out, "%lld,%.9g,%.9g,%.9g\n", (long long)k + 1, s->rate[k], s->loss[k], s->smoothed[k]);
+    if (ferror(out))
+        return ddp_fail(err, errlen, "--find-lr %s: cannot write: %s", s->path, strerror(errno));
+    if (r->quiet)
+        return true;
+    ddp_report_interrupt(r);
+    ddp_say("learning-rate range test: %lld of %s, rates %.3g to %.3g (%s)\n", (long long)s->steps,
+            counted(r->cfg->find_lr_steps, "step"), s->steps ? s->rate[0] : 0, s->steps ? s->rate[s->steps - 1] : 0,
+            s->ended);
+    int64_t lowest, steep = steepest_step(s, r->cfg->find_lr_steps, &lowest), shown = 12, previous = -1;
+    ddp_say("  %6s %14s %12s %12s\n", "step", "learning rate", "loss", "smoothed");
+    for (int64_t i = 0; i < shown && s->steps; i++) { /* a dozen steps spread over the sweep */
+        int64_t k = i * (s->steps - 1) / (shown - 1);
+        if (k != previous)
+            ddp_say("  %6lld %14.4g %12.4f %12.4f\n", (long long)k + 1, s->rate[k], s->loss[k], s->smoothed[k]);
+        previous = k;
+    }
+    if (steep < 0)
+        ddp_say("the smoothed loss never fell: try rates higher than %.3g (--find-lr-range)\n",
+                s->steps ? s->rate[s->steps - 1] : 0);
+    else
+        ddp_say("suggested learning rate: %.3g, where the smoothed loss falls fastest (at step %lld); it is "
+                "lowest at %.3g (a tenth of that: %.3g)\n", s->rate[steep], (long long)steep + 1, s->rate[lowest],
+                s->rate[lowest] / 10);
+    ddp_say("every step in %s\n", s->path);
+    fflush(stdout);
+    return true;
+}
+
 void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,
                         double seconds, const ddp_figures *last_validation, const char *saved_to) {
     if (r->quiet)

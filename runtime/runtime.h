@@ -294,6 +294,8 @@ typedef struct ddp_runtime {
     int replicas, workers;
     int64_t epochs;                /* of the run, for schedules (the program's unless changed) */
     double rate_override;          /* NAN: the program's learning rate */
+    double sweep[2];               /* --find-lr: step t's rate rises geometrically from sweep[0] ... */
+    int64_t sweep_steps;           /* ... to sweep[1] at step sweep_steps - 1; 0: the schedule's */
     struct ddp_gpu *gpu;           /* the GPU that runs the schedule (gpu.c); NULL: the CPU */
     ddp_profile *profile;          /* --profile: told each schedule step's time; NULL: off */
     char device_error[2048];       /* why the GPU failed */
@@ -698,6 +700,9 @@ typedef struct ddp_config {
     bool check;                 /* --check: everything a run needs read and tried; nothing run */
     bool data_stats;            /* --data-stats: the inputs' mean and std printed; nothing run */
     const char *dump_path;      /* --dump-batch: the first training batch written there; nothing run */
+    const char *find_lr_path;   /* --find-lr: the learning-rate range test's steps written there (.csv) */
+    int64_t find_lr_steps;      /* its steps (--find-lr-steps) */
+    double find_lr_range[2];    /* its first and last learning rates (--find-lr-range) */
     const char *predict_path;   /* --predict: where the validation samples' outputs go */
     char predict_inputs[4096];  /* --predict-inputs: unlabelled .npy inputs instead (an absolute
                                    path, or a pattern); "": the validation dataset */
@@ -926,6 +931,16 @@ void ddp_report_checked(ddp_report *r, const ddp_run_start *s, int64_t workers);
  * resumed run's rate). */
 void ddp_report_summary(ddp_report *r, int64_t epochs, int64_t steps, int64_t samples, int64_t session_samples,
                         double seconds, const ddp_figures *last_validation, const char *saved_to);
+/* --find-lr's steps: the rate, the step's loss and the smoothed loss of each. */
+typedef struct ddp_lr_sweep {
+    const char *path;
+    double *rate, *loss, *smoothed;
+    int64_t steps;
+    const char *ended;          /* why it ended there */
+} ddp_lr_sweep;
+/* Worker 0: every step written to out (CSV; a write error in err) and the suggestion
+ * said: the rate where the smoothed loss falls fastest before its lowest. */
+bool ddp_report_lr_sweep(ddp_report *r, const ddp_lr_sweep *s, FILE *out, char *err, size_t errlen);
 /* The validation figure save_best or early_stopping watches (0 the loss, 1 + i metric
  * i), as the progress lines name it: "val_loss", "val_accuracy" (a static buffer). */
 const char *ddp_watched_name(const ddp_program *p, int64_t which);

@@ -82,6 +82,7 @@ typedef struct Run {
     bool resumed_epoch_validated;
     ddp_watch best, stopping;   /* save_best's and early_stopping's figures */
     bool stop_early;            /* early stopping's patience ran out: training ends */
+    bool sweeping;              /* --find-lr: no progress lines */
     int stopped;                /* the signal the job stopped on after a checkpoint; 0 */
     int test_signal;            /* DDP_TEST_SIGNAL: raised at the start of test_step; 0: none */
     int64_t test_step;
@@ -454,7 +455,8 @@ static bool step_figures(Run *r, const StepRecord *rec, char *why, size_t len) {
     if (!finite_step(r, rec, why, len))
         return false;
     ddp_figures running = read_figures(r->rt->program, r->global);
-    ddp_report_step(r->report, rec->epoch + 1, rec->b + 1, rec->batches, rec->step, &running, r->epoch_rate,
+    if (!r->sweeping)
+        ddp_report_step(r->report, rec->epoch + 1, rec->b + 1, rec->batches, rec->step, &running, r->epoch_rate,
                     r->rt->scalars[DDP_S_LEARNING_RATE].f);
     return true;
 }
@@ -746,6 +748,19 @@ static bool checkpoint_after_step(Run *r, int64_t epoch, int64_t b, bool epoch_v
 
 /* ------------------------------------------------------------------ epochs */
 
+/* The epoch's order, and its batches from `first` on handed to the loader with the
+ * epoch's draws (*augment, which must outlive the pass); its figures zeroed when it
+ * starts at its beginning (else they are a checkpoint's sums of the epoch so far). */
+static void begin_pass(Run *r, int64_t epoch, int64_t first, ddp_draw_key *augment) {
+    Pass *pass = &r->train_pass;
+    ddp_epoch_order(r->cfg->seed, epoch, r->rt->program->settings.shuffle, r->train->samples, pass->order);
+    *augment = (ddp_draw_key){r->cfg->seed, epoch};
+    ddp_loader_begin(r->train_loader, pass->order, pass->starts + first, pass->sizes + first, pass->batches - first,
+                     augment);
+    if (first == 0)
+        ddp_zero_accumulators(r->rt);
+}
+
 /* An epoch from batch `first` (0, or a checkpoint's place in it). */
 static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t len) {
     ddp_runtime *rt = r->rt;
@@ -755,12 +770,8 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
     bool cut_short = false;
     char err[1024];
     Pass *pass = &r->train_pass;
-    ddp_epoch_order(r->cfg->seed, epoch, rt->program->settings.shuffle, r->train->samples, pass->order);
-    ddp_draw_key augment = {r->cfg->seed, epoch};
-    ddp_loader_begin(r->train_loader, pass->order, pass->starts + first, pass->sizes + first, pass->batches - first,
-                     &augment);
-    if (first == 0) /* else the checkpoint's sums of the epoch so far */
-        ddp_zero_accumulators(rt);
+    ddp_draw_key augment;
+    begin_pass(r, epoch, first, &augment);
     r->epoch_rate = 0;
     for (int64_t b = first; b < pass->batches; b++) {
         double t = now_seconds();
@@ -975,6 +986,78 @@ static int train_all(Run *r) {
                        r->samples - samples_before, now_seconds() - start, r->validated ? &r->last_validation : NULL,
                        r->cfg->save_path);
     return 0;
+}
+
+/* -------------------------------------------------------------- --find-lr */
+
+/* Whether the step that failed did so for a loss or gradient no longer finite (the
+ * sweep's end), not for a fault. */
+static bool diverged(const Run *r) {
+    return !isfinite(r->global[0]) || r->global[2 * r->rt->program->accum_pairs] != 0;
+}
+
+/* --find-lr: the learning-rate range test (Smith, 2017; fastai's and PyTorch
+ * Lightning's lr_find). From the initial parameters, steps at rates rising
+ * geometrically over the range (epoch after epoch of the training data), each step's
+ * own loss (the job's) smoothed by an exponential mean (0.98, bias-corrected), until
+ * the last rate or the smoothed loss passes 4 times its lowest or is no longer
+ * finite. Worker 0 writes every step to the file and says where the smoothed loss
+ * fell fastest; nothing is saved. */
+static int find_learning_rate(Run *r) {
+    const ddp_config *cfg = r->cfg;
+    int64_t steps = cfg->find_lr_steps, taken = 0, epoch = -1, b = 0;
+    ddp_lr_sweep s = {cfg->find_lr_path, calloc((size_t)steps, sizeof(double)), calloc((size_t)steps, sizeof(double)),
+                      calloc((size_t)steps, sizeof(double)), 0, "the last rate was reached"};
+    FILE *out = r->rank == 0 ? fopen(cfg->find_lr_path, "w") : NULL;
+    char why[1024];
+    int status = 0;
+    if (!s.rate || !s.loss || !s.smoothed)
+        status = failure(r, "--find-lr: out of memory");
+    else if (r->rank == 0 && !out) {
+        snprintf(why, sizeof why, "--find-lr %s: cannot write: %s", cfg->find_lr_path, strerror(errno));
+        status = failure(r, why);
+    }
+    r->rt->sweep[0] = cfg->find_lr_range[0];
+    r->rt->sweep[1] = cfg->find_lr_range[1];
+    r->rt->sweep_steps = steps;
+    r->sweeping = true;
+    ddp_draw_key augment;
+    double mean = 0, lowest = INFINITY, before[2] = {0, 0};
+    for (; status == 0 && taken < steps; taken++, b++) {
+        if (epoch < 0 || b == r->train_pass.batches) {
+            begin_pass(r, ++epoch, 0, &augment);
+            b = 0;
+            before[0] = before[1] = 0;
+        }
+        if (!train_step(r, epoch, b, why, sizeof why) || !take_pending(r, why, sizeof why)) {
+            if (!diverged(r))
+                status = failure(r, why);
+            s.ended = "the loss was no longer finite";
+            break;
+        }
+        s.rate[taken] = r->rt->scalars[DDP_S_LEARNING_RATE].f;
+        s.loss[taken] = (r->global[0] - before[0]) / (r->global[1] - before[1]);
+        before[0] = r->global[0], before[1] = r->global[1];
+        mean = 0.98 * mean + 0.02 * s.loss[taken];
+        s.smoothed[taken] = mean / (1 - pow(0.98, (double)(taken + 1)));
+        s.steps = taken + 1;
+        lowest = s.smoothed[taken] < lowest ? s.smoothed[taken] : lowest;
+        if (s.smoothed[taken] > 4 * lowest) {
+            s.ended = "the smoothed loss passed 4 times its lowest";
+            break;
+        }
+    }
+    if (out) {
+        bool written = status != 0 || ddp_report_lr_sweep(r->report, &s, out, why, sizeof why);
+        if (fclose(out) != 0 && written) {
+            snprintf(why, sizeof why, "--find-lr %s: cannot write: %s", cfg->find_lr_path, strerror(errno));
+            written = false;
+        }
+        if (!written)
+            status = failure(r, why);
+    }
+    free(s.rate), free(s.loss), free(s.smoothed);
+    return status;
 }
 
 /* ---------------------------------------------------------- run folder */
@@ -1211,7 +1294,7 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
              (!cfg->evaluate && !prepare_training(&r, err, sizeof err)) || !start_comm(&r, err, sizeof err) ||
              !start_profile(&r, err, sizeof err))
         status = failure(&r, err);
-    else if (!cfg->evaluate && !start_run(&r, resumed, sizeof resumed, err, sizeof err))
+    else if (!cfg->evaluate && !cfg->find_lr_path && !start_run(&r, resumed, sizeof resumed, err, sizeof err))
         status = failure(&r, err);
     else {
         ddp_report_banner(report, rt, train, validation, cfg->evaluate ? NULL : &r.plan);
@@ -1222,6 +1305,8 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
             status = 0;
         } else if (cfg->evaluate) {
             status = evaluate_only(&r);
+        } else if (cfg->find_lr_path) {
+            status = find_learning_rate(&r);
         } else if (!ddp_report_run(report, &start, err, sizeof err)) {
             status = failure(&r, err);
         } else {
