@@ -152,6 +152,12 @@ static const Param early_stopping_params[] = {
     {.name = "metric", .kind = K_METRIC, .def = DEF_WORD, .def_word = "loss"},
     INT("patience", 3, P_POSITIVE), NUM("min_delta", 0, P_NONNEG),
 };
+/* Keras's ReduceLROnPlateau and PyTorch's defaults */
+static const Param on_plateau_params[] = {
+    {.name = "metric", .kind = K_METRIC, .def = DEF_WORD, .def_word = "loss"},
+    NUM("factor", 0.1, P_FRACTION | P_POSITIVE), INT("patience", 10, P_POSITIVE), NUM("min_delta", 0, P_NONNEG),
+    NUM("min_lr", 0, P_NONNEG),
+};
 static const double default_port_range[] = {10000, 20000};
 static const Param slurm_params[] = {
     OPT("port_base", K_INT, P_POSITIVE),
@@ -172,7 +178,8 @@ static const Param slurm_params[] = {
     REQ("epochs", K_INT, P_POSITIVE), OPT("learning_rate", K_LR, P_RUNTIME | P_POSITIVE), \
     OPT("steps_per_epoch", K_INT, P_POSITIVE), OPT("validation", K_DATASET, 0),         \
     DUR("validate_every", 1, UNIT_EPOCHS, P_POSITIVE), OPT("checkpoint", K_CHECKPOINT, 0),     \
-    OPT("save_best", K_METRIC, 0), OPT("early_stopping", K_EARLY_STOPPING, 0)
+    OPT("save_best", K_METRIC, 0), OPT("early_stopping", K_EARLY_STOPPING, 0),            \
+    OPT("reduce_lr", K_ON_PLATEAU, 0)
 
 static const Param strategy_params[] = {STRATEGY_SETTINGS};
 static const Param train_params[] = {TRAIN_SETTINGS};
@@ -249,6 +256,9 @@ const Builtin builtins[] = {
     OTHER("checkpoint", B_CHECKPOINT, 0, checkpoint_params, "periodic checkpoints in a folder"),
     OTHER("early_stopping", B_EARLY_STOPPING, 0, early_stopping_params,
           "training ends once a validation figure has not improved by more than min_delta for patience validations"),
+    OTHER("on_plateau", B_ON_PLATEAU, 0, on_plateau_params,
+          "the learning rate times factor (down to min_lr) each time a validation figure has not improved by more "
+          "than min_delta for patience validations"),
     OTHER("slurm", B_CLUSTER, DDP_CLUSTER_SLURM, slurm_params, "the cluster from Slurm's environment"),
 };
 const int builtin_count = N(builtins);
@@ -302,7 +312,7 @@ const char *builtin_kind_name(BuiltinKind k) {
         [B_LAYER] = "layer", [B_LOSS] = "loss", [B_OPTIMIZER] = "optimizer",
         [B_SCHEDULE] = "schedule", [B_METRIC] = "metric", [B_AUGMENT] = "augmentation", [B_DATASET] = "dataset",
         [B_CHECKPOINT] = "checkpoint", [B_CLUSTER] = "cluster", [B_SETTINGS] = "settings",
-        [B_EARLY_STOPPING] = "early stopping",
+        [B_EARLY_STOPPING] = "early stopping", [B_ON_PLATEAU] = "learning rate reduction",
     };
     return names[k];
 }
@@ -394,6 +404,7 @@ const char *kind_describe(const Param *p) {
         snprintf(buf, sizeof buf, "a metric: %s", builtins_of_kind(B_METRIC));
         return buf;
     case K_EARLY_STOPPING: return "early_stopping(metric = ..., patience = ..., min_delta = ...)";
+    case K_ON_PLATEAU: return "on_plateau(metric = ..., factor = ..., patience = ..., min_delta = ..., min_lr = ...)";
     case K_CLUSTER: return "auto, slurm, env, local or slurm(port_base = ...)";
     case K_STR_LIST: return "a list of strings";
     case K_NUMS:

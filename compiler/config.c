@@ -244,6 +244,12 @@ const ddp_settings *config_build(Ddpc *c, const TrainSpec *spec) {
     s->early_stopping = config_watched_figure(object_arg(stopping, "metric"), metrics);
     s->early_stopping_patience = (int64_t)num_arg(stopping, "patience", 0);
     s->early_stopping_min_delta = num_arg(stopping, "min_delta", 0);
+    Value plateau = spec_setting(spec, "reduce_lr");
+    s->reduce_lr = config_watched_figure(object_arg(plateau, "metric"), metrics);
+    s->reduce_lr_factor = num_arg(plateau, "factor", 1);
+    s->reduce_lr_patience = (int64_t)num_arg(plateau, "patience", 0);
+    s->reduce_lr_min_delta = num_arg(plateau, "min_delta", 0);
+    s->reduce_lr_min = num_arg(plateau, "min_lr", 0);
     s->train = dataset_of(c, spec->dataset);
     s->validation = dataset_of(c, spec_setting(spec, "validation"));
     Value loss = spec_setting(spec, "loss");

@@ -315,7 +315,7 @@ typedef enum {
     K_LR,         /* a number or a schedule */
     K_LOSS, K_OPTIMIZER, K_METRICS, K_AUGMENTS, K_DATASET, K_CHECKPOINT, K_CLUSTER,
     K_METRIC,     /* one metric */
-    K_EARLY_STOPPING,
+    K_EARLY_STOPPING, K_ON_PLATEAU,
     K_STR_LIST,   /* ["a", "b"] */
     K_NUMS,       /* a number or a list of numbers, made a list */
     K_INT_RANGE,  /* [lo, hi] of integers */
@@ -353,7 +353,7 @@ typedef struct Param {
 
 typedef enum {
     B_LAYER, B_LOSS, B_OPTIMIZER, B_SCHEDULE, B_METRIC, B_AUGMENT, B_DATASET,
-    B_CHECKPOINT, B_CLUSTER, B_SETTINGS, B_EARLY_STOPPING,
+    B_CHECKPOINT, B_CLUSTER, B_SETTINGS, B_EARLY_STOPPING, B_ON_PLATEAU,
 } BuiltinKind;
 
 typedef enum {

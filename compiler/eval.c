@@ -749,6 +749,8 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
         return is_object_of(v, B_METRIC) ? v : wrong_kind(&k, v);
     case K_EARLY_STOPPING:
         return is_object_of(v, B_EARLY_STOPPING) ? v : wrong_kind(&k, v);
+    case K_ON_PLATEAU:
+        return is_object_of(v, B_ON_PLATEAU) ? v : wrong_kind(&k, v);
     case K_AUGMENTS:
         return check_builtin_list(c, &k, v, B_AUGMENT);
     case K_CLUSTER:

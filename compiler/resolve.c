@@ -289,6 +289,7 @@ static bool builtin_wanted(const Builtin *b, const Param *expect, Want want) {
     case K_LR: return b->kind == B_SCHEDULE;
     case K_METRICS: case K_METRIC: return b->kind == B_METRIC;
     case K_EARLY_STOPPING: return b->kind == B_EARLY_STOPPING;
+    case K_ON_PLATEAU: return b->kind == B_ON_PLATEAU;
     case K_AUGMENTS: return b->kind == B_AUGMENT;
     case K_DATASET: return b->kind == B_DATASET;
     case K_CHECKPOINT: return b->kind == B_CHECKPOINT;

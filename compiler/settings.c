@@ -392,6 +392,8 @@ static void check_train(Ddpc *c, TrainSpec *spec) {
     Value best = spec_setting(spec, "save_best"), stopping = spec_setting(spec, "early_stopping");
     check_watched(c, spec, "save_best", best, best.loc);
     check_watched(c, spec, "early_stopping", object_arg(stopping, "metric"), stopping.loc);
+    Value plateau = spec_setting(spec, "reduce_lr");
+    check_watched(c, spec, "reduce_lr", object_arg(plateau, "metric"), plateau.loc);
     if (c->diag.errors)
         return;
     c->config = config_build(c, spec);

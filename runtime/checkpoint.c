@@ -332,11 +332,15 @@ static bool write_checkpoint(ddp_runtime *rt, const ddp_checkpoint *c, int world
     meta_number(&m, "validated_step", g->validated_step);
     meta_number(&m, "epoch_validated", g->epoch_validated);
     meta_text(&m, "last_validation", validation);
-    char best[96], stopping[96];
+    char best[96], stopping[96], plateau[96], scale[32];
     watch_text(&g->best, best, sizeof best);
     watch_text(&g->stopping, stopping, sizeof stopping);
+    watch_text(&g->plateau, plateau, sizeof plateau);
+    snprintf(scale, sizeof scale, "%.17g", g->rate_scale);
     meta_text(&m, "save_best", best);
     meta_text(&m, "early_stopping", stopping);
+    meta_text(&m, "reduce_lr", plateau);
+    meta_text(&m, "lr_scale", scale);
     meta_number(&m, "workers", world);
     meta_text(&m, "reason", c->reason);
     meta_text(&m, "run", c->run_settings);
@@ -596,10 +600,13 @@ static bool apply(ddp_runtime *rt, const ddp_tensor_file *f, const char *path, i
     if (!ok)
         return ddp_fail(err, errlen, "%s: its metadata lacks where the run was (step, epoch, batch, ...)", path);
     *g = (ddp_progress){step, epoch, batch, samples, validated_step, validated != 0, epoch_validated != 0, {.loss = 0},
-                        {NAN, 0, 0}, {NAN, 0, 0}};
+                        {NAN, 0, 0}, {NAN, 0, 0}, {NAN, 0, 0}, 1};
     figures_read(v, p->settings.nmetrics, &g->last_validation);
     watch_read(ddp_tensors_meta(f, "save_best"), &g->best);
     watch_read(ddp_tensors_meta(f, "early_stopping"), &g->stopping);
+    watch_read(ddp_tensors_meta(f, "reduce_lr"), &g->plateau);
+    if ((v = ddp_tensors_meta(f, "lr_scale")))
+        g->rate_scale = strtod(v, NULL);
     return true;
 }
 

@@ -953,14 +953,17 @@ static void augment_draws(const ddp_draw_key *key, int64_t i, int64_t sample, ui
     ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, element, (uint32_t)key->epoch, w);
 }
 
+static bool is_mixing(const ddp_augment *a) {
+    return a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX;
+}
+
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
                         int64_t sample, void *row) {
     Image m = row_image(spec, p, elem_size, row);
     for (int64_t i = 0; i < spec->naugment; i++) {
         const ddp_augment *a = &spec->augment[i];
         uint32_t w[4];
-        if ((a->kind == DDP_AUGMENT_CROP && a->height) || a->kind == DDP_AUGMENT_RESIZED_CROP ||
-            a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX)
+        if ((a->kind == DDP_AUGMENT_CROP && a->height) || a->kind == DDP_AUGMENT_RESIZED_CROP || is_mixing(a))
             continue; /* cut, or mixed, as the batch is assembled (batch_inputs) */
         augment_draws(key, i, sample, 0, w);
         if (a->kind == DDP_AUGMENT_FLIP) {
@@ -978,10 +981,6 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
 }
 
 /* -------------------------------------------------------------- mixing */
-
-static bool is_mixing(const ddp_augment *a) {
-    return a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX;
-}
 
 /* Whether the dataset's augmentations end in mixing ones (the compiler keeps them last). */
 static bool mixes_samples(const ddp_dataset *spec) {

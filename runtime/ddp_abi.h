@@ -464,6 +464,11 @@ enum ddp_allreduce_precision { DDP_ALLREDUCE_FP32, DDP_ALLREDUCE_BF16 };
                                        save_best */                                                          \
     X##_I64(T, early_stopping_patience) /* validations in a row without improvement */                       \
     X##_F64(T, early_stopping_min_delta) /* what an improvement must exceed */                               \
+    X##_I64(T, reduce_lr)           /* the validation figure whose plateaus lower the rate, as save_best */   \
+    X##_F64(T, reduce_lr_factor)    /* each lowering: the rate times factor ... */                           \
+    X##_I64(T, reduce_lr_patience)  /* ... after that many validations in a row without improvement ... */    \
+    X##_F64(T, reduce_lr_min_delta) /* ... by more than min_delta, */                                         \
+    X##_F64(T, reduce_lr_min)       /* down to min_lr at most */                                              \
     X##_SUB(T, ddp_dataset, train)                                                                           \
     X##_SUB(T, ddp_dataset, validation) /* kind -1: none */                                                  \
     X##_I64(T, loss)                /* ddp_loss_kind */                                                      \

@@ -92,6 +92,7 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     rt->replicas = rt->workers = 1;
     rt->epochs = p->settings.epochs;
     rt->rate_override = NAN;
+    rt->rate_scale = 1;
     rt->cpu_path = cpu_conv_path(p);
     for (int r = 0; r < DDP_REGION_COUNT; r++) {
         rt->region[r] = alloc_region(p->region_bytes[r]);

@@ -64,8 +64,8 @@ void ddp_prepare_step(ddp_runtime *rt, int64_t step, int64_t steps_per_epoch) {
     rt->scalars[DDP_S_STEP].i = step;
     rt->scalars[DDP_S_LEARNING_RATE].f =
         rt->sweep_steps ? rt->sweep[0] * pow(rt->sweep[1] / rt->sweep[0], (double)step / (double)(rt->sweep_steps - 1))
-                        : ddp_learning_rate(p, rt->rate_override, rt->epochs, step, steps_per_epoch, replicas, workers,
-                                            global);
+                        : rt->rate_scale * ddp_learning_rate(p, rt->rate_override, rt->epochs, step, steps_per_epoch,
+                                                             replicas, workers, global);
     rt->scalars[DDP_S_WEIGHT_DECAY].f = ddp_rt_eval(&o->weight_decay, replicas, workers, global);
     rt->scalars[DDP_S_BIAS_CORRECTION1].f = 1 - pow(o->beta1, (double)(step + 1));
     rt->scalars[DDP_S_BIAS_CORRECTION2].f = 1 - pow(o->beta2, (double)(step + 1));

@@ -150,12 +150,12 @@ const char *ddp_watched_name(const ddp_program *p, int64_t which) {
     return name;
 }
 
-/* " by more than 0.001", early stopping's min_delta, or "" for 0. */
-static const char *margin_text(const ddp_settings *s) {
+/* " by more than 0.001", a min_delta, or "" for 0. */
+static const char *margin_text(double min_delta) {
     static char text[64];
     text[0] = 0;
-    if (s->early_stopping_min_delta > 0)
-        snprintf(text, sizeof text, " by more than %g", s->early_stopping_min_delta);
+    if (min_delta > 0)
+        snprintf(text, sizeof text, " by more than %g", min_delta);
     return text;
 }
 
@@ -538,7 +538,11 @@ static void say_run_start(const ddp_report *r, const ddp_run_start *start, bool 
     if (s->early_stopping >= 0)
         ddp_say("  early stop  after %s in a row without %s improving%s\n",
                 counted(s->early_stopping_patience, "validation"), ddp_watched_name(r->program, s->early_stopping),
-                margin_text(s));
+                margin_text(s->early_stopping_min_delta));
+    if (s->reduce_lr >= 0)
+        ddp_say("  reduce lr   times %g after %s in a row without %s improving%s (down to %g)\n", s->reduce_lr_factor,
+                counted(s->reduce_lr_patience, "validation"), ddp_watched_name(r->program, s->reduce_lr),
+                margin_text(s->reduce_lr_min_delta), s->reduce_lr_min);
     const char *label = checking ? "resumes" : "resumed";
     if (start->resumed[0] && start->batch >= start->steps) /* stopped after an epoch's last step, before its end */
         ddp_say("  %-11s %s: the end of epoch %lld (its validation and figures) next\n", label, start->resumed,
@@ -630,13 +634,23 @@ void ddp_report_best(ddp_report *r, double value, int64_t step, const char *path
             ddp_watched_name(r->program, r->program->settings.save_best), value, (long long)step, path);
 }
 
+void ddp_report_rate_reduced(ddp_report *r, const ddp_watch *w, double rate) {
+    if (r->quiet)
+        return;
+    const ddp_settings *s = &r->program->settings;
+    ddp_report_interrupt(r);
+    ddp_say("reduce_lr: %s has not improved%s on %.4f (after step %lld) in the last %s; the learning rate is now %g\n",
+            ddp_watched_name(r->program, s->reduce_lr), margin_text(s->reduce_lr_min_delta), w->best,
+            (long long)w->step, counted(w->since, "validation"), rate);
+}
+
 void ddp_report_stopped_early(ddp_report *r, const ddp_watch *w, int64_t epoch) {
     if (r->quiet)
         return;
     const ddp_settings *s = &r->program->settings;
     ddp_report_interrupt(r);
     ddp_say("early stopping: %s has not improved%s on %.4f (after step %lld) for %s; training ends with epoch "
-            "%lld of %lld\n", ddp_watched_name(r->program, s->early_stopping), margin_text(s), w->best,
+            "%lld of %lld\n", ddp_watched_name(r->program, s->early_stopping), margin_text(s->early_stopping_min_delta), w->best,
             (long long)w->step, counted(w->since, "validation"), (long long)epoch, (long long)r->cfg->epochs);
 }
 

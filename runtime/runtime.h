@@ -294,6 +294,7 @@ typedef struct ddp_runtime {
     int replicas, workers;
     int64_t epochs;                /* of the run, for schedules (the program's unless changed) */
     double rate_override;          /* NAN: the program's learning rate */
+    double rate_scale;             /* reduce_lr's reductions so far: the schedule's rate times it (1) */
     double sweep[2];               /* --find-lr: step t's rate rises geometrically from sweep[0] ... */
     int64_t sweep_steps;           /* ... to sweep[1] at step sweep_steps - 1; 0: the schedule's */
     struct ddp_gpu *gpu;           /* the GPU that runs the schedule (gpu.c); NULL: the CPU */
@@ -947,6 +948,9 @@ const char *ddp_watched_name(const ddp_program *p, int64_t which);
 /* The validation after `step` improved on save_best's figure, now `value`: its
  * parameters are in path. */
 void ddp_report_best(ddp_report *r, double value, int64_t step, const char *path);
+/* reduce_lr lowers the rate to `rate`: its figure has not improved on w->best for
+ * w->since validations. */
+void ddp_report_rate_reduced(ddp_report *r, const ddp_watch *w, double rate);
 /* Early stopping ends training: its figure has not improved on w->best for w->since
  * validations; the run's epochs end with `epoch` (from 1). */
 void ddp_report_stopped_early(ddp_report *r, const ddp_watch *w, int64_t epoch);
@@ -967,6 +971,8 @@ typedef struct ddp_progress {
     bool validated, epoch_validated; /* a validation ever; one during this epoch */
     ddp_figures last_validation;
     ddp_watch best, stopping;   /* save_best's and early_stopping's */
+    ddp_watch plateau;          /* reduce_lr's, its count since the best or the last reduction */
+    double rate_scale;          /* reduce_lr's reductions so far */
 } ddp_progress;
 
 typedef struct ddp_checkpoint {

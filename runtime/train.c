@@ -80,7 +80,7 @@ typedef struct Run {
     ddp_text run_settings, program_settings; /* as checkpoints hold them */
     int64_t first_epoch, first_batch; /* where training starts: 0, 0, or a checkpoint's */
     bool resumed_epoch_validated;
-    ddp_watch best, stopping;   /* save_best's and early_stopping's figures */
+    ddp_watch best, stopping, plateau; /* save_best's, early_stopping's and reduce_lr's figures */
     bool stop_early;            /* early stopping's patience ran out: training ends */
     bool sweeping;              /* --find-lr: no progress lines */
     int stopped;                /* the signal the job stopped on after a checkpoint; 0 */
@@ -667,6 +667,22 @@ static bool save_best(Run *r, char *err, size_t len) {
     return true;
 }
 
+/* reduce_lr's plateau: the rate times factor from the next step on, down to min_lr
+ * (the schedule's rate of the last step times the reductions), and a new count. */
+static void reduce_rate(Run *r) {
+    const ddp_settings *s = &r->rt->program->settings;
+    double *scale = &r->rt->rate_scale, rate = r->rt->scalars[DDP_S_LEARNING_RATE].f / *scale;
+    double lower = *scale * s->reduce_lr_factor, floor = rate > 0 ? s->reduce_lr_min / rate : 0;
+    if (lower < floor)
+        lower = floor;
+    ddp_watch waited = r->plateau;
+    r->plateau.since = 0;
+    if (lower >= *scale)
+        return; /* at min_lr already */
+    *scale = lower;
+    ddp_report_rate_reduced(r->report, &waited, rate * lower);
+}
+
 /* Figure `which` of the last validation against w: its new best when it improves by
  * more than margin (then true), else one more validation since the best. */
 static bool watch_figure(Run *r, int64_t which, ddp_watch *w, double margin) {
@@ -685,6 +701,11 @@ static bool watch_validation(Run *r, char *err, size_t len) {
     if (s->early_stopping >= 0) {
         watch_figure(r, s->early_stopping, &r->stopping, s->early_stopping_min_delta);
         r->stop_early = r->stopping.since >= s->early_stopping_patience;
+    }
+    if (s->reduce_lr >= 0) {
+        watch_figure(r, s->reduce_lr, &r->plateau, s->reduce_lr_min_delta);
+        if (r->plateau.since >= s->reduce_lr_patience)
+            reduce_rate(r);
     }
     return true;
 }
@@ -720,7 +741,7 @@ static bool checkpoint_now(Run *r, int64_t epoch, int64_t batch, bool epoch_vali
     ddp_checkpoint c = {r->checkpoint_dir, s->checkpoint_dir ? s->checkpoint_keep : 3, reason, r->run_settings.s,
                         r->program_settings.s,
                         {r->step, epoch, batch, r->samples, r->validated_step, r->validated, epoch_validated,
-                         r->last_validation, r->best, r->stopping}};
+                         r->last_validation, r->best, r->stopping, r->plateau, r->rt->rate_scale}};
     double begin = ddp_trace_clock();
     bool ok = ddp_checkpoint_save(r->rt, r->ring, &c, path, pathlen, err, sizeof err);
     span(r, "checkpoint", begin);
@@ -1141,6 +1162,8 @@ static bool start_run(Run *r, char *said, size_t saidlen, char *err, size_t len)
     r->resumed_epoch_validated = g.epoch_validated;
     r->best = g.best;
     r->stopping = g.stopping;
+    r->plateau = g.plateau;
+    r->rt->rate_scale = g.rate_scale;
     r->stop_early = p->settings.early_stopping >= 0 && r->stopping.since >= p->settings.early_stopping_patience;
     if (r->step > 0) /* the last step's learning rate, for an epoch line before any step of this run */
         ddp_prepare_step(r->rt, r->step - 1, r->plan.steps);
@@ -1285,7 +1308,7 @@ int ddp_run(ddp_runtime *rt, const ddp_config *cfg, ddp_data *train, ddp_data *v
             ddp_job *job) {
     Run r = {.rt = rt, .cfg = cfg, .report = report, .train = train, .validation = validation,
              .rank = cfg->cluster.rank, .workers = cfg->cluster.world, .job = job, .ring = job->ring,
-             .trace = job->trace, .best = {NAN, 0, 0}, .stopping = {NAN, 0, 0}};
+             .trace = job->trace, .best = {NAN, 0, 0}, .stopping = {NAN, 0, 0}, .plateau = {NAN, 0, 0}};
     char err[1024], resumed[4096] = ""; /* an evaluation resumes nothing */
     int status;
     if (rt->program->accum_pairs > 64 || rt->program->settings.nmetrics > DDP_MAX_METRICS)

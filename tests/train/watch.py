@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""watch.py PROGRAMS LAUNCHER...: save_best and early_stopping on tests/train/tiny.ddp,
+"""watch.py PROGRAMS LAUNCHER...: save_best, early_stopping and reduce_lr on tests/train/tiny.ddp,
 whose validation loss falls for 33 epochs and then rises (8 training rows learnt by
 heart). LAUNCHER starts N workers given N (`ddprun -n`).
 
@@ -20,7 +20,10 @@ without a higher one. The test checks, from each run's own metrics.jsonl:
   epoch that was cut short;
 - the emulated GPU writes the same best parameters (copied back from its memory), and
   two workers stop where one does;
-- a best file that cannot be written ends the run with status 1, naming it."""
+- a best file that cannot be written ends the run with status 1, naming it;
+- programs/tiny_plateau halves the rate (down to 0.02) after 2 validations without a
+  lower val_loss: each epoch's rate is the rule's from the figures before it, and a
+  run stopped after a reduction and resumed goes on with the reduced rate."""
 import json
 import os
 import subprocess
@@ -141,6 +144,34 @@ def main():
     check([e["step"] for e in figures(two)] == [e["step"] for e in epochs] and
           read_safetensors(os.path.join(two, "best.safetensors"))[1].get("step") == str(len(epochs) - 3),
           "two workers stop at the epoch one does, with the same best step")
+
+    # reduce_lr: the rate the rule gives, through a resume
+    plateau = os.path.join(programs, "tiny_plateau")
+    lowered = os.path.join(root, "lowered")
+    out = run([plateau, *given, "--epochs", "60", "--run-dir", lowered])
+    epochs = figures(lowered)
+    rate, best, since, reductions, rule = 0.5, None, 0, 0, []
+    for e in epochs:
+        rule.append(rate)
+        if best is None or e["val_loss"] < best:
+            best, since = e["val_loss"], 0
+        else:
+            since += 1
+        if since >= 2:
+            since = 0
+            lower = max(rate * 0.5, 0.02)
+            reductions += lower < rate
+            rate = lower
+    check([e["lr"] for e in epochs] == rule and reductions == 5 and rule[-1] == 0.02,
+          "each epoch's rate is the one reduce_lr's rule gives (%d reductions, down to 0.02)" % reductions)
+    check(out.count("reduce_lr: val_loss has not improved") == reductions, "each reduction is said")
+    again = os.path.join(root, "lowered_again")
+    p = launch([plateau, *given, "--epochs", "60", "--run-dir", again],
+               {"DDP_TEST_SIGNAL": "USR1@%d" % (rule.index(0.125) + 2)})
+    run([plateau, *given, "--epochs", "60", "--run-dir", again, "--resume"])
+    check(p.returncode == 4 and figures(again) == [{**e, "samples_per_sec": f["samples_per_sec"],
+                                                    "seconds": f["seconds"]} for e, f in zip(epochs, figures(again))],
+          "stopped after a reduction and resumed, the run goes on with the reduced rate, figure for figure")
 
     # a best file that cannot be written
     bad = os.path.join(root, "bad")
