@@ -271,7 +271,7 @@ static void check_metrics(Ddpc *c, TrainSpec *spec, Value metrics, Value loss) {
     }
 }
 
-/* save_best and early_stopping watch a validation figure: the loss, or one of the
+/* save_best, early_stopping and reduce_lr watch a validation figure: the loss, or one of the
  * metrics the run measures. */
 static void check_watched(Ddpc *c, TrainSpec *spec, const char *setting, Value metric, Loc at) {
     Value validation = spec_setting(spec, "validation"), metrics = spec_setting(spec, "metrics");

@@ -1310,7 +1310,8 @@ static void row_maker_init(RowMaker *rm, const ddp_data *d, const ddp_program *p
     bool f64 = p->dtype == DDP_F64, bf16 = ddp_input_dtype(p) == DDP_BF16;
     *rm = (RowMaker){.d = d, .p = p, .augment = augment,
                      .mk = {d, NULL, f64, bf16, bf16 || is_synthetic(d) ? NULL : converters[d->elem][f64]},
-                     .per = model_input_elems(p), .elem = bf16 ? sizeof(uint16_t) : f64 ? sizeof(double) : sizeof(float)};
+                     .per = model_input_elems(p),
+                     .elem = bf16 ? sizeof(uint16_t) : f64 ? sizeof(double) : sizeof(float)};
     if (table && byte_table(d, f64, bf16, table))
         rm->mk.table = table;
     rm->cropped = !is_synthetic(d) && crop_window(d->spec, rm->window);

@@ -165,8 +165,8 @@ typedef enum { F_EPOCHS, F_STEPS, F_SEED, F_LR, F_DEVICE, F_THREADS, F_ROOT, F_M
                F_EVALUATE, F_PREDICT, F_PREDICT_INPUTS, F_SYNTHETIC, F_LOG_EVERY, F_BASELINE, F_RANK, F_WORLD,
                F_LOCAL_RANK, F_LOCAL_WORLD, F_COORDINATOR, F_PORT_BASE, F_RENDEZVOUS_TIMEOUT, F_PEER_TIMEOUT,
                F_INTERFACE, F_TRACE, F_PROFILE, F_RUN_DIR, F_RESUME, F_RESUME_CHANGED, F_REQUEUE, F_NO_GRAPHS,
-               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_DATA_STATS, F_DUMP_BATCH, F_FIND_LR, F_FIND_LR_STEPS, F_FIND_LR_RANGE,
-               F_LOADER_THREADS, F_HELP } Flag;
+               F_CONVOLUTIONS, F_CONV_SEARCH, F_CHECK, F_DATA_STATS, F_DUMP_BATCH, F_FIND_LR, F_FIND_LR_STEPS,
+               F_FIND_LR_RANGE, F_LOADER_THREADS, F_HELP } Flag;
 
 static const struct {
     const char *name;
@@ -421,8 +421,9 @@ int ddp_parse_args(ddp_config *cfg, const ddp_program *p, int argc, char **argv)
                          evaluating);
     if (cfg->find_lr_path) {
         const char *other = cfg->evaluate ? evaluating : cfg->resume ? "--resume" : cfg->save_path ? "--save"
-                            : cfg->check ? "--check" : cfg->data_stats ? "--data-stats" : cfg->dump_path ? "--dump-batch"
-                            : !isnan(cfg->learning_rate) ? "--lr" : cfg->profile ? "--profile" : NULL;
+                            : cfg->check ? "--check" : cfg->data_stats ? "--data-stats"
+                            : cfg->dump_path ? "--dump-batch" : !isnan(cfg->learning_rate) ? "--lr"
+                            : cfg->profile ? "--profile" : NULL;
         if (other)
             return bad_usage(cfg, "--find-lr sweeps the learning rate from the initial parameters and saves "
                                   "nothing: it does not go with %s", other);

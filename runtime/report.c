@@ -142,8 +142,8 @@ static void figures_text(char *out, size_t len, const ddp_program *p, const ddp_
             n += (size_t)snprintf(out + n, len - n, "  %s%s %.4f", prefix, p->settings.metrics[i].name, f->metric[i]);
 }
 
-/* The validation figure save_best or early_stopping watches, as the progress lines
- * name it: "val_loss", "val_accuracy". */
+/* The validation figure save_best, early_stopping or reduce_lr watches, as the
+ * progress lines name it: "val_loss", "val_accuracy". */
 const char *ddp_watched_name(const ddp_program *p, int64_t which) {
     static char name[80];
     snprintf(name, sizeof name, "val_%s", which <= 0 ? "loss" : p->settings.metrics[which - 1].name);
@@ -650,8 +650,8 @@ void ddp_report_stopped_early(ddp_report *r, const ddp_watch *w, int64_t epoch) 
     const ddp_settings *s = &r->program->settings;
     ddp_report_interrupt(r);
     ddp_say("early stopping: %s has not improved%s on %.4f (after step %lld) for %s; training ends with epoch "
-            "%lld of %lld\n", ddp_watched_name(r->program, s->early_stopping), margin_text(s->early_stopping_min_delta), w->best,
-            (long long)w->step, counted(w->since, "validation"), (long long)epoch, (long long)r->cfg->epochs);
+            "%lld of %lld\n", ddp_watched_name(r->program, s->early_stopping), margin_text(s->early_stopping_min_delta),
+            w->best, (long long)w->step, counted(w->since, "validation"), (long long)epoch, (long long)r->cfg->epochs);
 }
 
 /* The step before the smoothed loss's lowest where it falls fastest against the log of

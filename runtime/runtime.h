@@ -942,8 +942,9 @@ typedef struct ddp_lr_sweep {
 /* Worker 0: every step written to out (CSV; a write error in err) and the suggestion
  * said: the rate where the smoothed loss falls fastest before its lowest. */
 bool ddp_report_lr_sweep(ddp_report *r, const ddp_lr_sweep *s, FILE *out, char *err, size_t errlen);
-/* The validation figure save_best or early_stopping watches (0 the loss, 1 + i metric
- * i), as the progress lines name it: "val_loss", "val_accuracy" (a static buffer). */
+/* The validation figure save_best, early_stopping or reduce_lr watches (0 the loss,
+ * 1 + i metric i), as the progress lines name it: "val_loss", "val_accuracy" (a
+ * static buffer). */
 const char *ddp_watched_name(const ddp_program *p, int64_t which);
 /* The validation after `step` improved on save_best's figure, now `value`: its
  * parameters are in path. */
