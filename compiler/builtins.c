@@ -302,6 +302,23 @@ const Param *builtin_param(const Builtin *b, const char *name, int *index) {
     return NULL;
 }
 
+bool kind_takes_builtins(Kind k, BuiltinKind *out) {
+    static const struct {
+        Kind kind;
+        BuiltinKind builtins;
+    } takes[] = {
+        {K_LOSS, B_LOSS}, {K_OPTIMIZER, B_OPTIMIZER}, {K_DATASET, B_DATASET}, {K_CHECKPOINT, B_CHECKPOINT},
+        {K_METRIC, B_METRIC}, {K_METRICS, B_METRIC}, {K_AUGMENTS, B_AUGMENT}, {K_EARLY_STOPPING, B_EARLY_STOPPING},
+        {K_ON_PLATEAU, B_ON_PLATEAU}, {K_LR, B_SCHEDULE}, {K_CLUSTER, B_CLUSTER},
+    };
+    for (size_t i = 0; i < sizeof takes / sizeof takes[0]; i++)
+        if (takes[i].kind == k) {
+            *out = takes[i].builtins;
+            return true;
+        }
+    return false;
+}
+
 /* "a layer", "an optimizer" */
 const char *builtin_kind_article(BuiltinKind k) {
     return k == B_OPTIMIZER ? "an" : "a";

@@ -390,6 +390,9 @@ int word_code(const char *const *words, const char *w);
 const Param *builtin_param(const Builtin *b, const char *name, int *index);
 const char *builtin_kind_name(BuiltinKind k);
 const char *builtin_kind_article(BuiltinKind k); /* "a" or "an" */
+/* The built-ins a parameter of kind k takes, one object of them (K_LOSS: the losses) or
+ * a list (K_METRICS, K_AUGMENTS); false for kinds that take none. */
+bool kind_takes_builtins(Kind k, BuiltinKind *out);
 const char *kind_describe(const Param *p);    /* "a positive integer", ... */
 bool is_reserved_name(const char *name, const char **what);
 bool word_in(const char *const *words, const char *w);

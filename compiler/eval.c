@@ -735,22 +735,14 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
         if (v.kind != V_NUM)
             return wrong_kind(&k, v);
         return in_range(&k, v) ? v : poison;
-    case K_LOSS:
-        return is_object_of(v, B_LOSS) ? v : wrong_kind(&k, v);
-    case K_OPTIMIZER:
-        return is_object_of(v, B_OPTIMIZER) ? v : wrong_kind(&k, v);
-    case K_DATASET:
-        return is_object_of(v, B_DATASET) ? v : wrong_kind(&k, v);
-    case K_CHECKPOINT:
-        return is_object_of(v, B_CHECKPOINT) ? v : wrong_kind(&k, v);
+    case K_LOSS: case K_OPTIMIZER: case K_DATASET: case K_CHECKPOINT: case K_METRIC: case K_EARLY_STOPPING:
+    case K_ON_PLATEAU: {
+        BuiltinKind b;
+        kind_takes_builtins(p->kind, &b);
+        return is_object_of(v, b) ? v : wrong_kind(&k, v);
+    }
     case K_METRICS:
         return check_builtin_list(c, &k, v, B_METRIC);
-    case K_METRIC:
-        return is_object_of(v, B_METRIC) ? v : wrong_kind(&k, v);
-    case K_EARLY_STOPPING:
-        return is_object_of(v, B_EARLY_STOPPING) ? v : wrong_kind(&k, v);
-    case K_ON_PLATEAU:
-        return is_object_of(v, B_ON_PLATEAU) ? v : wrong_kind(&k, v);
     case K_AUGMENTS:
         return check_builtin_list(c, &k, v, B_AUGMENT);
     case K_CLUSTER:

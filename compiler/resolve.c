@@ -283,20 +283,10 @@ static bool builtin_wanted(const Builtin *b, const Param *expect, Want want) {
         return want == WANT_LAYER && b->kind == B_LAYER;
     if (!expect)
         return b->kind != B_LAYER;
-    switch (expect->kind) {
-    case K_LOSS: return b->kind == B_LOSS;
-    case K_OPTIMIZER: return b->kind == B_OPTIMIZER;
-    case K_LR: return b->kind == B_SCHEDULE;
-    case K_METRICS: case K_METRIC: return b->kind == B_METRIC;
-    case K_EARLY_STOPPING: return b->kind == B_EARLY_STOPPING;
-    case K_ON_PLATEAU: return b->kind == B_ON_PLATEAU;
-    case K_AUGMENTS: return b->kind == B_AUGMENT;
-    case K_DATASET: return b->kind == B_DATASET;
-    case K_CHECKPOINT: return b->kind == B_CHECKPOINT;
-    case K_CLUSTER: return b->kind == B_CLUSTER;
-    case K_LAYER: case K_ANY: return true;
-    default: return false;
-    }
+    if (expect->kind == K_LAYER || expect->kind == K_ANY)
+        return true;
+    BuiltinKind takes;
+    return kind_takes_builtins(expect->kind, &takes) && b->kind == takes;
 }
 
 static bool decl_wanted(const Node *d, const Param *expect, Want want) {

@@ -1369,26 +1369,30 @@ static void mix_rows(const RowMaker *rm, const ddp_mix *mix, char *row, const ch
             ((float *)row)[e] = (float)(a * ((float *)row)[e] + b * ((const float *)other)[e]);
 }
 
+/* A loader's allocation failing where the batch has nowhere to go but the step. */
+static void *batch_alloc(const ddp_data *d, size_t bytes, const char *what) {
+    void *m = malloc(bytes ? bytes : 1);
+    if (!m) {
+        fprintf(stderr, "ddp: out of memory %s %s's samples\n", what, d->where);
+        abort();
+    }
+    return m;
+}
+
+/* mixes: each row's mixing (random_mixup, random_cutmix), or NULL for none */
 static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
-                         const ddp_draw_key *augment, void *x) {
+                         const ddp_draw_key *augment, const ddp_mix *mixes, void *x) {
     ByteTable *table = malloc(sizeof *table); /* 32 KiB: not on a loader thread's stack */
     RowMaker rm;
     row_maker_init(&rm, d, p, augment, table, x);
     size_t row_bytes = (size_t)rm.per * rm.elem;
-    bool mixing = augment && mixes_samples(d->spec);
-    char *other = mixing ? malloc(row_bytes) : NULL;
-    if (mixing && !other) {
-        fprintf(stderr, "ddp: out of memory mixing %s's samples\n", d->where);
-        abort();
-    }
+    char *other = mixes ? batch_alloc(d, row_bytes, "mixing") : NULL;
     for (int64_t r = 0; r < n; r++) {
         char *row = (char *)x + (size_t)r * row_bytes;
         make_row(&rm, indices[r], row);
-        if (mixing) {
-            ddp_mix mix;
-            ddp_mix_draw(d->spec, p, d->samples, augment, indices[r], &mix);
-            make_row(&rm, mix.partner, other);
-            mix_rows(&rm, &mix, row, other);
+        if (mixes) {
+            make_row(&rm, mixes[r].partner, other);
+            mix_rows(&rm, &mixes[r], row, other);
         }
     }
     free(other);
@@ -1396,43 +1400,53 @@ static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t 
     free(table);
 }
 
-/* Value j of a sample's label row: its one-hot row's, or the file's. */
-static double label_row_value(const ddp_data *d, bool hot, int64_t sample, int64_t j) {
-    return hot ? (double)(j == (int64_t)label_value(d, sample, 0)) : label_value(d, sample, j);
+/* A sample's label row of k values: its one-hot row, or the file's. */
+static void label_row(const ddp_data *d, bool hot, int64_t sample, int64_t k, double *out) {
+    int64_t hot_class = hot ? (int64_t)label_value(d, sample, 0) : -1;
+    for (int64_t j = 0; j < k; j++)
+        out[j] = hot ? (double)(j == hot_class) : label_value(d, sample, j);
 }
 
-/* augment: training's draws, which mix label rows as they mix the inputs */
+/* mixes: as batch_inputs's, which mix label rows in the inputs' shares */
 static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
-                         const ddp_draw_key *augment, void *y) {
+                         const ddp_mix *mixes, void *y) {
     if (p->label_dtype == DDP_I32) { /* class indices: the compiler refuses mixing them */
         for (int64_t r = 0; r < n; r++)
             ((int32_t *)y)[r] = (int32_t)label_value(d, indices[r], 0);
         return;
     }
     int64_t k = p->output_elems;
-    bool hot = one_hot(d, p), f64 = p->label_dtype == DDP_F64, mixing = augment && mixes_samples(d->spec);
+    bool hot = one_hot(d, p), f64 = p->label_dtype == DDP_F64;
+    double *own = batch_alloc(d, sizeof(double) * (size_t)(2 * k), "labelling"), *other = own + k;
     for (int64_t r = 0; r < n; r++) {
-        ddp_mix mix = {.share = 1};
-        if (mixing)
-            ddp_mix_draw(d->spec, p, d->samples, augment, indices[r], &mix);
-        for (int64_t j = 0; j < k; j++) {
-            double v = label_row_value(d, hot, indices[r], j);
-            if (mixing)
-                v = mix.share * v + (1 - mix.share) * label_row_value(d, hot, mix.partner, j);
-            if (f64)
-                ((double *)y)[r * k + j] = v;
-            else
-                ((float *)y)[r * k + j] = (float)v;
+        label_row(d, hot, indices[r], k, own);
+        if (mixes) {
+            label_row(d, hot, mixes[r].partner, k, other);
+            for (int64_t j = 0; j < k; j++)
+                own[j] = mixes[r].share * own[j] + (1 - mixes[r].share) * other[j];
         }
+        for (int64_t j = 0; j < k; j++)
+            if (f64)
+                ((double *)y)[r * k + j] = own[j];
+            else
+                ((float *)y)[r * k + j] = (float)own[j];
     }
+    free(own);
 }
 
 void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
                     const ddp_draw_key *augment, void *x, void *y, int64_t *ids) {
+    ddp_mix *mixes = NULL; /* drawn once for the inputs and the labels */
+    if (augment && mixes_samples(d->spec) && (x || y)) {
+        mixes = batch_alloc(d, sizeof *mixes * (size_t)n, "mixing");
+        for (int64_t r = 0; r < n; r++)
+            ddp_mix_draw(d->spec, p, d->samples, augment, indices[r], &mixes[r]);
+    }
     if (x)
-        batch_inputs(d, p, indices, n, augment, x);
+        batch_inputs(d, p, indices, n, augment, mixes, x);
     if (y)
-        batch_labels(d, p, indices, n, augment, y);
+        batch_labels(d, p, indices, n, mixes, y);
     if (ids)
         memcpy(ids, indices, (size_t)n * sizeof *ids);
+    free(mixes);
 }
