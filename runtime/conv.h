@@ -30,11 +30,15 @@ typedef struct ddp_pool ddp_pool;
 /* The mode's result written into its tensor on host memory, as ddp_conv_reference's
  * arguments (f32 or f64: not bf16; TF32 is ignored, as by the CPU's products), split
  * among the pool's threads: the same bits for any number of threads. Each sum is
- * formed in the tensor's type by OpenBLAS, a tile of rows after another (conv_cpu.c).
- * false when the scratch could not grow, nothing written. */
+ * formed in the tensor's type by OpenBLAS, a tile of rows after another, or with `wide`
+ * (the CPU has AVX2 and FMA) a narrow convolution's by FMA, term after term
+ * (conv_cpu.c). false when the scratch could not grow, nothing written. */
 bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_conv *c, void *x, void *filters,
-                  void *y);
+                  void *y, bool wide);
 void ddp_conv_scratch_free(ddp_conv_scratch *s);
+/* Whether ddp_conv_cpu runs c by the narrow kernels: with `wide`, f32, the forward or the
+ * filters' gradient, outputs in eights, at most 160 columns (R x S x C), not read in place. */
+bool ddp_conv_narrow(const ddp_device_conv *c, bool wide);
 
 /* The checks cuDNN makes of a convolution's descriptor (CUDNN_STATUS_BAD_PARAM): the
  * mode, beta 0 or 1, no empty tensor, strides and dilations of at least 1, padding of

@@ -15,11 +15,19 @@
  *                    summing its own copy of dw, the copies then added in order.
  * A 1x1 convolution with stride 1 and no padding reads its image (or dy) in place.
  *
+ * A narrow convolution (f32, a filter of at most NARROW_WIDTH columns: a network's first
+ * layer, of one or three channels) gains nothing from the products, whose sums of 25
+ * or 27 terms cost less than packing their factors, and its columns repeat each pixel
+ * R x S times. Where the CPU has AVX2 and FMA, the forward and the filter's gradient
+ * read an image padded once instead (conv_narrow below), 32 outputs of two pixels, or
+ * of two columns, at a time in registers.
+ *
  * Each element of the result is summed in an order set by the shapes alone: tiles and
  * blocks have sizes that follow from the convolution, never from the threads, so that
  * any number of threads gives the same bits (OpenBLAS's sums of an element depend on
  * where its block starts). */
 #include <cblas.h>
+#include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +42,7 @@
  * the rest, as many as have at least a tile each and copies of dw within
  * GROUP_COPIES_BYTES. */
 enum { TILE_BYTES = 512 << 10, MIN_TILE_ROWS = 256, MAX_TILE_ROWS = 1024, MIN_PARALLEL_MACS = 1 << 18,
-       BLOCK = 128, FILTER_PIECES = 32, GROUP_COPIES_BYTES = 8 << 20 };
+       BLOCK = 128, FILTER_PIECES = 32, GROUP_COPIES_BYTES = 8 << 20, NARROW_WIDTH = 160, LANES = 32 };
 
 /* Where a column matrix's entries come from: row g is the output pixel (n, py, px),
  * column (r, s, ch) reads x at y = py * stride0 - pad0 + r * dilation0 (x likewise),
@@ -64,6 +72,10 @@ typedef struct Conv {
     char *scratch;               /* a tile for each part, slot bytes apart */
     size_t slot;
     int parts;
+    bool narrow;                 /* conv_narrow's way, below */
+    int64_t pad_h, pad_w;        /* narrow: the padded image's size */
+    float *lanes;                /* narrow: w as [chunk][width][LANES], zeros past the last output */
+    int64_t *offsets;            /* narrow: where column j reads, from its pixel's first tap */
 } Conv;
 
 static int64_t min64(int64_t a, int64_t b) {
@@ -313,6 +325,204 @@ static void data_part(void *ctx, int64_t first, int64_t last) {
     }
 }
 
+/* conv_narrow: the padded image of each image in turn, in the part's slot, then for each
+ * output (or column) of the filters the sum over its R x S x C taps (or the image's
+ * pixels), in order, by FMA in f32. */
+
+static bool in_place(const ddp_device_conv *c) {
+    return c->r == 1 && c->s == 1 && c->stride[0] == 1 && c->stride[1] == 1 && !c->pad_before[0] &&
+           !c->pad_before[1] && !c->pad_after[0] && !c->pad_after[1];
+}
+
+bool ddp_conv_narrow(const ddp_device_conv *c, bool wide) {
+    return wide && !c->f64 && !in_place(c) && c->mode != DDP_CONV_BACKWARD_DATA && c->k % 8 == 0 &&
+           (int64_t)c->r * c->s * c->c <= NARROW_WIDTH;
+}
+
+/* Image n of x, padded: pixel (y, x) of the result is the source's (y - pad_before[0],
+ * x - pad_before[1]), zero outside it, pad_h x pad_w pixels, as many as the taps reach. */
+static void pad_image(const Conv *v, int64_t n, float *out) {
+    const ddp_device_conv *c = v->c;
+    int64_t ch = c->c, row = v->pad_w * ch;
+    int64_t lo = min64(v->pad_w, c->pad_before[1]), hi = min64(v->pad_w, c->pad_before[1] + c->w);
+    const float *image = (const float *)v->win.src + n * c->h * c->w * ch;
+    for (int64_t y = 0; y < v->pad_h; y++, out += row) {
+        int64_t from = y - c->pad_before[0];
+        if (from < 0 || from >= c->h) {
+            memset(out, 0, (size_t)row * sizeof *out);
+            continue;
+        }
+        memset(out, 0, (size_t)(lo * ch) * sizeof *out);
+        memcpy(out + lo * ch, image + from * c->w * ch, (size_t)((hi - lo) * ch) * sizeof *out);
+        memset(out + hi * ch, 0, (size_t)((v->pad_w - hi) * ch) * sizeof *out);
+    }
+}
+
+/* The padded image's first element output pixel (py, px) reads. */
+static int64_t pixel_base(const Conv *v, int64_t py, int64_t px) {
+    const ddp_device_conv *c = v->c;
+    return (py * c->stride[0] * v->pad_w + px * c->stride[1]) * c->c;
+}
+
+/* Each written vector of a chunk: `vecs` (1 to 4) of its 8 lanes are outputs. Inlined
+ * with a constant, so that the unused accumulators vanish. */
+#define NARROW_KERNEL static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* Two rows of sums, 8 x vecs lanes each (at most LANES), in registers once inlined. */
+typedef struct Sums {
+    __m256 a[4], b[4];
+} Sums;
+
+NARROW_KERNEL Sums zero_sums(void) {
+    __m256 z = _mm256_setzero_ps();
+    return (Sums){{z, z, z, z}, {z, z, z, z}};
+}
+
+/* a += x0 f and b += x1 f, f the first vecs vectors at from. */
+NARROW_KERNEL void fma_rows(Sums *s, int vecs, const float *from, __m256 x0, __m256 x1) {
+    for (int i = 0; i < 4; i++)
+        if (i < vecs) {
+            __m256 f = _mm256_loadu_ps(from + 8 * i);
+            s->a[i] = _mm256_fmadd_ps(x0, f, s->a[i]), s->b[i] = _mm256_fmadd_ps(x1, f, s->b[i]);
+        }
+}
+
+/* Row a of s stored at out0 and row b at out1 (where not NULL), each added to what is
+ * there when `add`. */
+NARROW_KERNEL void store_rows(const Sums *s, int vecs, float *out0, float *out1, bool add) {
+    for (int i = 0; i < vecs; i++) {
+        __m256 a = s->a[i], b = s->b[i];
+        if (add)
+            a = _mm256_add_ps(_mm256_loadu_ps(out0 + 8 * i), a);
+        _mm256_storeu_ps(out0 + 8 * i, a);
+        if (!out1)
+            continue;
+        if (add)
+            b = _mm256_add_ps(_mm256_loadu_ps(out1 + 8 * i), b);
+        _mm256_storeu_ps(out1 + 8 * i, b);
+    }
+}
+
+/* Outputs [chunk * LANES, + 8 x vecs) of pixels p0 and p1 (p1 == p0 for a last odd
+ * pixel), out0 and out1 (NULL then), each the sum over the columns in order, plus
+ * beta x the old. */
+NARROW_KERNEL void narrow_pixels(const Conv *v, int vecs, const float *lanes, const float *p0, const float *p1,
+                                 float *out0, float *out1, bool beta) {
+    Sums s = zero_sums();
+    for (int64_t j = 0; j < v->width; j++, lanes += LANES)
+        fma_rows(&s, vecs, lanes, _mm256_broadcast_ss(p0 + v->offsets[j]), _mm256_broadcast_ss(p1 + v->offsets[j]));
+    store_rows(&s, vecs, out0, out1, beta);
+}
+
+/* Columns j0 and j1 (j1 == j0 for a last odd column) of the filters' gradient, outputs
+ * [chunk * LANES, + 8 x vecs), summed over the image's pixels in order and added into
+ * rows j0 and j1 of dwt ([width][outputs]). */
+NARROW_KERNEL void narrow_columns(const Conv *v, int vecs, const float *padded, const float *dy, int64_t j0,
+                                  int64_t j1, float *dwt) {
+    const ddp_device_conv *c = v->c;
+    Sums s = zero_sums();
+    const float *t0 = padded + v->offsets[j0], *t1 = padded + v->offsets[j1];
+    for (int64_t py = 0; py < c->oh; py++)
+        for (int64_t px = 0; px < c->ow; px++, dy += c->k) {
+            int64_t at = pixel_base(v, py, px);
+            fma_rows(&s, vecs, dy, _mm256_broadcast_ss(t0 + at), _mm256_broadcast_ss(t1 + at));
+        }
+    store_rows(&s, vecs, dwt + j0 * c->k, j1 != j0 ? dwt + j1 * c->k : NULL, true);
+}
+
+/* The chunk of outputs starting at o0: how many vectors of 8 it has. */
+static int chunk_vecs(const Conv *v, int64_t o0) {
+    return (int)(min64(LANES, v->outputs - o0) / 8);
+}
+
+/* kernel(v, vecs, ...) with vecs a constant, so that each count has its own inlined copy. */
+#define WITH_VECS(vecs, kernel, ...)                \
+    switch (vecs) {                                 \
+    case 4: kernel(v, 4, __VA_ARGS__); break;       \
+    case 3: kernel(v, 3, __VA_ARGS__); break;       \
+    case 2: kernel(v, 2, __VA_ARGS__); break;       \
+    default: kernel(v, 1, __VA_ARGS__); break;      \
+    }
+
+__attribute__((target("avx2,fma"))) static void narrow_forward_image(const Conv *v, const float *padded,
+                                                                     float *y) {
+    const ddp_device_conv *c = v->c;
+    int64_t next = c->stride[1] * c->c;
+    for (int64_t py = 0; py < c->oh; py++)
+        for (int64_t px = 0; px < c->ow; px += 2) {
+            const float *p0 = padded + pixel_base(v, py, px);
+            bool two = px + 1 < c->ow;
+            float *out0 = y + (py * c->ow + px) * c->k, *out1 = two ? out0 + c->k : NULL;
+            for (int64_t o0 = 0; o0 < c->k; o0 += LANES) {
+                const float *lanes = v->lanes + o0 * v->width;
+                const float *p1 = two ? p0 + next : p0;
+                float *o1 = out1 ? out1 + o0 : NULL;
+                WITH_VECS(chunk_vecs(v, o0), narrow_pixels, lanes, p0, p1, out0 + o0, o1, c->beta != 0);
+            }
+        }
+}
+
+__attribute__((target("avx2,fma"))) static void narrow_filter_image(const Conv *v, const float *padded,
+                                                                    const float *dy, float *dwt) {
+    for (int64_t o0 = 0; o0 < v->outputs; o0 += LANES)
+        for (int64_t j = 0; j < v->width; j += 2) {
+            int64_t j1 = min64(j + 1, v->width - 1);
+            WITH_VECS(chunk_vecs(v, o0), narrow_columns, padded, dy + o0, j, j1, dwt + o0);
+        }
+}
+
+/* The forward's parts: each its share of the images. */
+static void narrow_forward_part(void *ctx, int64_t first, int64_t last) {
+    const Conv *v = ctx;
+    const ddp_device_conv *c = v->c;
+    for (int64_t part = first; part < last; part++) {
+        float *padded = (float *)(v->scratch + (size_t)part * v->slot);
+        for (int64_t n = c->n * part / v->parts; n < c->n * (part + 1) / v->parts; n++) {
+            pad_image(v, n, padded);
+            narrow_forward_image(v, padded, (float *)v->out + n * c->oh * c->ow * c->k);
+        }
+    }
+}
+
+/* The backward filter's parts: each its share of the groups, a group's images summed in
+ * order into its own dwt, then written as the group's dw (group 0's onto beta x the
+ * output), for add_copies to sum in order. */
+static void narrow_filter_part(void *ctx, int64_t first, int64_t last) {
+    const Conv *v = ctx;
+    const ddp_device_conv *c = v->c;
+    int64_t image = c->oh * c->ow * c->k, elems = v->outputs * v->width;
+    for (int64_t part = first; part < last; part++) {
+        float *padded = (float *)(v->scratch + (size_t)part * v->slot), *dwt = padded + v->pad_h * v->pad_w * c->c;
+        for (int64_t group = v->groups * part / v->parts; group < v->groups * (part + 1) / v->parts; group++) {
+            memset(dwt, 0, (size_t)elems * sizeof *dwt);
+            for (int64_t n = c->n * group / v->groups; n < c->n * (group + 1) / v->groups; n++) {
+                pad_image(v, n, padded);
+                narrow_filter_image(v, padded, (const float *)v->grad + n * image, dwt);
+            }
+            float *dw = (float *)(group ? v->copies + (size_t)((group - 1) * elems) * v->es : v->out);
+            bool add = !group && c->beta != 0;
+            for (int64_t o = 0; o < v->outputs; o++)
+                for (int64_t j = 0; j < v->width; j++)
+                    dw[o * v->width + j] = (add ? dw[o * v->width + j] : 0) + dwt[j * v->outputs + o];
+        }
+    }
+}
+
+/* The filters as lanes of chunks, and each column's offset: (r, s, channel) reads
+ * (r x dilation0, s x dilation1) pixels on from the output pixel's first tap. */
+static void narrow_tables(Conv *v) {
+    const ddp_device_conv *c = v->c;
+    const float *w = (const float *)v->filters;
+    for (int64_t o0 = 0; o0 < v->outputs; o0 += LANES)
+        for (int64_t j = 0; j < v->width; j++)
+            for (int64_t l = 0; l < LANES; l++)
+                v->lanes[o0 * v->width + j * LANES + l] = o0 + l < v->outputs ? w[(o0 + l) * v->width + j] : 0;
+    for (int64_t j = 0; j < v->width; j++) {
+        int64_t r = j / (c->s * c->c), s = j / c->c % c->s, ch = j % c->c;
+        v->offsets[j] = (r * c->dilation[0] * v->pad_w + s * c->dilation[1]) * c->c + ch;
+    }
+}
+
 static bool reserve(ddp_conv_scratch *s, size_t bytes) {
     if (s->bytes >= bytes)
         return true;
@@ -326,21 +536,44 @@ static bool reserve(ddp_conv_scratch *s, size_t bytes) {
     return true;
 }
 
+static size_t round_up(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+
 static int64_t tile_rows(int64_t width, size_t es) {
     return min64(MAX_TILE_ROWS, max64(MIN_TILE_ROWS, TILE_BYTES / (width * (int64_t)es)));
 }
 
 /* The mode's products: the column matrix, its tiles, the part's function, and how many
  * pieces there are to share among the threads. */
-static ddp_range_fn plan(Conv *v, const ddp_device_conv *c, char *x, char *filters, char *y, int64_t *pieces) {
-    v->direct = c->r == 1 && c->s == 1 && c->stride[0] == 1 && c->stride[1] == 1 && !c->pad_before[0] &&
-                !c->pad_before[1] && !c->pad_after[0] && !c->pad_after[1];
+/* The narrow way's parts: images for the forward, groups of images for the filters'
+ * gradient (as many as the shapes give, whatever the threads). */
+static ddp_range_fn plan_narrow(Conv *v, const ddp_device_conv *c, char *filters, char *y, int64_t *pieces) {
+    v->pad_h = (c->oh - 1) * c->stride[0] + (c->r - 1) * c->dilation[0] + 1;
+    v->pad_w = (c->ow - 1) * c->stride[1] + (c->s - 1) * c->dilation[1] + 1;
+    if (c->mode == DDP_CONV_FORWARD) {
+        v->out = y;
+        *pieces = c->n;
+        return narrow_forward_part;
+    }
+    v->grad = y, v->out = filters;
+    int64_t fit = 1 + GROUP_COPIES_BYTES / (v->outputs * v->width * (int64_t)v->es);
+    v->groups = worth_threads(v) ? max64(1, min64(min64(FILTER_PIECES, c->n), fit)) : 1;
+    *pieces = v->groups;
+    return narrow_filter_part;
+}
+
+static ddp_range_fn plan(Conv *v, const ddp_device_conv *c, char *x, char *filters, char *y, int64_t *pieces,
+                         bool wide) {
+    v->direct = in_place(c);
     v->win = (Window){x, c->h, c->w, c->c, c->oh, c->ow, c->r, c->s, {c->stride[0], c->stride[1]},
                       {c->pad_before[0], c->pad_before[1]}, {c->dilation[0], c->dilation[1]}};
     v->rows = (int64_t)c->n * c->oh * c->ow, v->width = (int64_t)c->r * c->s * c->c;
     v->outputs = c->k;
     v->tile = v->direct ? MAX_TILE_ROWS : tile_rows(v->width, v->es);
     v->filters = filters;
+    if ((v->narrow = ddp_conv_narrow(c, wide)))
+        return plan_narrow(v, c, filters, y, pieces);
     switch (c->mode) {
     case DDP_CONV_FORWARD:
         v->out = y;
@@ -370,10 +603,10 @@ static ddp_range_fn plan(Conv *v, const ddp_device_conv *c, char *x, char *filte
 }
 
 bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_conv *c, void *x, void *filters,
-                  void *y) {
+                  void *y, bool wide) {
     Conv v = {.c = c, .es = c->f64 ? 8 : 4};
     int64_t pieces;
-    ddp_range_fn run = plan(&v, c, x, filters, y, &pieces);
+    ddp_range_fn run = plan(&v, c, x, filters, y, &pieces, wide);
     if (c->n == 0) { /* an empty batch: the filters' gradient is zero, the rest empty */
         if (c->mode == DDP_CONV_BACKWARD_FILTER && c->beta == 0)
             memset(filters, 0, (size_t)(v.width * v.outputs) * v.es);
@@ -381,13 +614,25 @@ bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_co
     }
     v.parts = worth_threads(&v) ? (int)min64(ddp_pool_threads(pool), pieces) : 1;
     int64_t slot_width = c->mode == DDP_CONV_BACKWARD_FILTER ? min64(BLOCK, v.width) : v.width;
-    v.slot = v.direct ? 0 : ((size_t)(min64(v.tile, v.rows) * slot_width) * v.es + 63) / 64 * 64;
-    size_t copies = v.groups > 1 ? ((size_t)((v.groups - 1) * v.outputs * v.width) * v.es + 63) / 64 * 64 : 0;
-    if (!reserve(scratch, copies + v.slot * (size_t)v.parts))
+    v.slot = v.direct ? 0 : round_up((size_t)(min64(v.tile, v.rows) * slot_width) * v.es);
+    size_t copies = v.groups > 1 ? round_up((size_t)((v.groups - 1) * v.outputs * v.width) * v.es) : 0;
+    size_t lanes = 0, offsets = 0;
+    if (v.narrow) { /* a padded image a part (and a dwt), the filters' lanes and offsets for all */
+        int64_t dwt = c->mode == DDP_CONV_BACKWARD_FILTER ? v.width * v.outputs : 0;
+        v.slot = round_up((size_t)(v.pad_h * v.pad_w * c->c + dwt) * sizeof(float));
+        lanes = round_up((size_t)((v.outputs + LANES - 1) / LANES * LANES * v.width) * sizeof(float));
+        offsets = round_up((size_t)v.width * sizeof(int64_t));
+    }
+    if (!reserve(scratch, copies + lanes + offsets + v.slot * (size_t)v.parts))
         return false;
     v.copies = v.scratch = scratch->base; /* NULL where no scratch is needed: no offset added then */
     if (copies)
         v.scratch += copies;
+    if (v.narrow) {
+        v.lanes = (float *)v.scratch, v.offsets = (int64_t *)(v.scratch + lanes);
+        v.scratch += lanes + offsets;
+        narrow_tables(&v);
+    }
     ddp_pool_for(pool, run, &v, 0, v.parts, 2);
     if (v.groups > 1)
         ddp_pool_for(pool, add_copies, &v, 0, v.outputs * v.width, 1 << 14);

@@ -122,6 +122,7 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     }
     bool wide = !o->baseline_cpu && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     rt->kernels = wide ? p->cpu_wide : p->cpu_baseline;
+    rt->wide_cpu = wide;
     int threads = o->threads > 0 ? o->threads : default_threads();
     if (!(rt->pool = ddp_pool_new(threads, "ddp-compute")))
         return open_failed(rt, "cannot start the compute threads: out of memory", err, errlen);
@@ -350,7 +351,7 @@ static void run_step(ddp_runtime *rt, int phase, int64_t i) {
         void *x = rt->buffers[cv->x], *filters = rt->buffers[cv->filters], *y = rt->buffers[cv->y];
         if (d.bf16 || rt->options.reference_convolutions) /* no bf16 in OpenBLAS; the checks: the reference */
             ddp_conv_reference(&d, x, filters, y);
-        else if (!ddp_conv_cpu(rt->pool, &rt->conv_scratch, &d, x, filters, y))
+        else if (!ddp_conv_cpu(rt->pool, &rt->conv_scratch, &d, x, filters, y, rt->wide_cpu))
             fill_nan(rt->buffers[written_by(cv)], p->buffers[written_by(cv)].bytes); /* no memory: refused as NaN */
         break;
     }

@@ -666,7 +666,10 @@ const char *ddp_gpu_convolutions(const ddp_runtime *rt) {
         return rt->gpu->no_library;
     if (ddp_gpu_path(rt) == DDP_PATH_GENERATED)
         return rt->gpu && !rt->gpu->dev->ops->conv ? rt->gpu->dev->convolutions : "generated: im2col and products";
-    return rt->gpu ? rt->gpu->dev->convolutions : "the CPU's: tiles of columns and products";
+    if (rt->gpu)
+        return rt->gpu->dev->convolutions;
+    return rt->wide_cpu ? "the CPU's: tiles of columns and products, narrow filters by FMA"
+                        : "the CPU's: tiles of columns and products";
 }
 
 bool ddp_gpu_times_engines(const ddp_runtime *rt) {

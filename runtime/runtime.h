@@ -287,6 +287,7 @@ typedef struct ddp_runtime {
     void ***step_args[DDP_PHASE_COUNT]; /* each kernel step's buffers, by step */
     ddp_scalar scalars[DDP_S_COUNT];
     const ddp_kernel_fn *kernels;  /* the variant this CPU runs */
+    bool wide_cpu;                 /* that variant is AVX2's (the narrow convolutions' kernels too) */
     ddp_pool *pool;
     ddp_conv_scratch conv_scratch; /* the CPU's convolutions' tiles */
     int cpu_path;                  /* the CPU's convolutions' ddp_path unless options.convolutions says */

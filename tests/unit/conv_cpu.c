@@ -12,7 +12,10 @@
  * convolution on pools of 1, 2 and 3 threads gives the same bits, an empty batch
  * zeroes the filters' gradient (beta 0) or leaves it (beta 1), the scratch grows
  * from one call to a larger one, and a scratch that cannot be allocated refuses the
- * call. */
+ * call. Where the CPU has AVX2 and FMA, every shape runs again with the narrow
+ * convolutions' kernels allowed (f32 filters of at most 160 columns and outputs in
+ * eights: outputs of one, two, three and four vectors, odd pixels and columns left
+ * over, strides, dilations, padding past the taps' reach), held to the same bounds. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,7 +44,14 @@ static const Shape shapes[] = {
     {"1x1 stride 2", 4, 9, 9, 16, 32, 1, 1, {2, 2}, {1, 1}, {0, 0}, {0, 0}},
     {"7x7 stride 2 wide padding", 2, 16, 16, 3, 16, 7, 7, {2, 2}, {1, 1}, {3, 3}, {3, 3}},
     {"4x4 padding larger than the taps reach", 2, 5, 5, 2, 3, 4, 4, {1, 1}, {1, 1}, {4, 4}, {4, 4}},
+    {"4x4 padding past the taps, 8 outputs", 3, 5, 7, 2, 8, 4, 4, {1, 1}, {1, 1}, {4, 4}, {4, 3}},
+    {"3x3 dilation 2 stride 2, 40 outputs", 5, 13, 12, 3, 40, 3, 3, {2, 2}, {2, 2}, {2, 1}, {2, 2}},
+    {"3x3 asymmetric padding, 56 outputs", 3, 9, 10, 2, 56, 3, 3, {1, 2}, {1, 1}, {0, 1}, {1, 0}},
+    {"5x5 strides 2 and 1, 24 outputs, tail of the image unread", 4, 11, 9, 1, 24, 5, 5, {2, 1}, {1, 1}, {0, 2}, {0, 2}},
 };
+
+static bool wide;   /* the narrow convolutions' kernels allowed */
+static int narrows; /* the checks they ran */
 
 static ddp_device_conv make_conv(const Shape *sh, int mode, double beta, bool f64) {
     ddp_device_conv c = {.mode = mode, .n = sh->n, .h = sh->h, .w = sh->w, .c = sh->c, .k = sh->k, .r = sh->r,
@@ -116,7 +126,7 @@ static ddp_pool *pools[4];
 
 /* The written tensor of c on t by the CPU's convolution, with `threads` threads. */
 static bool run_cpu(const ddp_device_conv *c, Tensors *t, int threads, ddp_conv_scratch *scratch) {
-    return ddp_conv_cpu(pools[threads], scratch, c, t->t[0], t->t[1], t->t[2]);
+    return ddp_conv_cpu(pools[threads], scratch, c, t->t[0], t->t[1], t->t[2], wide);
 }
 
 static void check_mode(const Shape *sh, int mode, double beta, bool f64) {
@@ -153,8 +163,9 @@ static void check_mode(const Shape *sh, int mode, double beta, bool f64) {
         free_tensors(&again);
     }
     CHECK(same_bits);
-    printf("%s %s, %s, beta %g, %s: %.2f of the rounding allowed%s\n", within && same_bits ? "ok  " : "FAIL",
-           sh->name, mode_names[mode], beta, f64 ? "f64" : "f32", worst,
+    narrows += ddp_conv_narrow(&c, wide);
+    printf("%s %s, %s, beta %g, %s%s: %.2f of the rounding allowed%s\n", within && same_bits ? "ok  " : "FAIL",
+           sh->name, mode_names[mode], beta, f64 ? "f64" : "f32", ddp_conv_narrow(&c, wide) ? ", narrow kernels" : "", worst,
            same_bits ? ", the same bits on 1, 2 and 3 threads" : ", DIFFERENT bits on 1, 2 or 3 threads");
     ddp_conv_scratch_free(&scratch);
     free_tensors(&given);
@@ -174,7 +185,7 @@ static void check_empty_batch(void) {
         for (size_t i = 0; i < count; i++)
             filters[i] = 1.5f;
         ddp_conv_scratch scratch = {0};
-        CHECK(ddp_conv_cpu(pools[2], &scratch, &c, &x, filters, &y));
+        CHECK(ddp_conv_cpu(pools[2], &scratch, &c, &x, filters, &y, wide));
         bool right = true;
         for (size_t i = 0; i < count; i++)
             right = right && filters[i] == (beta ? 1.5f : 0.0f);
@@ -213,7 +224,7 @@ static void check_no_memory(void) {
                          .oh = 1, .ow = 1, .stride = {1, 1}, .dilation = {1, 1}, .pad_before = {63, 63}};
     float x = 1, w = 2, y = 3;
     ddp_conv_scratch scratch = {0};
-    bool refused = !ddp_conv_cpu(pools[2], &scratch, &c, &x, &w, &y) && y == 3 && !scratch.base;
+    bool refused = !ddp_conv_cpu(pools[2], &scratch, &c, &x, &w, &y, false) && y == 3 && !scratch.base;
     CHECK(refused);
     printf("%s no memory for the scratch: refused, nothing written\n", refused ? "ok  " : "FAIL");
     ddp_conv_scratch_free(&scratch);
@@ -222,12 +233,21 @@ static void check_no_memory(void) {
 int main(void) {
     for (int threads = 1; threads <= 3; threads++)
         pools[threads] = ddp_pool_new(threads, "ddp-test");
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        for (int mode = DDP_CONV_FORWARD; mode <= DDP_CONV_BACKWARD_FILTER; mode++)
-            for (int f64 = 0; f64 <= 1; f64++)
-                for (int beta = 0; beta <= 1; beta++)
-                    check_mode(&shapes[i], mode, beta, f64);
-    check_empty_batch();
+    bool has_wide = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!has_wide)
+        printf("this CPU has no AVX2 and FMA: the narrow convolutions' kernels are not run\n");
+    for (int way = 0; way <= has_wide; way++) {
+        wide = way == 1;
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            for (int mode = DDP_CONV_FORWARD; mode <= DDP_CONV_BACKWARD_FILTER; mode++)
+                for (int f64 = 0; f64 <= 1; f64++)
+                    for (int beta = 0; beta <= 1; beta++)
+                        check_mode(&shapes[i], mode, beta, f64);
+        check_empty_batch();
+    }
+    CHECK(narrows == 0 || has_wide);
+    CHECK(narrows == 32 || !has_wide); /* 8 shapes, forward and filter, beta 0 and 1, f32 */
+    printf("%d checks by the narrow kernels\n", narrows);
     check_scratch_grows();
     check_no_memory();
     for (int threads = 1; threads <= 3; threads++)
