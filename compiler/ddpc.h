@@ -797,7 +797,7 @@ typedef struct Ir {
     VEC(Bucket) buckets;
     int64_t bucket_bytes;
     int64_t grads_bytes;      /* the GRADS region: the gradients, and their bf16 copy (allreduce_precision) */
-    Tensor *all_params, *all_grads, *states[2]; /* the flat vectors, for the optimizer */
+    Tensor *all_params, *all_grads, *states[3]; /* the flat vectors, for the optimizer */
     /* the memory plan */
     int64_t arena_bytes, workspace_bytes;                 /* peaks, planned */
     int64_t no_reuse_arena_bytes, no_reuse_workspace_bytes; /* each tensor apart */

@@ -1686,7 +1686,7 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     if (op->code == DDP_OPT_SGD) {
         LLVMValueRef gw = fadd(cg, g, fmul(cg, wd, p));
         upd = gw;
-        if (ir->state_vectors) {
+        if (o->momentum > 0) { /* its velocity the first state vector */
             LLVMValueRef mu = R(cg, o->momentum);
             LLVMValueRef v = fadd(cg, fmul(cg, mu, cg_load(cg, ir->states[0], i)), gw);
             cg_store(cg, ir->states[0], i, v);
@@ -1707,7 +1707,13 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
         if (decoupled)
             upd = fadd(cg, upd, fmul(cg, wd, p));
     }
-    cg_store(cg, ir->all_params, i, fsub(cg, p, fmul(cg, lr, upd)));
+    LLVMValueRef next = fsub(cg, p, fmul(cg, lr, upd));
+    cg_store(cg, ir->all_params, i, next);
+    if (o->ema > 0) { /* Keras's use_ema: average x ema + new x (1 - ema), the last state vector */
+        Tensor *average = ir->states[ir->state_vectors - 1];
+        cg_store(cg, average, i,
+                 fadd(cg, fmul(cg, R(cg, o->ema), cg_load(cg, average, i)), fmul(cg, R(cg, 1 - o->ema), next)));
+    }
 }
 
 /* ------------------------------------------------------------------- driver */

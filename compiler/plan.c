@@ -92,8 +92,8 @@ static void lay_out_vectors(Ddpc *c, Ir *ir) {
         offset += ir->stats.items[i]->elems;
     }
     ir->stats_count = offset;
-    Tensor *whole[] = {ir->all_params, ir->all_grads, ir->states[0], ir->states[1]};
-    for (int i = 0; i < 4; i++)
+    Tensor *whole[] = {ir->all_params, ir->all_grads, ir->states[0], ir->states[1], ir->states[2]};
+    for (int i = 0; i < 5; i++)
         if (whole[i])
             whole[i]->elems = ir->param_count;
     int64_t chunks = (ir->param_count + NONFINITE_CHUNK - 1) / NONFINITE_CHUNK;
@@ -334,7 +334,7 @@ static void place_small_regions(Ir *ir) {
         else if (t->kind == T_STAT)
             t->region = DDP_REGION_STATS, t->offset = t->flat * elem;
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (ir->states[i]) {
             ir->states[i]->region = DDP_REGION_STATE;
             ir->states[i]->offset = i * ir->param_count * dtype_size(ir->dtype);

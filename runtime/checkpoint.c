@@ -3,7 +3,8 @@
  *
  * A checkpoint is one safetensors file, `step-NNNNNNNNNN.safetensors` in the run's
  * checkpoint folder: the model's tensors under their own names (so --load takes a
- * checkpoint too), the optimizer's state ("optimizer.state.K"), every other worker's
+ * checkpoint too), the optimizer's state ("optimizer.state.K"; ema's moving average of
+ * the parameters, its last vector, as "optimizer.average"), every other worker's
  * batch-normalisation statistics ("worker.R.statistics": they differ between workers)
  * and every worker's loss and metric sums of the epoch so far ("worker.R.accumulators"),
  * with metadata strings: where the run is (step, epoch, batch, samples, the last
@@ -238,6 +239,14 @@ static void watch_read(const char *text, ddp_watch *w) {
         *w = (ddp_watch){best, step, since};
 }
 
+void ddp_state_name(const ddp_program *p, int64_t v, char *out, size_t len) {
+    const ddp_optimizer *o = &p->settings.optimizer;
+    if (o->ema > 0 && v == o->state_vectors - 1)
+        snprintf(out, len, "optimizer.average");
+    else
+        snprintf(out, len, "optimizer.state.%lld", (long long)v);
+}
+
 /* The tensors of a checkpoint: the model's, the optimizer's state, the other workers'
  * statistics, every worker's sums. The arrays point into rt and workers. */
 typedef char TensorName[48];
@@ -255,7 +264,7 @@ static ddp_tensor_out *checkpoint_tensors(ddp_runtime *rt, int world, const doub
     }
     int64_t k = model;
     for (int64_t v = 0; v < p->settings.optimizer.state_vectors; v++) {
-        snprintf(names[k], sizeof *names, "optimizer.state.%lld", (long long)v);
+        ddp_state_name(p, v, names[k], sizeof *names);
         t[k] = (ddp_tensor_out){names[k], ddp_dtype_name(p), 1, {p->param_count},
                                   (char *)rt->region[DDP_REGION_STATE] + v * p->param_count * rt->elem_size,
                                   p->param_count * rt->elem_size};
@@ -530,7 +539,7 @@ static bool apply(ddp_runtime *rt, const ddp_tensor_file *f, const char *path, i
         ddp_tensor_values(f, e, f64, (char *)rt->region[q->region] + q->offset * rt->elem_size, q->count);
     }
     for (int64_t v = 0; v < p->settings.optimizer.state_vectors; v++) {
-        snprintf(name, sizeof name, "optimizer.state.%lld", (long long)v);
+        ddp_state_name(p, v, name, sizeof name);
         const ddp_tensor_in *e = tensor_of(f, name, p->param_count, path, err, errlen);
         if (!e)
             return false;

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 8
+#define DDP_ABI_VERSION 9
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -350,7 +350,8 @@ enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };
     X##_F64(T, epsilon)                                                                                      \
     X##_I64(T, nesterov)                                                                                     \
     X##_F64(T, clip_norm)     /* the gradients' largest global L2 norm, scaled down to it past it; 0: none */ \
-    X##_I64(T, state_vectors) /* flat vectors of optimizer state: sgd 0 or 1 (momentum), adam 2 */
+    X##_F64(T, ema)           /* the parameters' moving average's decay, its vector the last state; 0: none */ \
+    X##_I64(T, state_vectors) /* flat vectors of optimizer state: sgd 0 or 1 (momentum), adam 2; +1 with ema */
 DDP_CONTRACT(ddp_optimizer)
 
 enum ddp_loss_kind { DDP_LOSS_SPARSE_CATEGORICAL, DDP_LOSS_CATEGORICAL, DDP_LOSS_BINARY,

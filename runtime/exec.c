@@ -194,6 +194,30 @@ void ddp_init_params(ddp_runtime *rt, uint64_t seed) {
     memset(rt->region[DDP_REGION_STATE], 0, (size_t)prog->region_bytes[DDP_REGION_STATE]);
 }
 
+char *ddp_average(ddp_runtime *rt) {
+    const ddp_optimizer *o = &rt->program->settings.optimizer;
+    if (!(o->ema > 0))
+        return NULL;
+    return (char *)rt->region[DDP_REGION_STATE] + (o->state_vectors - 1) * rt->program->param_count * rt->elem_size;
+}
+
+void ddp_start_average(ddp_runtime *rt) {
+    char *average = ddp_average(rt);
+    if (average)
+        memcpy(average, rt->region[DDP_REGION_PARAMS], (size_t)(rt->program->param_count * rt->elem_size));
+}
+
+void ddp_trade_average(ddp_runtime *rt) {
+    char *average = ddp_average(rt), *params = rt->region[DDP_REGION_PARAMS], held[4096];
+    size_t bytes = (size_t)(rt->program->param_count * rt->elem_size);
+    for (size_t at = 0; average && at < bytes; at += sizeof held) {
+        size_t n = bytes - at < sizeof held ? bytes - at : sizeof held;
+        memcpy(held, params + at, n);
+        memcpy(params + at, average + at, n);
+        memcpy(average + at, held, n);
+    }
+}
+
 /* --------------------------------------------------------------- the walk */
 
 static int64_t live(const ddp_runtime *rt, ddp_dim d) {

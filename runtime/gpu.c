@@ -288,6 +288,14 @@ bool ddp_to_host(ddp_runtime *rt, int region) {
     return !rt->gpu || ddp_gpu_exchange(rt, region, 0, rt->program->region_bytes[region], rt->region[region], false);
 }
 
+bool ddp_average_moved(ddp_runtime *rt, bool up) {
+    char *average = ddp_average(rt);
+    if (!rt->gpu || !average)
+        return true;
+    int64_t offset = average - (char *)rt->region[DDP_REGION_STATE];
+    return ddp_gpu_exchange(rt, DDP_REGION_STATE, offset, rt->program->param_count * rt->elem_size, average, up);
+}
+
 bool ddp_batch_writable(ddp_runtime *rt) {
     ddp_gpu *g = rt->gpu;
     if (!g || !g->upload_queued)

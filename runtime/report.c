@@ -263,7 +263,11 @@ static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp
     if (!isnan(cfg->learning_rate))
         n += snprintf(out + n, len - (size_t)n, " from --lr");
     if (decay != 0)
-        snprintf(out + n, len - (size_t)n, ", weight decay %g", decay);
+        n += snprintf(out + n, len - (size_t)n, ", weight decay %g", decay);
+    if (o->clip_norm > 0)
+        n += snprintf(out + n, len - (size_t)n, ", gradient norm clipped to %g", o->clip_norm);
+    if (o->ema > 0)
+        snprintf(out + n, len - (size_t)n, ", parameters' moving average %g (validated and saved)", o->ema);
 }
 
 void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *train, const ddp_data *validation,

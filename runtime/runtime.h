@@ -310,6 +310,20 @@ void ddp_close(ddp_runtime *rt);
 /* Sets the parameters and statistics to their initial values for a seed: the same on
  * every machine and for any number of workers. */
 void ddp_init_params(ddp_runtime *rt, uint64_t seed);
+/* The optimizer's ema (Keras's use_ema): the moving average of the parameters, the last
+ * state vector, on the host (NULL without ema); made the parameters the run starts from
+ * (ddp_start_average; ddp_load_params sets it, from a checkpoint's own average where it
+ * has one; a resumed run's comes from its checkpoint); and its
+ * contents traded with the parameters' (ddp_trade_average: validation, the best file and
+ * --save see the average; trading again puts them back). */
+char *ddp_average(ddp_runtime *rt);
+void ddp_start_average(ddp_runtime *rt);
+void ddp_trade_average(ddp_runtime *rt);
+/* The average's host mirror copied to the GPU (up) or from it; true on the CPU. */
+bool ddp_average_moved(ddp_runtime *rt, bool up);
+/* The name of the optimizer's state vector v in a checkpoint: "optimizer.state.V", or
+ * ema's average "optimizer.average", which --load of a checkpoint takes too. */
+void ddp_state_name(const ddp_program *p, int64_t v, char *out, size_t len);
 void ddp_set_batch(ddp_runtime *rt, int64_t local, int64_t global);
 /* The steps of a phase. On a GPU they are queued, and run once the host waits for
  * them (ddp_to_host, ddp_gpu_synchronize); false with rt->device_error when the GPU
@@ -857,8 +871,8 @@ ddp_text ddp_layouts_text(const ddp_program *p);
 bool ddp_save_params(ddp_runtime *rt, const char *path, const ddp_meta *extra, int nextra, char *err,
                      size_t errlen);
 /* Reads every parameter and statistic from a safetensors file (a checkpoint too), each
- * checked by name, dtype and shape; note gets a line worth showing (another program's
- * hash) or "". */
+ * checked by name, dtype and shape, and sets ema's average (a checkpoint's own, else
+ * the parameters); note gets a line worth showing (another program's hash) or "". */
 bool ddp_load_params(ddp_runtime *rt, const char *path, char *note, size_t notelen, char *err, size_t errlen);
 
 /* ----------------------------------------------------------- tensorboard.c */

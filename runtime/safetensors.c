@@ -525,6 +525,15 @@ bool ddp_load_params(ddp_runtime *rt, const char *path, char *note, size_t notel
         ddp_tensor_values(&f, ddp_tensors_find(&f, q->name), p->dtype == DDP_F64,
                           (char *)rt->region[q->region] + q->offset * rt->elem_size, q->count);
     }
+    /* ema's average: a checkpoint's own (so that --evaluate of it gives its run's
+     * figures), else the parameters loaded */
+    const ddp_tensor_in *average =
+        ok && ddp_average(rt) && checkpoint_only(&f, "optimizer.average") ? ddp_tensors_find(&f, "optimizer.average")
+                                                                           : NULL;
+    if (average && average->rank == 1 && average->shape[0] == p->param_count && dtype_bytes(average->dtype))
+        ddp_tensor_values(&f, average, p->dtype == DDP_F64, ddp_average(rt), p->param_count);
+    else if (ok)
+        ddp_start_average(rt);
     char mine[32];
     const char *hash = ok ? ddp_tensors_meta(&f, "program_hash") : NULL;
     snprintf(mine, sizeof mine, "%016llx", (unsigned long long)p->hash);

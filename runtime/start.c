@@ -529,6 +529,8 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
         fail(&job, err);
         goto done;
     }
+    if (!cfg.load_path) /* a loaded file sets it (ddp_load_params) */
+        ddp_start_average(rt);
     if (!ddp_to_device(rt, DDP_REGION_PARAMS) || !ddp_to_device(rt, DDP_REGION_STATS) ||
         !ddp_to_device(rt, DDP_REGION_STATE)) {
         fail(&job, rt->device_error);

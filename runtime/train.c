@@ -263,6 +263,31 @@ static bool region_up(Run *r, int region, char *err, size_t errlen) {
     return ddp_to_device(r->rt, region) || ddp_fail(err, errlen, "%s", r->rt->device_error);
 }
 
+/* With the optimizer's ema, the parameters and their moving average trade places on
+ * the host mirrors, and on the device too when `device`; a second call trades them
+ * back. Validation, the best file and --save see the average, as Keras's use_ema
+ * leaves a model; training goes on from the parameters. */
+static bool trade_average(Run *r, bool device, char *err, size_t len) {
+    if (!ddp_average(r->rt))
+        return true;
+    if (!region_down(r, DDP_REGION_PARAMS, err, len) || !ddp_average_moved(r->rt, false))
+        return ddp_fail(err, len, "%s", r->rt->device_error);
+    ddp_trade_average(r->rt);
+    return !device || (region_up(r, DDP_REGION_PARAMS, err, len) &&
+                       (ddp_average_moved(r->rt, true) || ddp_fail(err, len, "%s", r->rt->device_error)));
+}
+
+/* The parameters (ema's average where there is one) and the statistics written to path
+ * by this worker, copied from the device; the host mirrors are left as the device's. */
+static bool save_parameters(Run *r, const char *path, const ddp_meta *meta, int nmeta, char *err, size_t len) {
+    if (!region_down(r, DDP_REGION_PARAMS, err, len) || !region_down(r, DDP_REGION_STATS, err, len) ||
+        !trade_average(r, false, err, len))
+        return false;
+    bool saved = ddp_save_params(r->rt, path, meta, nmeta, err, len);
+    ddp_trade_average(r->rt);
+    return saved;
+}
+
 /* The accumulators' host mirror summed over the workers into sums, then the sum of
  * the workers' non-finite flags (nonzero when any is set). */
 static bool sum_figures(Run *r, double *sums, char *err, size_t errlen) {
@@ -385,14 +410,15 @@ static bool gather_predictions(Run *r, int64_t b, char *err, size_t errlen) {
            ddp_fail(err, errlen, "--predict %s: cannot write: %s", r->cfg->predict_path, strerror(errno));
 }
 
-/* Every validation sample through the evaluation phase, each worker its shard. The
- * training figures of the epoch so far (the accumulators and r->global) are left as
- * they were. */
+/* Every validation sample through the evaluation phase, each worker its shard, with
+ * ema's average in place of the parameters where there is one. The training figures
+ * of the epoch so far (the accumulators and r->global) are left as they were. */
 static bool validate(Run *r, char *err, size_t errlen) {
     ddp_runtime *rt = r->rt;
     int64_t pairs = rt->program->accum_pairs;
     double saved[2 * 64], sums[2 * 64 + 4];
-    if (!average_statistics(r, err, errlen) || !region_down(r, DDP_REGION_ACCUM, err, errlen))
+    if (!average_statistics(r, err, errlen) || !region_down(r, DDP_REGION_ACCUM, err, errlen) ||
+        !trade_average(r, true, err, errlen))
         return false;
     memcpy(saved, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * pairs));
     ddp_zero_accumulators(rt);
@@ -410,7 +436,7 @@ static bool validate(Run *r, char *err, size_t errlen) {
     r->validated = ok;
     r->validated_step = r->step;
     memcpy(ddp_accumulators(rt), saved, sizeof(double) * (size_t)(2 * pairs));
-    return ok && region_up(r, DDP_REGION_ACCUM, err, errlen);
+    return ok && region_up(r, DDP_REGION_ACCUM, err, errlen) && trade_average(r, true, err, errlen);
 }
 
 /* ----------------------------------------------------------------- a step */
@@ -654,9 +680,7 @@ static bool save_best(Run *r, char *err, size_t len) {
         snprintf(value, sizeof value, "%.17g", r->best.best);
         snprintf(figure, sizeof figure, "%s", ddp_watched_name(p, p->settings.save_best));
         ddp_meta meta[] = {{"step", step}, {"figure", figure}, {"value", value}};
-        saved = region_down(r, DDP_REGION_PARAMS, why, sizeof why) &&
-                region_down(r, DDP_REGION_STATS, why, sizeof why) &&
-                ddp_save_params(r->rt, path, meta, 3, why, sizeof why);
+        saved = save_parameters(r, path, meta, 3, why, sizeof why);
     }
     if (r->ring && !ddp_ring_broadcast(r->ring, &saved, sizeof saved, 0, err, len))
         return false;
@@ -950,7 +974,7 @@ static bool finish_training(Run *r, char *why, size_t len) {
     if (r->ring && !ddp_parameters_agree(r->rt, r->ring, "after training", "the workers' updates were not the "
                                          "same, which is a fault of ddp's runtime: please report it", err, sizeof err))
         return failed_after(r, "comparing the parameters", err, why, len);
-    if (r->cfg->save_path && r->rank == 0 && !ddp_save_params(r->rt, r->cfg->save_path, NULL, 0, err, sizeof err))
+    if (r->cfg->save_path && r->rank == 0 && !save_parameters(r, r->cfg->save_path, NULL, 0, err, sizeof err))
         return failed_after(r, "saving", err, why, len);
     return true;
 }
@@ -993,9 +1017,7 @@ static int train_all(Run *r) {
         }
         /* the update of the failed step never ran, so worker 0 holds the job's last
          * parameters, whatever went wrong elsewhere */
-        if (r->cfg->save_path && r->rank == 0 && region_down(r, DDP_REGION_PARAMS, err, sizeof err) &&
-            region_down(r, DDP_REGION_STATS, err, sizeof err) &&
-            ddp_save_params(r->rt, r->cfg->save_path, NULL, 0, err, sizeof err))
+        if (r->cfg->save_path && r->rank == 0 && save_parameters(r, r->cfg->save_path, NULL, 0, err, sizeof err))
             snprintf(why + strlen(why), sizeof why - strlen(why), ". The parameters from before it are in %s%s",
                      r->cfg->save_path, r->ring && r->rt->program->stats_count ? " (with worker 0's own "
                      "batch-normalisation statistics)" : "");
