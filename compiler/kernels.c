@@ -1682,6 +1682,7 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     if (cg->grad_scale) /* scaled before anything else sees them, weight decay included */
         g = fmul(cg, g, cg->grad_scale);
     const ddp_optimizer *o = &ir->config->optimizer;
+    LLVMValueRef average = o->ema > 0 ? cg_load(cg, ir->states[ir->state_vectors - 1], i) : NULL;
     LLVMValueRef upd;
     if (op->code == DDP_OPT_SGD) {
         LLVMValueRef gw = fadd(cg, g, fmul(cg, wd, p));
@@ -1709,11 +1710,9 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     }
     LLVMValueRef next = fsub(cg, p, fmul(cg, lr, upd));
     cg_store(cg, ir->all_params, i, next);
-    if (o->ema > 0) { /* Keras's use_ema: average x ema + new x (1 - ema), the last state vector */
-        Tensor *average = ir->states[ir->state_vectors - 1];
-        cg_store(cg, average, i,
-                 fadd(cg, fmul(cg, R(cg, o->ema), cg_load(cg, average, i)), fmul(cg, R(cg, 1 - o->ema), next)));
-    }
+    if (average) /* Keras's use_ema: ema x average + (1 - ema) x the new parameter */
+        cg_store(cg, ir->states[ir->state_vectors - 1], i,
+                 fadd(cg, fmul(cg, R(cg, o->ema), average), fmul(cg, R(cg, 1 - o->ema), next)));
 }
 
 /* ------------------------------------------------------------------- driver */

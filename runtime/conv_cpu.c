@@ -364,8 +364,8 @@ static int64_t pixel_base(const Conv *v, int64_t py, int64_t px) {
     return (py * c->stride[0] * v->pad_w + px * c->stride[1]) * c->c;
 }
 
-/* Each written vector of a chunk: `vecs` (1 to 4) of its 8 lanes are outputs. Inlined
- * with a constant, so that the unused accumulators vanish. */
+/* The kernels below take `vecs`, a chunk's vectors of 8 outputs (1 to 4), as a
+ * constant: inlined for each count, the accumulators it leaves unused vanish. */
 #define NARROW_KERNEL static inline __attribute__((always_inline, target("avx2,fma")))
 
 /* Two rows of sums, 8 x vecs lanes each (at most LANES), in registers once inlined. */
@@ -508,12 +508,12 @@ static void narrow_filter_part(void *ctx, int64_t first, int64_t last) {
     }
 }
 
-/* The filters as lanes of chunks, and each column's offset: (r, s, channel) reads
- * (r x dilation0, s x dilation1) pixels on from the output pixel's first tap. */
+/* The forward's filters as lanes of chunks, and each column's offset: (r, s, channel)
+ * reads (r x dilation0, s x dilation1) pixels on from the output pixel's first tap. */
 static void narrow_tables(Conv *v) {
     const ddp_device_conv *c = v->c;
     const float *w = (const float *)v->filters;
-    for (int64_t o0 = 0; o0 < v->outputs; o0 += LANES)
+    for (int64_t o0 = 0; c->mode == DDP_CONV_FORWARD && o0 < v->outputs; o0 += LANES)
         for (int64_t j = 0; j < v->width; j++)
             for (int64_t l = 0; l < LANES; l++)
                 v->lanes[o0 * v->width + j * LANES + l] = o0 + l < v->outputs ? w[(o0 + l) * v->width + j] : 0;
@@ -618,9 +618,9 @@ bool ddp_conv_cpu(ddp_pool *pool, ddp_conv_scratch *scratch, const ddp_device_co
     size_t copies = v.groups > 1 ? round_up((size_t)((v.groups - 1) * v.outputs * v.width) * v.es) : 0;
     size_t lanes = 0, offsets = 0;
     if (v.narrow) { /* a padded image a part (and a dwt), the filters' lanes and offsets for all */
-        int64_t dwt = c->mode == DDP_CONV_BACKWARD_FILTER ? v.width * v.outputs : 0;
-        v.slot = round_up((size_t)(v.pad_h * v.pad_w * c->c + dwt) * sizeof(float));
-        lanes = round_up((size_t)((v.outputs + LANES - 1) / LANES * LANES * v.width) * sizeof(float));
+        bool forward = c->mode == DDP_CONV_FORWARD;
+        v.slot = round_up((size_t)(v.pad_h * v.pad_w * c->c + (forward ? 0 : v.width * v.outputs)) * sizeof(float));
+        lanes = forward ? round_up((size_t)((v.outputs + LANES - 1) / LANES * LANES * v.width) * sizeof(float)) : 0;
         offsets = round_up((size_t)v.width * sizeof(int64_t));
     }
     if (!reserve(scratch, copies + lanes + offsets + v.slot * (size_t)v.parts))

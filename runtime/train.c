@@ -436,7 +436,11 @@ static bool validate(Run *r, char *err, size_t errlen) {
     r->validated = ok;
     r->validated_step = r->step;
     memcpy(ddp_accumulators(rt), saved, sizeof(double) * (size_t)(2 * pairs));
-    return ok && region_up(r, DDP_REGION_ACCUM, err, errlen) && trade_average(r, true, err, errlen);
+    /* traded back after a failure too: a save after it writes the average, not the
+     * parameters in its place */
+    char spare[1024];
+    bool back = trade_average(r, true, ok ? err : spare, ok ? errlen : sizeof spare);
+    return ok && back && region_up(r, DDP_REGION_ACCUM, err, errlen);
 }
 
 /* ----------------------------------------------------------------- a step */
