@@ -721,7 +721,8 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
     if (ir->clip)
         add_in(op, ir->clip);
     for (int i = 0; i < ir->state_vectors; i++) {
-        ir->states[i] = ir_tensor(c, ir, arena_printf(c->arena, "state%d", i), T_STATE, dtype,
+        bool average = o->ema > 0 && i == ir->state_vectors - 1; /* ema's, after the optimizer's own */
+        ir->states[i] = ir_tensor(c, ir, average ? "average" : arena_printf(c->arena, "state%d", i), T_STATE, dtype,
                                   false, &flat);
         add_out(op, ir->states[i]);
     }
