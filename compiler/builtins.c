@@ -214,7 +214,7 @@ const Builtin builtins[] = {
     LAYER("softmax", softmax_params, L_SOFTMAX, "exp(x) / sum(exp(x)) along an axis"),
     LAYER0("identity", L_IDENTITY, "x"),
 
-    OTHER("sparse_categorical_crossentropy", B_LOSS, DDP_LOSS_SPARSE_CATEGORICAL, from_logits, "class index labels"),
+    OTHER("sparse_categorical_crossentropy", B_LOSS, DDP_LOSS_SPARSE_CATEGORICAL, cce_params, "class index labels"),
     OTHER("categorical_crossentropy", B_LOSS, DDP_LOSS_CATEGORICAL, cce_params, "one-hot labels"),
     OTHER("binary_crossentropy", B_LOSS, DDP_LOSS_BINARY, from_logits, "0/1 labels per output"),
     OTHER0("mean_squared_error", B_LOSS, DDP_LOSS_MSE, "squared error per output"),
