@@ -957,6 +957,9 @@ typedef struct ddp_lr_sweep {
 /* Worker 0: every step written to out (CSV; a write error in err) and the suggestion
  * said: the rate where the smoothed loss falls fastest before its lowest. */
 bool ddp_report_lr_sweep(ddp_report *r, const ddp_lr_sweep *s, FILE *out, char *err, size_t errlen);
+/* The sweep's progress after its last step: a bar on a terminal, else a line at the
+ * first step and every tenth of them. */
+void ddp_report_sweep_step(ddp_report *r, const ddp_lr_sweep *s);
 /* The validation figure save_best, early_stopping or reduce_lr watches (0 the loss,
  * 1 + i metric i), as the progress lines name it: "val_loss", "val_accuracy" (a
  * static buffer). */

@@ -1088,6 +1088,7 @@ static int find_learning_rate(Run *r) {
         mean = 0.98 * mean + 0.02 * s.loss[taken];
         s.smoothed[taken] = mean / (1 - pow(0.98, (double)(taken + 1)));
         s.steps = taken + 1;
+        ddp_report_sweep_step(r->report, &s);
         lowest = s.smoothed[taken] < lowest ? s.smoothed[taken] : lowest;
         if (s.smoothed[taken] > 4 * lowest) {
             s.ended = "the smoothed loss passed 4 times its lowest";

@@ -10,6 +10,8 @@ are 4 points with two labels each, which no weights fit, so that high rates dive
   bias-corrected); the sweep stops at the first step whose smoothed loss passes 4
   times its lowest, and the suggestion is the rate where the smoothed loss falls
   fastest before its lowest, past the first tenth of the steps;
+- a progress line (not a terminal) at the first step and every tenth of the steps,
+  with the step's rate and loss;
 - with two steps an epoch, each step's loss is its batch's own, not the epoch's mean;
 - a loss that is no longer finite ends the sweep (status 0), not the run;
 - two workers of half the batch under LAUNCHER (`ddprun -n`) and the emulated GPU
@@ -98,6 +100,13 @@ def main():
     best = suggestion(rows, STEPS)
     check(best is not None and "suggested learning rate: %.3g, where the smoothed loss falls fastest (at step %d)"
           % (rows[best][1], best + 1) in out, "it suggests the rate where the smoothed loss falls fastest")
+    progress = [line for line in out.splitlines() if line.startswith("learning-rate range test: step ")]
+    tenth = max(1, STEPS // 10)
+    check([int(line.split()[4].split("/")[0]) for line in progress] ==
+          [k for k in range(1, len(rows) + 1) if k == 1 or k % tenth == 0] and
+          all(line.split()[4].endswith("/%d" % STEPS) for line in progress) and
+          "learning rate %.3g  loss %.4f" % (rows[0][1], rows[0][2]) in progress[0],
+          "a progress line at the first step and every tenth of them, with its rate and loss")
     check(sorted(os.listdir(root)) == ["sweep.csv", "tiny.csv", "tiny_check.csv", "w0.safetensors"],
           "nothing else is written (no run folder)")
 
