@@ -83,14 +83,13 @@ static const Param sgd_params[] = {
 };
 static const Param adam_params[] = {
     LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
-    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), OPT("clip_norm", K_NUM, P_POSITIVE),
-    OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
+    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0, P_NONNEG | P_RUNTIME),
+    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
 };
 static const Param adamw_params[] = {
     LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
     NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME),
-    OPT("clip_norm", K_NUM, P_POSITIVE),
-    OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
+    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
 };
 
 static const Param constant_params[] = {REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE)};

@@ -263,26 +263,32 @@ static bool region_up(Run *r, int region, char *err, size_t errlen) {
     return ddp_to_device(r->rt, region) || ddp_fail(err, errlen, "%s", r->rt->device_error);
 }
 
-/* With the optimizer's ema, the parameters and their moving average trade places on
- * the host mirrors, and on the device too when `device`; a second call trades them
- * back. Validation, the best file and --save see the average, as Keras's use_ema
- * leaves a model; training goes on from the parameters. */
-static bool trade_average(Run *r, bool device, char *err, size_t len) {
+/* With the optimizer's ema: the host mirrors of the parameters and their moving
+ * average made the device's. */
+static bool average_down(Run *r, char *err, size_t len) {
+    return !ddp_average(r->rt) || (region_down(r, DDP_REGION_PARAMS, err, len) &&
+                                   (ddp_average_moved(r->rt, false) || ddp_fail(err, len, "%s", r->rt->device_error)));
+}
+
+/* With ema, the parameters and their moving average trade places on the host mirrors,
+ * which must be current, and on the device; a second call trades them back.
+ * Validation, the best file and --save see the average, as Keras's use_ema leaves a
+ * model; training goes on from the parameters. */
+static bool trade_average(Run *r, char *err, size_t len) {
     if (!ddp_average(r->rt))
         return true;
-    if (!region_down(r, DDP_REGION_PARAMS, err, len) || !ddp_average_moved(r->rt, false))
-        return ddp_fail(err, len, "%s", r->rt->device_error);
     ddp_trade_average(r->rt);
-    return !device || (region_up(r, DDP_REGION_PARAMS, err, len) &&
-                       (ddp_average_moved(r->rt, true) || ddp_fail(err, len, "%s", r->rt->device_error)));
+    return region_up(r, DDP_REGION_PARAMS, err, len) &&
+           (ddp_average_moved(r->rt, true) || ddp_fail(err, len, "%s", r->rt->device_error));
 }
 
 /* The parameters (ema's average where there is one) and the statistics written to path
  * by this worker, copied from the device; the host mirrors are left as the device's. */
 static bool save_parameters(Run *r, const char *path, const ddp_meta *meta, int nmeta, char *err, size_t len) {
     if (!region_down(r, DDP_REGION_PARAMS, err, len) || !region_down(r, DDP_REGION_STATS, err, len) ||
-        !trade_average(r, false, err, len))
-        return false;
+        !ddp_average_moved(r->rt, false))
+        return ddp_fail(err, len, "%s", r->rt->device_error);
+    ddp_trade_average(r->rt); /* on the host alone: the device keeps the parameters */
     bool saved = ddp_save_params(r->rt, path, meta, nmeta, err, len);
     ddp_trade_average(r->rt);
     return saved;
@@ -418,7 +424,7 @@ static bool validate(Run *r, char *err, size_t errlen) {
     int64_t pairs = rt->program->accum_pairs;
     double saved[2 * 64], sums[2 * 64 + 4];
     if (!average_statistics(r, err, errlen) || !region_down(r, DDP_REGION_ACCUM, err, errlen) ||
-        !trade_average(r, true, err, errlen))
+        !average_down(r, err, errlen) || !trade_average(r, err, errlen))
         return false;
     memcpy(saved, ddp_accumulators(rt), sizeof(double) * (size_t)(2 * pairs));
     ddp_zero_accumulators(rt);
@@ -436,10 +442,11 @@ static bool validate(Run *r, char *err, size_t errlen) {
     r->validated = ok;
     r->validated_step = r->step;
     memcpy(ddp_accumulators(rt), saved, sizeof(double) * (size_t)(2 * pairs));
-    /* traded back after a failure too: a save after it writes the average, not the
-     * parameters in its place */
+    /* traded back after a failure too, so that a save after it writes the average, not
+     * the parameters in its place; the host mirrors still hold what the device holds,
+     * since validation writes neither */
     char spare[1024];
-    bool back = trade_average(r, true, ok ? err : spare, ok ? errlen : sizeof spare);
+    bool back = trade_average(r, ok ? err : spare, ok ? errlen : sizeof spare);
     return ok && back && region_up(r, DDP_REGION_ACCUM, err, errlen);
 }
 
