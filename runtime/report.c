@@ -681,19 +681,21 @@ void ddp_report_sweep_step(ddp_report *r, const ddp_lr_sweep *s) {
     if (r->quiet || s->steps == 0)
         return;
     int64_t k = s->steps - 1, total = r->cfg->find_lr_steps, tenth = total / 10 > 0 ? total / 10 : 1;
-    if (r->cfg->progress_bar) {
-        double t = now_seconds();
-        if (t - r->last_bar < 0.1 && s->steps < total)
-            return;
-        r->last_bar = t;
-        printf("\r\033[Klearning-rate range test: step %lld/%lld  learning rate %.3g  loss %.4f  smoothed %.4f",
-               (long long)s->steps, (long long)total, s->rate[k], s->loss[k], s->smoothed[k]);
-        fflush(stdout);
-        r->bar_open = true;
-    } else if (s->steps == 1 || s->steps % tenth == 0) {
-        ddp_say("learning-rate range test: step %lld/%lld  learning rate %.3g  loss %.4f  smoothed %.4f\n",
-                (long long)s->steps, (long long)total, s->rate[k], s->loss[k], s->smoothed[k]);
+    double t = now_seconds();
+    bool bar = r->cfg->progress_bar;
+    if (bar ? t - r->last_bar < 0.1 && s->steps < total : s->steps != 1 && s->steps % tenth != 0)
+        return;
+    char line[256];
+    snprintf(line, sizeof line, "learning-rate range test: step %lld/%lld  learning rate %.3g  loss %.4f  smoothed %.4f",
+             (long long)s->steps, (long long)total, s->rate[k], s->loss[k], s->smoothed[k]);
+    if (!bar) {
+        ddp_say("%s\n", line);
+        return;
     }
+    r->last_bar = t;
+    printf("\r\033[K%s", line);
+    fflush(stdout);
+    r->bar_open = true;
 }
 
 bool ddp_report_lr_sweep(ddp_report *r, const ddp_lr_sweep *s, FILE *out, char *err, size_t errlen) {
