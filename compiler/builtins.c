@@ -121,6 +121,12 @@ static const Param random_resized_crop_params[] = {
      .def_list_len = 2},
 };
 
+/* torchvision's ColorJitter: each 0 (unchanged) by default */
+static const Param random_color_params[] = {
+    NUM("brightness", 0, P_NONNEG), NUM("contrast", 0, P_NONNEG), NUM("saturation", 0, P_NONNEG),
+    NUM("hue", 0, P_NONNEG),
+};
+
 /* torchvision's and timm's usual mixup and CutMix */
 static const Param random_mixup_params[] = {NUM("alpha", 0.2, P_POSITIVE)};
 static const Param random_cutmix_params[] = {NUM("alpha", 1, P_POSITIVE)};
@@ -242,6 +248,9 @@ const Builtin builtins[] = {
     OTHER("random_resized_crop", B_AUGMENT, DDP_AUGMENT_RESIZED_CROP, random_resized_crop_params,
           "a window of a training sample, of a random share (scale) of its area and shape (ratio, width / "
           "height) at a random place, resized to size (the centre in validation)"),
+    OTHER("random_color", B_AUGMENT, DDP_AUGMENT_COLOR, random_color_params,
+          "a training image's brightness, contrast and saturation scaled by factors drawn from [1 - x, 1 + x] and "
+          "its hue turned by a shift drawn from [-hue, hue], in a random order (ColorJitter)"),
     OTHER("random_mixup", B_AUGMENT, DDP_AUGMENT_MIXUP, random_mixup_params,
           "a training sample and its labels mixed with another sample drawn at random, in a share drawn from "
           "Beta(alpha, alpha) (mixup)"),
@@ -372,7 +381,8 @@ static const char *builtins_of_kind(BuiltinKind k) {
     case B_METRIC:
         return "accuracy, top_k_accuracy, loss or mae";
     case B_AUGMENT:
-        return "random_flip, random_crop, random_cutout, random_resized_crop, random_mixup or random_cutmix";
+        return "random_flip, random_crop, random_cutout, random_resized_crop, random_color, random_mixup or "
+               "random_cutmix";
     default:
         return "";
     }

@@ -129,7 +129,11 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
                              .scale_max = scale[1],
                              .ratio_min = ratio[0],
                              .ratio_max = ratio[1],
-                             .alpha = num_arg(list.items[i], "alpha", 0)};
+                             .alpha = num_arg(list.items[i], "alpha", 0),
+                             .brightness = num_arg(list.items[i], "brightness", 0),
+                             .contrast = num_arg(list.items[i], "contrast", 0),
+                             .saturation = num_arg(list.items[i], "saturation", 0),
+                             .hue = num_arg(list.items[i], "hue", 0)};
     }
     d->augment = a;
     d->naugment = list.len;

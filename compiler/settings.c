@@ -152,6 +152,37 @@ static void check_mixing(Ddpc *c, Value list, int i, Value loss) {
     }
 }
 
+/* random_color changes grey or RGB images ([h, w], [h, w, 1] or [h, w, 3]), and the
+ * saturation and hue of RGB ones alone; something must change, and a hue turns by at
+ * most half the circle. */
+static void check_color(Ddpc *c, TrainSpec *spec, Value a) {
+    const Shape *in = &spec->graph->input;
+    int64_t channels = in->rank == 3 ? in->dim[2] : 1;
+    if (channels != 1 && channels != 3) {
+        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_color changes grey or RGB images, of 1 or 3 channels, "
+                    "but `%s` takes %s", spec->graph->model, shape_text(c, in));
+        return;
+    }
+    static const char *const spreads[] = {"brightness", "contrast", "saturation", "hue"};
+    bool changes = false;
+    for (int k = 0; k < 4; k++) {
+        Value v = object_arg(a, spreads[k]);
+        if (v.kind != V_NUM)
+            return; /* a wrong argument, already reported */
+        changes |= v.num > 0;
+        if (k >= 2 && v.num > 0 && channels == 1)
+            diag_report(c, E_AUGMENT_MISMATCH, v.loc, "random_color(%s = %s) changes the colours of RGB images, "
+                        "but `%s` takes grey ones, %s: give only brightness and contrast", spreads[k],
+                        value_text(c, v), spec->graph->model, shape_text(c, in));
+        if (k == 3 && v.num > 0.5)
+            diag_report(c, E_OUT_OF_RANGE, v.loc, "`hue` of random_color must be at most 0.5 (half the colour "
+                        "circle either way), not %s", value_text(c, v));
+    }
+    if (!changes)
+        diag_report(c, E_OUT_OF_RANGE, a.loc, "random_color changes nothing: give brightness, contrast, "
+                    "saturation or hue above 0 (0.4, 0.4, 0.4 and 0.1 are usual)");
+}
+
 /* Augmentations change images, [h, w] or [h, w, channels] (random_mixup any sample); a
  * crop must keep some of the image at every place it can be cut, and a cutout must
  * leave some of it. */
@@ -174,6 +205,8 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
         int64_t side = in->dim[0] < in->dim[1] ? in->dim[0] : in->dim[1];
         if (makes_size(a))
             check_crop_size(c, spec, a, i);
+        if (is_named(a, "random_color"))
+            check_color(c, spec, a);
         if (is_named(a, "random_crop") && padding >= side) {
             diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(padding = %lld) could cut a crop wholly "
                         "out of the padding of `%s`'s %s images", (long long)padding, spec->graph->model,

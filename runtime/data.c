@@ -940,6 +940,164 @@ static void cut_out(Image *m, int64_t y0, int64_t x0, int64_t size) {
         pad_pixels(m, y, x0 < 0 ? 0 : x0, x1);
 }
 
+/* ------------------------------------------------------------ colour */
+
+/* Augmentation i's draws for a sample, in an epoch: its first (element 0) or another. */
+static void augment_draws(const ddp_draw_key *key, int64_t i, int64_t sample, uint32_t element, uint32_t w[4]) {
+    ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, element, (uint32_t)key->epoch, w);
+}
+
+double ddp_data_top(const ddp_data *d) {
+    static const double largest[DDP_ELEM_COUNT] = {
+        [DDP_ELEM_U8] = 255, [DDP_ELEM_I8] = 127, [DDP_ELEM_U16] = 65535, [DDP_ELEM_I16] = 32767,
+        [DDP_ELEM_U32] = 4294967295.0, [DDP_ELEM_I32] = 2147483647.0, [DDP_ELEM_U64] = 18446744073709551615.0,
+        [DDP_ELEM_I64] = 9223372036854775807.0};
+    if (is_synthetic(d) || largest[d->elem] == 0)
+        return 1;
+    return largest[d->elem] * d->spec->scale;
+}
+
+/* The order is one of the 24 permutations of the four changes (element 0's first
+ * words), as torchvision's ColorJitter draws a permutation and skips the changes it
+ * was not given; the factors come from elements 1 and 2, two words each. */
+void ddp_color_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, ddp_color *out) {
+    const double spread[4] = {a->brightness, a->contrast, a->saturation, a->hue};
+    uint32_t w[3][4];
+    for (uint32_t e = 0; e < 3; e++)
+        augment_draws(key, place, sample, e, w[e]);
+    int left[4] = {0, 1, 2, 3}, order[4];
+    int64_t perm = ddp_draw_below(w[0], 24);
+    for (int k = 0, n = 4; k < 4; k++, n--) { /* perm's digits in bases 4, 3, 2, 1 pick from what is left */
+        int at = (int)(perm % n);
+        perm /= n;
+        order[k] = left[at];
+        memmove(left + at, left + at + 1, sizeof(int) * (size_t)(n - 1 - at));
+    }
+    out->count = 0;
+    for (int k = 0; k < 4; k++) {
+        int change = order[k];
+        if (spread[change] <= 0)
+            continue;
+        double u = ddp_uniform53(&w[1 + change / 2][2 * (change % 2)]);
+        double lo = change == DDP_COLOR_HUE ? -spread[change] : fmax(0, 1 - spread[change]);
+        double hi = change == DDP_COLOR_HUE ? spread[change] : 1 + spread[change];
+        out->change[out->count] = change;
+        out->factor[out->count++] = lo + u * (hi - lo);
+    }
+}
+
+/* v in [0, top], in the form of SSE's maxsd and minsd: no branch on the data */
+static double clip(double v, double top) {
+    v = v > 0 ? v : 0;
+    return v < top ? v : top;
+}
+
+static double grey(const double *rgb) {
+    return 0.2989 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2];
+}
+
+/* torchvision's _rgb2hsv, _hsv2rgb between them, on values in [0, top] taken to [0,
+ * 1] (per_top: 1 / top) and back. Its divisions by the same divisor are a division and
+ * products here (within an ulp or two of its values); its fmod and floors, of numbers
+ * known to lie within a turn of [0, 1), are the same subtractions and truncations. */
+static void turn_hue(double *rgb, double shift, double top, double per_top) {
+    double r = rgb[0] * per_top, g = rgb[1] * per_top, b = rgb[2] * per_top;
+    double maxc = r > g ? (r > b ? r : b) : (g > b ? g : b), minc = r < g ? (r < b ? r : b) : (g < b ? g : b);
+    double cr = maxc - minc;
+    bool same = maxc == minc;
+    double s = cr / (same ? 1 : maxc), per = 1 / (same ? 1 : cr);
+    double rc = (maxc - r) * per, gc = (maxc - g) * per, bc = (maxc - b) * per;
+    double h = maxc == r ? bc - gc : maxc == g ? 2.0 + rc - bc : 4.0 + gc - rc;
+    h = h * (1 / 6.0) + 1.0; /* in [5/6, 11/6] */
+    h = (h >= 1 ? h - 1 : h) + shift;
+    h = h < 0 ? h + 1 : h >= 1 ? h - 1 : h; /* Python's % 1.0 */
+    double i = (double)(int)(h * 6.0), f = h * 6.0 - i, v = maxc;
+    double p = clip(v * (1.0 - s), 1), q = clip(v * (1.0 - s * f), 1), t = clip(v * (1.0 - s * (1.0 - f)), 1);
+    /* torchvision's choice of (v, q, p, t) for each channel in each sixth of the
+     * circle, by index rather than by branch: a photograph's hues are no pattern */
+    static const unsigned char pick[6][3] = {{0, 3, 2}, {1, 0, 2}, {2, 0, 3}, {2, 1, 0}, {3, 2, 0}, {0, 2, 1}};
+    const double vqpt[4] = {v, q, p, t};
+    const unsigned char *sixth = pick[(int)i % 6];
+    for (int c = 0; c < 3; c++)
+        rgb[c] = vqpt[sixth[c]] * top;
+}
+
+void ddp_color_image(const ddp_color *color, double *values, int64_t pixels, int64_t channels, double top) {
+    int64_t n = pixels * channels;
+    for (int k = 0; k < color->count; k++) {
+        double f = color->factor[k];
+        switch (color->change[k]) {
+        case DDP_COLOR_BRIGHTNESS:
+            for (int64_t e = 0; e < n; e++)
+                values[e] = clip(f * values[e], top);
+            break;
+        case DDP_COLOR_CONTRAST: {
+            double sum = 0;
+            for (int64_t x = 0; x < pixels; x++)
+                sum += channels == 3 ? grey(values + 3 * x) : values[x];
+            double mean = sum / (double)pixels;
+            for (int64_t e = 0; e < n; e++)
+                values[e] = clip(f * values[e] + (1 - f) * mean, top);
+            break;
+        }
+        case DDP_COLOR_SATURATION:
+            for (int64_t x = 0; channels == 3 && x < pixels; x++) {
+                double *rgb = values + 3 * x, g = grey(rgb);
+                for (int c = 0; c < 3; c++)
+                    rgb[c] = clip(f * rgb[c] + (1 - f) * g, top);
+            }
+            break;
+        default:
+            for (int64_t x = 0; channels == 3 && x < pixels; x++)
+                turn_hue(values + 3 * x, f, top, 1 / top);
+        }
+    }
+}
+
+/* The image's values with their normalisation undone, in double. */
+static void raw_values(const Image *m, int64_t n, double *v) {
+    int64_t pairs = m->spec->nnormalize;
+    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1) {
+        double held = m->elem == sizeof(double) ? ((const double *)m->at)[e]
+                      : m->elem == sizeof(float) ? ((const float *)m->at)[e]
+                                                 : ddp_bf16_to_float(((const uint16_t *)m->at)[e]);
+        v[e] = pairs ? held * m->spec->normalize[c].std + m->spec->normalize[c].mean : held;
+    }
+}
+
+/* v back into the image, as any input is made: in double for f64, else rounded to f32
+ * and normalised from that, and bf16 rounded from the f32. */
+static void store_raw_values(const Image *m, int64_t n, const double *v) {
+    int64_t pairs = m->spec->nnormalize;
+    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1) {
+        const ddp_channel *pair = pairs ? &m->spec->normalize[c] : NULL;
+        if (m->elem == sizeof(double)) {
+            ((double *)m->at)[e] = pair ? normalized64(v[e], pair->mean, pair->std) : v[e];
+            continue;
+        }
+        float f = pair ? normalized32((float)v[e], pair->mean, pair->std) : (float)v[e];
+        if (m->elem == sizeof(float))
+            ((float *)m->at)[e] = f;
+        else
+            ((uint16_t *)m->at)[e] = ddp_bf16_from_float(f);
+    }
+}
+
+/* random_color on the image, in double (its room, as big as the image, is the one
+ * allocation of an augmentation: glibc then keeps it at hand for the next sample). */
+static void change_colors(Image *m, const ddp_color *color, double top) {
+    int64_t channels = (int64_t)(m->pixel / m->elem), n = m->h * m->w * channels;
+    double *v = malloc(sizeof(double) * (size_t)n);
+    if (!v) {
+        fprintf(stderr, "ddp: out of memory changing the colours of a sample of %lld values\n", (long long)n);
+        abort();
+    }
+    raw_values(m, n, v);
+    ddp_color_image(color, v, m->h * m->w, channels, top);
+    store_raw_values(m, n, v);
+    free(v);
+}
+
 /* A batch row as the model's image: [h, w] or [h, w, ...] (the rest one pixel). */
 static Image row_image(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, void *row) {
     Image m = {row, p->input_shape[0], p->input_rank > 1 ? p->input_shape[1] : 1, elem_size, elem_size, spec};
@@ -948,23 +1106,24 @@ static Image row_image(const ddp_dataset *spec, const ddp_program *p, size_t ele
     return m;
 }
 
-/* Augmentation i's draws for a sample, in an epoch: its first (element 0) or another. */
-static void augment_draws(const ddp_draw_key *key, int64_t i, int64_t sample, uint32_t element, uint32_t w[4]) {
-    ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, element, (uint32_t)key->epoch, w);
-}
-
 static bool is_mixing(const ddp_augment *a) {
     return a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX;
 }
 
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
-                        int64_t sample, void *row) {
+                        int64_t sample, double top, void *row) {
     Image m = row_image(spec, p, elem_size, row);
     for (int64_t i = 0; i < spec->naugment; i++) {
         const ddp_augment *a = &spec->augment[i];
         uint32_t w[4];
         if ((a->kind == DDP_AUGMENT_CROP && a->height) || a->kind == DDP_AUGMENT_RESIZED_CROP || is_mixing(a))
             continue; /* cut, or mixed, as the batch is assembled (batch_inputs) */
+        if (a->kind == DDP_AUGMENT_COLOR) {
+            ddp_color color;
+            ddp_color_draw(a, key, i, sample, &color);
+            change_colors(&m, &color, top);
+            continue;
+        }
         augment_draws(key, i, sample, 0, w);
         if (a->kind == DDP_AUGMENT_FLIP) {
             if (a->mode != DDP_FLIP_VERTICAL && (w[0] & 1))
@@ -1344,7 +1503,7 @@ static void make_row(RowMaker *rm, int64_t sample, char *row) {
         make_values(&rm->mk, sample, sample_inputs(d, sample), 0, rm->per, row);
     }
     if (rm->augment && d->spec->naugment)
-        ddp_augment_sample(d->spec, p, rm->elem, rm->augment, sample, row);
+        ddp_augment_sample(d->spec, p, rm->elem, rm->augment, sample, ddp_data_top(d), row);
 }
 
 /* The other sample's row mixed into row: its box's pixels (cutmix), or every value in

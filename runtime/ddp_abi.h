@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 9
+#define DDP_ABI_VERSION 10
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -379,9 +379,12 @@ DDP_CONTRACT(ddp_metric)
  * mixes the sample, as the others made it, with another drawn at random from the
  * dataset, in a share drawn from Beta(alpha, alpha): every value (mixup) or a box of
  * the other's pixels (cutmix, the share then the box's area), and the labels as rows
- * in the same shares; with both, each sample takes one of them. */
+ * in the same shares; with both, each sample takes one of them. A colour change
+ * (torchvision's ColorJitter) scales the brightness, contrast and saturation by factors
+ * uniform in [max(0, 1 - x), 1 + x] and turns the hue by a shift uniform in [-hue,
+ * hue], those whose x is not 0, in a random order (runtime/data.c). */
 enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT, DDP_AUGMENT_RESIZED_CROP,
-                        DDP_AUGMENT_MIXUP, DDP_AUGMENT_CUTMIX };
+                        DDP_AUGMENT_MIXUP, DDP_AUGMENT_CUTMIX, DDP_AUGMENT_COLOR };
 enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
 
 #define DDP_FIELDS_ddp_augment(X, T)                                                                         \
@@ -395,7 +398,11 @@ enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
     X##_F64(T, scale_max)                                                                                    \
     X##_F64(T, ratio_min)   /* ... and its width / height */                                                 \
     X##_F64(T, ratio_max)                                                                                    \
-    X##_F64(T, alpha)       /* mixup, cutmix: the Beta distribution's parameter */
+    X##_F64(T, alpha)       /* mixup, cutmix: the Beta distribution's parameter */                           \
+    X##_F64(T, brightness)  /* colour: the factors' spread, and the hue's */                                 \
+    X##_F64(T, contrast)                                                                                     \
+    X##_F64(T, saturation)                                                                                   \
+    X##_F64(T, hue)
 DDP_CONTRACT(ddp_augment)
 
 /* A dataset's normalisation of one value of its samples' last axis (an image's

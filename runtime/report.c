@@ -234,6 +234,9 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
             n += (size_t)snprintf(out + n, len - n, "%srandom_resized_crop(size = [%lld, %lld], scale = [%g, %g], "
                                   "ratio = [%g, %g])", sep, (long long)a->height, (long long)a->width, a->scale_min,
                                   a->scale_max, a->ratio_min, a->ratio_max);
+        else if (a->kind == DDP_AUGMENT_COLOR)
+            n += (size_t)snprintf(out + n, len - n, "%srandom_color(brightness = %g, contrast = %g, saturation = %g, "
+                                  "hue = %g)", sep, a->brightness, a->contrast, a->saturation, a->hue);
         else if (a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX)
             n += (size_t)snprintf(out + n, len - n, "%srandom_%s(alpha = %g)", sep,
                                   a->kind == DDP_AUGMENT_MIXUP ? "mixup" : "cutmix", a->alpha);

@@ -200,9 +200,28 @@ bool ddp_data_stats(const ddp_data *d, int64_t places, int64_t most, uint64_t se
  * time rather than a page fault at a time. */
 void ddp_data_prefetch(const ddp_data *d, const int64_t *indices, int64_t n);
 /* The augmentations of a sample's inputs (a row of the program's input shape, elements
- * of elem_size bytes), drawn from (key, sample) alone. */
+ * of elem_size bytes), drawn from (key, sample) alone. top: the brightest value the
+ * inputs can hold after the dataset's scale (ddp_data_top), where random_color clips. */
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
-                        int64_t sample, void *row);
+                        int64_t sample, double top, void *row);
+/* The brightest input value after scale: the largest an unsigned integer file's
+ * element can hold, times scale; 1 for floats (as torchvision takes float images). */
+double ddp_data_top(const ddp_data *d);
+/* One sample's colour change (random_color, augmentation `place` of the list): the
+ * changes with a spread above 0, in the order drawn, each with its factor (the hue's
+ * shift for DDP_COLOR_HUE). */
+enum ddp_color_change { DDP_COLOR_BRIGHTNESS, DDP_COLOR_CONTRAST, DDP_COLOR_SATURATION, DDP_COLOR_HUE };
+typedef struct ddp_color {
+    int count;
+    int change[4];    /* ddp_color_change, in the order they apply */
+    double factor[4]; /* change[k]'s */
+} ddp_color;
+void ddp_color_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, ddp_color *out);
+/* The changes on an image of `pixels` pixels of 1 or 3 channels, values in [0, top],
+ * in place: torchvision's adjust_brightness, adjust_contrast, adjust_saturation and
+ * adjust_hue on a float image (each clipped to [0, top]; grey is 0.2989 R + 0.587 G +
+ * 0.114 B), in double. */
+void ddp_color_image(const ddp_color *color, double *values, int64_t pixels, int64_t channels, double top);
 /* How a training sample is mixed with another (random_mixup, random_cutmix): which
  * sample, the share of its own values and labels it keeps, and for a cutmix the box
  * [y0, x0, y1, x1) of the other's pixels it takes (its share then the rest of the

@@ -1,4 +1,4 @@
-/* augment.c: the random flips and crops of training samples (a dataset's `augment`).
+/* augment.c: the random changes of training samples (a dataset's `augment`).
  *
  * The images' values are all different and none is zero, so what an augmentation did
  * can be read back: each result must be exactly one of the images it may give (the
@@ -10,7 +10,12 @@
  * (two-byte elements), [h, w] or [h, w, c]; another epoch or seed changes it otherwise;
  * and validation (no key) reads it as it is. A cutout erases a square centred on any
  * pixel alike. A normalised dataset's padding is the normalised zero of each channel.
- * The loader gives a pass's batches the same bits on 1, 2, 3 or 5 threads. */
+ * The loader gives a pass's batches the same bits on 1, 2, 3 or 5 threads.
+ *
+ * random_color: ddp_color_image against torchvision's functions (color_reference.h),
+ * its draws (every order as likely, the factors uniform in their ranges), and a sample
+ * changed through ddp_augment_sample as the draws and the functions say, its
+ * normalisation undone and made again, in each element type. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +24,8 @@
 #include "bf16.h"
 #include "check.h"
 #include "runtime.h"
+
+#include "color_reference.h"
 
 enum { H = 5, W = 7, C = 2, PER = H * W * C, SAMPLES = 4000, PAD = 2 };
 
@@ -93,7 +100,7 @@ static int augmented_outcome(const ddp_dataset *spec, const ddp_program *p, size
         for (int x = 0; x < W; x++)
             for (int c = 0; c < channels; c++)
                 store(row, elem, (y * W + x) * channels + c, as_held(original(y, x, c), c, elem));
-    ddp_augment_sample(spec, p, elem, &key, sample, row);
+    ddp_augment_sample(spec, p, elem, &key, sample, 1, row);
     int found = -1, count = 0;
     for (int k = 0; k < 4 * (2 * PAD + 1) * (2 * PAD + 1); k++) {
         Outcome o = {k & 1, (k >> 1) & 1, (k >> 2) % (2 * PAD + 1) - PAD, (k >> 2) / (2 * PAD + 1) - PAD};
@@ -184,7 +191,7 @@ static void test_mirror_pixel_sizes(void) {
                     double row[ROWS * MAX_W * MAX_C];
                     for (int64_t i = 0; i < n; i++)
                         store(row, elems[t], i, (double)(i + 1));
-                    ddp_augment_sample(&spec, &p, elems[t], &(ddp_draw_key){9, 1}, s, row);
+                    ddp_augment_sample(&spec, &p, elems[t], &(ddp_draw_key){9, 1}, s, 1, row);
                     bool is_same = true, is_mirror = true;
                     for (int64_t y = 0; y < ROWS; y++)
                         for (int64_t x = 0; x < w; x++)
@@ -244,7 +251,7 @@ static void test_cutout(void) {
             for (int x = 0; x < W; x++)
                 for (int c = 0; c < C; c++)
                     row[(y * W + x) * C + c] = (float)original(y, x, c);
-        ddp_augment_sample(&spec, &p, sizeof(float), &(ddp_draw_key){4, 2}, s, row);
+        ddp_augment_sample(&spec, &p, sizeof(float), &(ddp_draw_key){4, 2}, s, 1, row);
         int found = -1, matches = 0;
         for (int centre = 0; centre < H * W; centre++) {
             int y0 = centre / W - SIZE / 2, x0 = centre % W - SIZE / 2;
@@ -286,6 +293,141 @@ static void test_normalized_padding(void) {
     }
     normalized = NULL;
     CHECK(bad == 0 && padded > 250);
+}
+
+/* ddp_color_image against torchvision's functions (tests/reference/color_jitter.py) on
+ * float64 images in [0, 1], and on the same images times 255 with top 255 (a byte
+ * file's scale of 1): the same values times 255. */
+static void test_color_against_torchvision(void) {
+    for (size_t k = 0; k < sizeof color_cases / sizeof color_cases[0]; k++) {
+        const ColorCase *t = &color_cases[k];
+        int n = COLOR_PIXELS * t->channels, bad = 0;
+        double unit[3 * COLOR_PIXELS], bytes[3 * COLOR_PIXELS];
+        memcpy(unit, t->channels == 3 ? color_rgb : color_grey, sizeof(double) * (size_t)n);
+        for (int e = 0; e < n; e++)
+            bytes[e] = unit[e] * 255;
+        ddp_color_image(&t->color, unit, COLOR_PIXELS, t->channels, 1);
+        ddp_color_image(&t->color, bytes, COLOR_PIXELS, t->channels, 255);
+        for (int e = 0; e < n; e++)
+            bad += fabs(unit[e] - t->expect[e]) > 1e-12 || fabs(bytes[e] / 255 - t->expect[e]) > 1e-12;
+        if (bad)
+            fprintf(stderr, "colour case %zu (%d changes, first %d by %g): %d values unlike torchvision's\n", k,
+                    t->color.count, t->color.change[0], t->color.factor[0], bad);
+        CHECK(bad == 0);
+    }
+}
+
+/* random_color's draws: every order of the four changes as likely, each factor in its
+ * range with the mean of a uniform draw; a change of spread 0 left out of the order
+ * (the others' order then as likely either way); the same key and sample the same
+ * draws, another epoch others. */
+static void test_color_draws(void) {
+    enum { DRAWS = 24000 };
+    ddp_augment all = {.kind = DDP_AUGMENT_COLOR, .brightness = 0.4, .contrast = 1.5, .saturation = 0.2, .hue = 0.1};
+    ddp_augment two = {.kind = DDP_AUGMENT_COLOR, .brightness = 0.3, .hue = 0.5};
+    int orders[24] = {0}, hue_first = 0, bad = 0, same_next_epoch = 0;
+    double sum[4] = {0};
+    const double lo[4] = {0.6, 0, 0.8, -0.1}, hi[4] = {1.4, 2.5, 1.2, 0.1};
+    for (int64_t s = 0; s < DRAWS; s++) {
+        ddp_color c, again, next, pair;
+        ddp_color_draw(&all, &(ddp_draw_key){3, 1}, 2, s, &c);
+        ddp_color_draw(&all, &(ddp_draw_key){3, 1}, 2, s, &again);
+        ddp_color_draw(&all, &(ddp_draw_key){3, 2}, 2, s, &next);
+        bad += c.count != 4 || again.count != 4 || memcmp(c.change, again.change, sizeof c.change) != 0 ||
+               memcmp(c.factor, again.factor, sizeof c.factor) != 0;
+        same_next_epoch += memcmp(c.factor, next.factor, sizeof c.factor) == 0;
+        int seen = 0, code = 0;
+        for (int k = 0; k < 4 && c.count == 4; k++) {
+            int change = c.change[k];
+            bad += change < 0 || change > 3 || (seen & 1 << change) || !(c.factor[k] >= lo[change]) ||
+                   !(c.factor[k] < hi[change]);
+            seen |= 1 << change;
+            sum[change] += c.factor[k];
+            code = code * 4 + change;
+        }
+        int index = 0; /* the order's rank among the 24, by a table of the 256 codes' */
+        static int rank_of[256], ranks;
+        if (!rank_of[code] && ranks < 24)
+            rank_of[code] = ++ranks;
+        index = rank_of[code] - 1;
+        if (index >= 0 && index < 24)
+            orders[index]++;
+        ddp_color_draw(&two, &(ddp_draw_key){3, 1}, 0, s, &pair);
+        bad += pair.count != 2 || (pair.change[0] == DDP_COLOR_HUE) == (pair.change[1] == DDP_COLOR_HUE) ||
+               (pair.change[0] != DDP_COLOR_HUE && pair.change[0] != DDP_COLOR_BRIGHTNESS);
+        hue_first += pair.change[0] == DDP_COLOR_HUE;
+    }
+    CHECK(bad == 0);
+    CHECK(same_next_epoch == 0);
+    check_uniform(orders, 24, DRAWS, "random_color's orders");
+    for (int change = 0; change < 4; change++) {
+        double mean = sum[change] / DRAWS, want = (lo[change] + hi[change]) / 2;
+        if (fabs(mean - want) > 0.01 * (hi[change] - lo[change]))
+            fprintf(stderr, "random_color: change %d's factors average %g, not about %g\n", change, mean, want);
+        CHECK(fabs(mean - want) <= 0.01 * (hi[change] - lo[change]));
+    }
+    CHECK(abs(hue_first - DRAWS / 2) < DRAWS / 40);
+}
+
+/* A sample changed by random_color through ddp_augment_sample: its normalisation
+ * undone, the changes drawn for it made, normalised again, in f32, f64 and bf16 (to
+ * their rounding), in [h, w, 3] and grey [h, w]; before it, a flip moves pixels whole,
+ * so the changes see the flipped image (the contrast's mean is the same; its pixels'
+ * places are not). */
+static void test_color_sample(void) {
+    enum { CH = 3, HW = H * W };
+    static const ddp_channel pairs[CH] = {{.mean = 0.5, .std = 0.25}, {.mean = 0.4, .std = 0.2}, {.mean = 0.3, .std = 2}};
+    ddp_augment list[2] = {{.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL},
+                           {.kind = DDP_AUGMENT_COLOR, .brightness = 0.5, .contrast = 0.5, .saturation = 0.5,
+                            .hue = 0.2}};
+    const int64_t dtypes[] = {DDP_F32, DDP_F64, DDP_BF16};
+    const size_t elems[] = {4, 8, 2};
+    const double tolerance[] = {1e-5, 1e-12, 2e-2};
+    int bad = 0, flipped = 0, changed = 0;
+    for (int grey = 0; grey < 2; grey++)
+        for (int t = 0; t < 3; t++)
+            for (int64_t s = 0; s < 200; s++) {
+                int channels = grey ? 1 : CH;
+                ddp_augment color = list[1];
+                if (grey)
+                    color.saturation = color.hue = 0;
+                ddp_augment used[2] = {list[0], color};
+                ddp_dataset spec = {.name = "images", .augment = used, .naugment = 2, .normalize = pairs,
+                                    .nnormalize = grey ? 1 : CH};
+                ddp_program p = image_program(dtypes[t], grey ? 2 : 3);
+                p.input_shape[2] = CH;
+                double raw[HW * CH], row[HW * CH];
+                for (int e = 0; e < HW * channels; e++) {
+                    raw[e] = (double)((e * 37 + 11) % 256) / 255; /* bf16 holds these to its rounding */
+                    const ddp_channel *pair = &pairs[e % channels];
+                    store(row, elems[t], e, (raw[e] - pair->mean) / pair->std);
+                    if (elems[t] == 2)
+                        ((uint16_t *)row)[e] = ddp_bf16_from_float((float)((raw[e] - pair->mean) / pair->std));
+                }
+                ddp_draw_key key = {6, 0};
+                ddp_augment_sample(&spec, &p, elems[t], &key, s, 1, row);
+                uint32_t w[4];
+                ddp_draw(key.seed, DDP_STREAM_AUGMENT + 0, (uint64_t)s, 0, 0, w);
+                double want[HW * CH];
+                for (int y = 0; y < H; y++) /* the flip, if drawn */
+                    for (int x = 0; x < W; x++)
+                        for (int c = 0; c < channels; c++)
+                            want[(y * W + x) * channels + c] = raw[(y * W + ((w[0] & 1) ? W - 1 - x : x)) * channels + c];
+                flipped += w[0] & 1;
+                ddp_color drawn;
+                ddp_color_draw(&color, &key, 1, s, &drawn);
+                ddp_color_image(&drawn, want, HW, channels, 1);
+                for (int e = 0; e < HW * channels; e++) {
+                    const ddp_channel *pair = &pairs[e % channels];
+                    double held = elems[t] == 2 ? ddp_bf16_to_float(((uint16_t *)row)[e]) : load(row, elems[t], e);
+                    double got = held * pair->std + pair->mean;
+                    bad += !(fabs(got - want[e]) <= tolerance[t] * (1 + fabs(want[e])));
+                    changed += fabs(got - raw[e]) > 0.05;
+                }
+            }
+    CHECK(bad == 0);
+    CHECK(flipped > 400 && flipped < 800);
+    CHECK(changed > 2 * 3 * 200 * HW / 2);
 }
 
 /* 100 synthetic images of 3 classes, cropped and flipped both ways, and the f32
@@ -393,6 +535,9 @@ int main(void) {
     test_element_types();
     test_cutout();
     test_normalized_padding();
+    test_color_against_torchvision();
+    test_color_draws();
+    test_color_sample();
     test_batches();
     test_loader_threads();
     if (failures) {
