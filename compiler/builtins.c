@@ -29,6 +29,8 @@ const char *const allreduce_words[] = {[DDP_ALLREDUCE_FP32] = "fp32", [DDP_ALLRE
                                        [DDP_ALLREDUCE_BF16 + 1] = NULL};
 const char *const flip_words[] = {[DDP_FLIP_HORIZONTAL] = "horizontal", [DDP_FLIP_VERTICAL] = "vertical",
                                   [DDP_FLIP_BOTH] = "horizontal_and_vertical", [DDP_FLIP_BOTH + 1] = NULL};
+const char *const erase_words[] = {[DDP_ERASE_ZERO] = "zero", [DDP_ERASE_RANDOM] = "random",
+                                   [DDP_ERASE_RANDOM + 1] = NULL};
 const char *const part_words[] = {[0] = "train", [1] = "test", [2] = NULL}; /* ddp_dataset.part */
 const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
 const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};
@@ -125,6 +127,18 @@ static const Param random_resized_crop_params[] = {
 static const Param random_color_params[] = {
     NUM("brightness", 0, P_NONNEG), NUM("contrast", 0, P_NONNEG), NUM("saturation", 0, P_NONNEG),
     NUM("hue", 0, P_NONNEG),
+};
+
+/* torchvision's RandomGrayscale and RandomErasing defaults */
+static const Param random_grayscale_params[] = {NUM("probability", 0.1, P_UNIT)};
+static const double default_erase_scale[] = {0.02, 0.33}, default_erase_ratio[] = {0.3, 3.3};
+static const Param random_erasing_params[] = {
+    NUM("probability", 0.5, P_UNIT),
+    {.name = "scale", .kind = K_NUM_RANGE, .flags = P_UNIT, .def = DEF_LIST, .def_list = default_erase_scale,
+     .def_list_len = 2},
+    {.name = "ratio", .kind = K_NUM_RANGE, .flags = P_POSITIVE, .def = DEF_LIST, .def_list = default_erase_ratio,
+     .def_list_len = 2},
+    WORD("value", erase_words, "zero"),
 };
 
 /* torchvision's and timm's usual mixup and CutMix */
@@ -251,6 +265,11 @@ const Builtin builtins[] = {
     OTHER("random_color", B_AUGMENT, DDP_AUGMENT_COLOR, random_color_params,
           "a training image's brightness, contrast and saturation scaled by factors drawn from [1 - x, 1 + x] and "
           "its hue turned by a shift drawn from [-hue, hue], in a random order (ColorJitter)"),
+    OTHER("random_grayscale", B_AUGMENT, DDP_AUGMENT_GRAYSCALE, random_grayscale_params,
+          "a training image made grey (each pixel 0.2989 R + 0.587 G + 0.114 B) with the probability"),
+    OTHER("random_erasing", B_AUGMENT, DDP_AUGMENT_ERASING, random_erasing_params,
+          "with the probability, a box of a training sample, of a random share (scale) of its area and shape "
+          "(ratio) at a random place, set to the normalised zero or to random normal values (RandomErasing)"),
     OTHER("random_mixup", B_AUGMENT, DDP_AUGMENT_MIXUP, random_mixup_params,
           "a training sample and its labels mixed with another sample drawn at random, in a share drawn from "
           "Beta(alpha, alpha) (mixup)"),
@@ -381,8 +400,8 @@ static const char *builtins_of_kind(BuiltinKind k) {
     case B_METRIC:
         return "accuracy, top_k_accuracy, loss or mae";
     case B_AUGMENT:
-        return "random_flip, random_crop, random_cutout, random_resized_crop, random_color, random_mixup or "
-               "random_cutmix";
+        return "random_flip, random_crop, random_cutout, random_resized_crop, random_color, random_grayscale, "
+               "random_erasing, random_mixup or random_cutmix";
     default:
         return "";
     }

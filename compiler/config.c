@@ -111,6 +111,7 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
     ddp_augment *a = arena_alloc(c->arena, sizeof *a * (size_t)(list.len + 1));
     for (int i = 0; i < list.len; i++) {
         Value mode = object_arg(list.items[i], "mode"), size = object_arg(list.items[i], "size");
+        Value value = object_arg(list.items[i], "value");
         int64_t kind = list.items[i].builtin->code;
         bool window = kind == DDP_AUGMENT_CROP || kind == DDP_AUGMENT_RESIZED_CROP; /* size: a window's */
         int64_t hw[2] = {0, 0};
@@ -120,7 +121,9 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
         range_arg(list.items[i], "scale", scale);
         range_arg(list.items[i], "ratio", ratio);
         a[i] = (ddp_augment){.kind = kind,
-                             .mode = mode.kind == V_WORD ? word_code(flip_words, mode.str) : 0,
+                             .mode = mode.kind == V_WORD ? word_code(flip_words, mode.str)
+                                     : value.kind == V_WORD ? word_code(erase_words, value.str)
+                                                            : 0,
                              .padding = (int64_t)num_arg(list.items[i], "padding", 0),
                              .size = window ? 0 : (int64_t)num_arg(list.items[i], "size", 0),
                              .height = hw[0],
@@ -133,7 +136,8 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
                              .brightness = num_arg(list.items[i], "brightness", 0),
                              .contrast = num_arg(list.items[i], "contrast", 0),
                              .saturation = num_arg(list.items[i], "saturation", 0),
-                             .hue = num_arg(list.items[i], "hue", 0)};
+                             .hue = num_arg(list.items[i], "hue", 0),
+                             .probability = num_arg(list.items[i], "probability", 0)};
     }
     d->augment = a;
     d->naugment = list.len;

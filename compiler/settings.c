@@ -207,6 +207,9 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
             check_crop_size(c, spec, a, i);
         if (is_named(a, "random_color"))
             check_color(c, spec, a);
+        if (is_named(a, "random_grayscale") && !(in->rank == 3 && in->dim[2] == 3))
+            diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_grayscale makes RGB images grey, [height, width, 3], "
+                        "but `%s` takes %s", spec->graph->model, shape_text(c, in));
         if (is_named(a, "random_crop") && padding >= side) {
             diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_crop(padding = %lld) could cut a crop wholly "
                         "out of the padding of `%s`'s %s images", (long long)padding, spec->graph->model,

@@ -1040,6 +1040,12 @@ void ddp_color_image(const ddp_color *color, double *values, int64_t pixels, int
                 values[e] = clip(f * values[e] + (1 - f) * mean, top);
             break;
         }
+        case DDP_COLOR_GREY:
+            for (int64_t x = 0; channels == 3 && x < pixels; x++) {
+                double *rgb = values + 3 * x;
+                rgb[0] = rgb[1] = rgb[2] = grey(rgb);
+            }
+            break;
         case DDP_COLOR_SATURATION:
             for (int64_t x = 0; channels == 3 && x < pixels; x++) {
                 double *rgb = values + 3 * x, g = grey(rgb);
@@ -1047,7 +1053,7 @@ void ddp_color_image(const ddp_color *color, double *values, int64_t pixels, int
                     rgb[c] = clip(f * rgb[c] + (1 - f) * g, top);
             }
             break;
-        default:
+        case DDP_COLOR_HUE:
             for (int64_t x = 0; channels == 3 && x < pixels; x++)
                 turn_hue(values + 3 * x, f, top, 1 / top);
         }
@@ -1065,21 +1071,27 @@ static void raw_values(const Image *m, int64_t n, double *v) {
     }
 }
 
+/* Element e from at as the image's type holds v: itself in f64, rounded once to f32 or
+ * bf16. */
+static void put_value(const Image *m, char *at, int64_t e, double v) {
+    if (m->elem == sizeof(double))
+        ((double *)at)[e] = v;
+    else if (m->elem == sizeof(float))
+        ((float *)at)[e] = (float)v;
+    else
+        ((uint16_t *)at)[e] = ddp_bf16_from_float((float)v);
+}
+
 /* v back into the image, as any input is made: in double for f64, else rounded to f32
  * and normalised from that, and bf16 rounded from the f32. */
 static void store_raw_values(const Image *m, int64_t n, const double *v) {
     int64_t pairs = m->spec->nnormalize;
     for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1) {
         const ddp_channel *pair = pairs ? &m->spec->normalize[c] : NULL;
-        if (m->elem == sizeof(double)) {
-            ((double *)m->at)[e] = pair ? normalized64(v[e], pair->mean, pair->std) : v[e];
-            continue;
-        }
-        float f = pair ? normalized32((float)v[e], pair->mean, pair->std) : (float)v[e];
-        if (m->elem == sizeof(float))
-            ((float *)m->at)[e] = f;
+        if (m->elem == sizeof(double))
+            put_value(m, m->at, e, pair ? normalized64(v[e], pair->mean, pair->std) : v[e]);
         else
-            ((uint16_t *)m->at)[e] = ddp_bf16_from_float(f);
+            put_value(m, m->at, e, pair ? normalized32((float)v[e], pair->mean, pair->std) : (float)v[e]);
     }
 }
 
@@ -1110,6 +1122,57 @@ static bool is_mixing(const ddp_augment *a) {
     return a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX;
 }
 
+/* ------------------------------------------------------------ erasing */
+
+/* random_erasing's draws for a sample: element 0 whether it erases, elements 1 .. 10
+ * its tries' area and shape, 11 the box's place, and from ERASE_VALUES on one a
+ * random value. */
+enum { ERASE_TRIES = 10, ERASE_PLACE = 1 + ERASE_TRIES, ERASE_VALUES };
+
+bool ddp_erase_box(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, int64_t h,
+                   int64_t w, int64_t box[4]) {
+    uint32_t d[4];
+    augment_draws(key, place, sample, 0, d);
+    if (!(ddp_uniform53(d) < a->probability))
+        return false;
+    double area = (double)h * (double)w, log_lo = log(a->ratio_min), log_hi = log(a->ratio_max);
+    for (uint32_t k = 0; k < ERASE_TRIES; k++) {
+        augment_draws(key, place, sample, 1 + k, d);
+        double erased = area * (a->scale_min + ddp_uniform53(d) * (a->scale_max - a->scale_min));
+        double aspect = exp(log_lo + ddp_uniform53(d + 2) * (log_hi - log_lo)); /* height / width, as torchvision */
+        int64_t bh = llrint(sqrt(erased * aspect)), bw = llrint(sqrt(erased / aspect)); /* Python's round */
+        if (!(bh < h && bw < w))
+            continue;
+        augment_draws(key, place, sample, ERASE_PLACE, d);
+        box[0] = ddp_draw_below(d, h - bh + 1);
+        box[1] = ddp_draw_below(d + 2, w - bw + 1);
+        box[2] = box[0] + bh;
+        box[3] = box[1] + bw;
+        return true;
+    }
+    return false;
+}
+
+/* The box's values set to 0 (every type's zero bits; the normalised mean, as
+ * torchvision's RandomErasing after Normalize) or to standard normal draws. */
+static void erase_box(const Image *m, const int64_t box[4], const ddp_augment *a, const ddp_draw_key *key,
+                      int64_t place, int64_t sample) {
+    int64_t count = (box[3] - box[1]) * (int64_t)(m->pixel / m->elem);
+    uint32_t element = ERASE_VALUES;
+    for (int64_t y = box[0]; y < box[2]; y++) {
+        char *at = pixel_at(m, y, box[1]);
+        if (a->mode == DDP_ERASE_ZERO) {
+            memset(at, 0, (size_t)count * m->elem);
+            continue;
+        }
+        for (int64_t e = 0; e < count; e++) {
+            uint32_t d[4];
+            augment_draws(key, place, sample, element++, d);
+            put_value(m, at, e, ddp_normal(d));
+        }
+    }
+}
+
 void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, const ddp_draw_key *key,
                         int64_t sample, double top, void *row) {
     Image m = row_image(spec, p, elem_size, row);
@@ -1124,7 +1187,18 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
             change_colors(&m, &color, top);
             continue;
         }
+        if (a->kind == DDP_AUGMENT_ERASING) {
+            int64_t box[4];
+            if (ddp_erase_box(a, key, i, sample, m.h, m.w, box))
+                erase_box(&m, box, a, key, i, sample);
+            continue;
+        }
         augment_draws(key, i, sample, 0, w);
+        if (a->kind == DDP_AUGMENT_GRAYSCALE) {
+            if (ddp_uniform53(w) < a->probability)
+                change_colors(&m, &(ddp_color){.count = 1, .change = {DDP_COLOR_GREY}}, top);
+            continue;
+        }
         if (a->kind == DDP_AUGMENT_FLIP) {
             if (a->mode != DDP_FLIP_VERTICAL && (w[0] & 1))
                 flip_across(&m, true);

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 10
+#define DDP_ABI_VERSION 11
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -382,19 +382,25 @@ DDP_CONTRACT(ddp_metric)
  * in the same shares; with both, each sample takes one of them. A colour change
  * (torchvision's ColorJitter) scales the brightness, contrast and saturation by factors
  * uniform in [max(0, 1 - x), 1 + x] and turns the hue by a shift uniform in [-hue,
- * hue], those whose x is not 0, in a random order (runtime/data.c). */
+ * hue], those whose x is not 0, in a random order (runtime/data.c). With a
+ * probability: a grey image (each RGB pixel its grey), or an erased box, of a
+ * share of the area uniform in [scale_min, scale_max] and an aspect ratio
+ * log-uniform in [ratio_min, ratio_max] at a uniform place (torchvision's
+ * RandomErasing), set to the normalised zero or to standard normal draws (mode). */
 enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT, DDP_AUGMENT_RESIZED_CROP,
-                        DDP_AUGMENT_MIXUP, DDP_AUGMENT_CUTMIX, DDP_AUGMENT_COLOR };
+                        DDP_AUGMENT_MIXUP, DDP_AUGMENT_CUTMIX, DDP_AUGMENT_COLOR, DDP_AUGMENT_GRAYSCALE,
+                        DDP_AUGMENT_ERASING };
 enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
+enum ddp_erase_value { DDP_ERASE_ZERO, DDP_ERASE_RANDOM };
 
 #define DDP_FIELDS_ddp_augment(X, T)                                                                         \
     X##_I64(T, kind)        /* ddp_augment_kind */                                                           \
-    X##_I64(T, mode)        /* flip: ddp_flip_mode */                                                        \
+    X##_I64(T, mode)        /* flip: ddp_flip_mode; erasing: ddp_erase_value */                              \
     X##_I64(T, padding)     /* crop */                                                                       \
     X##_I64(T, size)        /* cutout */                                                                     \
     X##_I64(T, height)      /* crop to a window, resized crop: its height and width; 0: the sample's size */ \
     X##_I64(T, width)                                                                                        \
-    X##_F64(T, scale_min)   /* resized crop: the window's share of the area ... */                          \
+    X##_F64(T, scale_min)   /* resized crop, erasing: the window's share of the area ... */                  \
     X##_F64(T, scale_max)                                                                                    \
     X##_F64(T, ratio_min)   /* ... and its width / height */                                                 \
     X##_F64(T, ratio_max)                                                                                    \
@@ -402,7 +408,8 @@ enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
     X##_F64(T, brightness)  /* colour: the factors' spread, and the hue's */                                 \
     X##_F64(T, contrast)                                                                                     \
     X##_F64(T, saturation)                                                                                   \
-    X##_F64(T, hue)
+    X##_F64(T, hue)                                                                                          \
+    X##_F64(T, probability) /* grayscale, erasing: each sample's chance */
 DDP_CONTRACT(ddp_augment)
 
 /* A dataset's normalisation of one value of its samples' last axis (an image's

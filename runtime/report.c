@@ -237,6 +237,12 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
         else if (a->kind == DDP_AUGMENT_COLOR)
             n += (size_t)snprintf(out + n, len - n, "%srandom_color(brightness = %g, contrast = %g, saturation = %g, "
                                   "hue = %g)", sep, a->brightness, a->contrast, a->saturation, a->hue);
+        else if (a->kind == DDP_AUGMENT_GRAYSCALE)
+            n += (size_t)snprintf(out + n, len - n, "%srandom_grayscale(probability = %g)", sep, a->probability);
+        else if (a->kind == DDP_AUGMENT_ERASING)
+            n += (size_t)snprintf(out + n, len - n, "%srandom_erasing(probability = %g, scale = [%g, %g], ratio = "
+                                  "[%g, %g], value = %s)", sep, a->probability, a->scale_min, a->scale_max,
+                                  a->ratio_min, a->ratio_max, a->mode == DDP_ERASE_RANDOM ? "random" : "zero");
         else if (a->kind == DDP_AUGMENT_MIXUP || a->kind == DDP_AUGMENT_CUTMIX)
             n += (size_t)snprintf(out + n, len - n, "%srandom_%s(alpha = %g)", sep,
                                   a->kind == DDP_AUGMENT_MIXUP ? "mixup" : "cutmix", a->alpha);

@@ -209,8 +209,9 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
 double ddp_data_top(const ddp_data *d);
 /* One sample's colour change (random_color, augmentation `place` of the list): the
  * changes with a spread above 0, in the order drawn, each with its factor (the hue's
- * shift for DDP_COLOR_HUE). */
-enum ddp_color_change { DDP_COLOR_BRIGHTNESS, DDP_COLOR_CONTRAST, DDP_COLOR_SATURATION, DDP_COLOR_HUE };
+ * shift for DDP_COLOR_HUE). random_grayscale's is DDP_COLOR_GREY alone (no factor). */
+enum ddp_color_change { DDP_COLOR_BRIGHTNESS, DDP_COLOR_CONTRAST, DDP_COLOR_SATURATION, DDP_COLOR_HUE,
+                        DDP_COLOR_GREY };
 typedef struct ddp_color {
     int count;
     int change[4];    /* ddp_color_change, in the order they apply */
@@ -218,10 +219,15 @@ typedef struct ddp_color {
 } ddp_color;
 void ddp_color_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, ddp_color *out);
 /* The changes on an image of `pixels` pixels of 1 or 3 channels, values in [0, top],
- * in place: torchvision's adjust_brightness, adjust_contrast, adjust_saturation and
- * adjust_hue on a float image (each clipped to [0, top]; grey is 0.2989 R + 0.587 G +
- * 0.114 B), in double. */
+ * in place: torchvision's adjust_brightness, adjust_contrast, adjust_saturation,
+ * adjust_hue and rgb_to_grayscale(num_output_channels = 3) on a float image (each
+ * clipped to [0, top]; grey is 0.2989 R + 0.587 G + 0.114 B), in double. */
 void ddp_color_image(const ddp_color *color, double *values, int64_t pixels, int64_t channels, double top);
+/* random_erasing's box for a sample of h x w pixels, [y0, x0, y1, x1), drawn as
+ * torchvision's RandomErasing.get_params; false where the sample keeps its values
+ * (not drawn, by the probability, or no try of ten fitted). */
+bool ddp_erase_box(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, int64_t h,
+                   int64_t w, int64_t box[4]);
 /* How a training sample is mixed with another (random_mixup, random_cutmix): which
  * sample, the share of its own values and labels it keeps, and for a cutmix the box
  * [y0, x0, y1, x1) of the other's pixels it takes (its share then the rest of the

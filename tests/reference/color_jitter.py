@@ -1,5 +1,5 @@
 """color_jitter.py: writes tests/unit/color_reference.h, torchvision's colour changes
-(the functions ColorJitter applies) on two small float64 images, for tests/unit/augment.c
+(the functions ColorJitter and RandomGrayscale apply) on two small float64 images, for tests/unit/augment.c
 to hold ddp_color_image to. adjust_hue rounds to float32 on the way: its steps are taken
 here in float64. Run with a Python that has torchvision:
     python3 tests/reference/color_jitter.py > tests/unit/color_reference.h
@@ -34,10 +34,11 @@ def adjust_hue64(image, factor):
 # adjust_hue64 against F.adjust_hue, to float32's rounding
 assert (adjust_hue64(rgb, 0.3) - F.adjust_hue(rgb, 0.3)).abs().max() < 1e-6
 
-BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
+BRIGHTNESS, CONTRAST, SATURATION, HUE, GREY = range(5)
 functions = {BRIGHTNESS: F.adjust_brightness, CONTRAST: F.adjust_contrast,
-             SATURATION: F.adjust_saturation, HUE: adjust_hue64}
-names = ["DDP_COLOR_BRIGHTNESS", "DDP_COLOR_CONTRAST", "DDP_COLOR_SATURATION", "DDP_COLOR_HUE"]
+             SATURATION: F.adjust_saturation, HUE: adjust_hue64,
+             GREY: lambda image, _: F.rgb_to_grayscale(image, num_output_channels=3)}  # RandomGrayscale's
+names = ["DDP_COLOR_BRIGHTNESS", "DDP_COLOR_CONTRAST", "DDP_COLOR_SATURATION", "DDP_COLOR_HUE", "DDP_COLOR_GREY"]
 
 cases = [  # (image, [(change, factor), ...] in the order applied)
     ("rgb", [(BRIGHTNESS, 1.37)]), ("rgb", [(BRIGHTNESS, 0.6)]),
@@ -47,6 +48,7 @@ cases = [  # (image, [(change, factor), ...] in the order applied)
     ("rgb", [(HUE, 0.13)]), ("rgb", [(HUE, -0.37)]), ("rgb", [(HUE, 0.5)]), ("rgb", [(HUE, -0.5)]),
     ("rgb", [(HUE, 0.02), (CONTRAST, 1.3), (BRIGHTNESS, 1.2), (SATURATION, 0.7)]),
     ("rgb", [(SATURATION, 1.5), (BRIGHTNESS, 0.8), (HUE, -0.2), (CONTRAST, 0.6)]),
+    ("rgb", [(GREY, 0)]), ("rgb", [(BRIGHTNESS, 1.3), (GREY, 0)]),
 ]
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""color.py DDPC: random_color through a built program, read back from --dump-batch.
+"""color.py DDPC: random_color, random_grayscale and random_erasing through a built
+program, read back from --dump-batch.
 
 Programs written here train on 8 x 8 images in .npy files (shuffle off, so the first
 batch is samples 0 .. 15), each built by DDPC and dumped:
@@ -13,7 +14,10 @@ batch is samples 0 .. 15), each built by DDPC and dumped:
 - contrast alone on grey bytes: every value is f x + (1 - f) m, clipped at 1, with m
   the sample's mean and f in [0.7, 1.3] (fitted);
 - all four changes: values in [0, 1], the samples changed, two dumps alike and
-  another seed's otherwise; the banner names them; a run of 2 epochs trains.
+  another seed's otherwise; the banner names them; a run of 2 epochs trains;
+- random_grayscale(probability = 0.5): each sample grey or as it was;
+- random_erasing(probability = 1) on 16 x 16 images: each sample's changed values a
+  box, zero (normalised) or, with value = random, of mean 0 and deviation 1.
 ddp_color_image itself is held to torchvision's functions in tests/unit/augment.c."""
 import os
 import subprocess
@@ -44,12 +48,12 @@ train net on images {
 """
 
 
-def build(ddpc, root, name, augment, scale="1 / 255", normalise=True, grey=False):
+def build(ddpc, root, name, augment, scale="1 / 255", normalise=True, grey=False, shape=None):
     source = os.path.join(root, name + ".ddp")
     channels = 1 if grey else 3
     with open(source, "w") as f:
         f.write(PROGRAM % {"scale": scale, "augment": augment, "batch": BATCH,
-                           "shape": "[8, 8]" if grey else "[8, 8, 3]",
+                           "shape": shape or ("[8, 8]" if grey else "[8, 8, 3]"),
                            "normalise": ", mean = %s, std = %s" % (MEAN[:channels], STD[:channels])
                            if normalise else ""})
     run([ddpc, "build", source, "-o", os.path.join(root, name)])
@@ -150,11 +154,62 @@ def all_four(ddpc):
     check("augmented: " + augment in out and "\ndone:" in out, "the banner names it and 2 epochs train")
 
 
+def grayscale(ddpc):
+    root = scratch_folder()
+    pixels = np.random.default_rng(8).integers(0, 256, size=(SAMPLES, 8, 8, 3), dtype=np.uint8)
+    write_inputs(root, pixels, "|u1")
+    got = dumped(build(ddpc, root, "grey", "random_grayscale(probability = 0.5)"), root, True)
+    raw = pixels[:BATCH].astype(np.float64) / 255
+    grey = (0.2989 * raw[..., 0] + 0.587 * raw[..., 1] + 0.114 * raw[..., 2])[..., None]
+    made = [bool(np.max(np.abs(got[s] - grey[s])) < 1e-5) for s in range(BATCH)]
+    kept = [bool(np.max(np.abs(got[s] - raw[s])) < 1e-5) for s in range(BATCH)]
+    check(all(m != k for m, k in zip(made, kept)) and 3 <= sum(made) <= 13,
+          "random_grayscale(probability = 0.5): %d of %d samples grey (0.2989 R + 0.587 G + 0.114 B), the others "
+          "as they were" % (sum(made), BATCH))
+
+
+def erasing(ddpc):
+    root = scratch_folder()
+    pixels = np.random.default_rng(9).integers(1, 256, size=(SAMPLES, 16, 16, 3), dtype=np.uint8)
+    write_inputs(root, pixels, "|u1")
+    normalised = ((pixels[:BATCH].astype(np.float32) / np.float32(255) - np.array(MEAN)) / np.array(STD))
+    for value in ("zero", "random"):
+        program = build(ddpc, root, "erase_" + value, "random_erasing(probability = 1, value = %s)" % value,
+                        shape="[16, 16, 3]")
+        said = run([program, "--data-root", root, "--check", "--run-dir", os.path.join(root, "run")])
+        named = "random_erasing(probability = 1, scale = [0.02, 0.33], ratio = [0.3, 3.3], value = %s)" % value
+        check(named in said, "the banner names " + named)
+        out = os.path.join(root, "batch.npy")
+        run([program, "--data-root", root, "--dump-batch", out, "--run-dir", os.path.join(root, "run")])
+        got = np.load(out).astype(np.float64)
+        ok, shares, inside = True, [], []
+        for s in range(BATCH):
+            changed = np.any(np.abs(got[s] - normalised[s]) > 1e-5, axis=-1)
+            ys, xs = np.nonzero(changed)
+            if len(ys) == 0:
+                continue  # no try of ten fitted: the sample as it was
+            y0, y1, x0, x1 = ys.min(), ys.max() + 1, xs.min(), xs.max() + 1
+            box = got[s, y0:y1, x0:x1]
+            shares.append((y1 - y0) * (x1 - x0) / 256)
+            ok &= bool(changed[y0:y1, x0:x1].all() or value == "random")  # a random value may land near the old
+            ok &= bool(np.all(box == 0)) if value == "zero" else True
+            inside.extend(box.ravel())
+        inside = np.array(inside)
+        if value == "random":
+            ok &= abs(inside.mean()) < 0.15 and abs(inside.std() - 1) < 0.15
+        check(ok and len(shares) >= BATCH - 2 and min(shares) >= 0.01 and max(shares) <= 0.4,
+              "random_erasing(value = %s): a box a sample of %.2f .. %.2f of the area, %s, the rest as it was"
+              % (value, min(shares or [0]), max(shares or [0]), "the normalised zero" if value == "zero" else
+                 "normal values (mean %.2f, sd %.2f)" % (inside.mean(), inside.std())))
+
+
 def main():
     ddpc = sys.argv[1]
     brightness(ddpc)
     contrast(ddpc)
     all_four(ddpc)
+    grayscale(ddpc)
+    erasing(ddpc)
     sys.exit(1 if datafiles.failures else 0)
 
 

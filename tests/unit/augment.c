@@ -15,7 +15,8 @@
  * random_color: ddp_color_image against torchvision's functions (color_reference.h),
  * its draws (every order as likely, the factors uniform in their ranges), and a sample
  * changed through ddp_augment_sample as the draws and the functions say, its
- * normalisation undone and made again, in each element type. */
+ * normalisation undone and made again, in each element type. random_erasing's boxes
+ * and values, random_grayscale's share and greys. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,9 +401,10 @@ static void test_color_sample(void) {
                 for (int e = 0; e < HW * channels; e++) {
                     raw[e] = (double)((e * 37 + 11) % 256) / 255; /* bf16 holds these to its rounding */
                     const ddp_channel *pair = &pairs[e % channels];
-                    store(row, elems[t], e, (raw[e] - pair->mean) / pair->std);
                     if (elems[t] == 2)
                         ((uint16_t *)row)[e] = ddp_bf16_from_float((float)((raw[e] - pair->mean) / pair->std));
+                    else
+                        store(row, elems[t], e, (raw[e] - pair->mean) / pair->std);
                 }
                 ddp_draw_key key = {6, 0};
                 ddp_augment_sample(&spec, &p, elems[t], &key, s, 1, row);
@@ -428,6 +430,112 @@ static void test_color_sample(void) {
     CHECK(bad == 0);
     CHECK(flipped > 400 && flipped < 800);
     CHECK(changed > 2 * 3 * 200 * HW / 2);
+}
+
+/* random_erasing's boxes on 32 x 24 images: a share of the samples as the probability
+ * says; each box inside the image, of an area and shape within the ranges as the
+ * rounding of its sides allows, at places covering every row and column it may start
+ * at; the same draws for the same key. Through ddp_augment_sample: the box zero and
+ * the rest as it was, or (value = random) the box standard normal values, in f32, f64
+ * and bf16. */
+static void test_erasing(void) {
+    enum { EH = 32, EW = 24, DRAWS = 20000 };
+    ddp_augment a = {.kind = DDP_AUGMENT_ERASING, .probability = 0.3, .scale_min = 0.02, .scale_max = 0.33,
+                     .ratio_min = 0.3, .ratio_max = 3.3};
+    int erased = 0, bad = 0, rows[EH] = {0}, cols[EW] = {0};
+    double smallest = 1, largest = 0;
+    for (int64_t s = 0; s < DRAWS; s++) {
+        int64_t box[4], again[4];
+        bool some = ddp_erase_box(&a, &(ddp_draw_key){2, 3}, 1, s, EH, EW, box);
+        bad += some != ddp_erase_box(&a, &(ddp_draw_key){2, 3}, 1, s, EH, EW, again) ||
+               (some && memcmp(box, again, sizeof box) != 0);
+        if (!some)
+            continue;
+        erased++;
+        int64_t bh = box[2] - box[0], bw = box[3] - box[1];
+        bad += box[0] < 0 || box[1] < 0 || box[2] > EH || box[3] > EW || bh < 1 || bw < 1;
+        double share = (double)(bh * bw) / (EH * EW), lo = (bh - 0.5) * (bw - 0.5) / (EH * EW),
+               hi = (bh + 0.5) * (bw + 0.5) / (EH * EW);
+        bad += !(hi >= 0.02 && lo <= 0.33) || !((bh + 0.5) / (bw - 0.5) >= 0.3) || !((bh - 0.5) / (bw + 0.5) <= 3.3);
+        smallest = fmin(smallest, share), largest = fmax(largest, share);
+        rows[box[0]]++, cols[box[1]]++;
+    }
+    CHECK(bad == 0);
+    CHECK(abs(erased - DRAWS * 3 / 10) < DRAWS / 50);
+    CHECK(smallest < 0.03 && largest > 0.25);
+    CHECK(rows[0] > 0 && cols[0] > 0 && rows[EH - 5] > 0 && cols[EW - 5] > 0); /* small boxes reach the edges */
+
+    /* through the samples, f32, f64 and bf16 */
+    const int64_t dtypes[] = {DDP_F32, DDP_F64, DDP_BF16};
+    const size_t elems[] = {4, 8, 2};
+    for (int random = 0; random < 2; random++) {
+        ddp_augment e = {.kind = DDP_AUGMENT_ERASING, .mode = random ? DDP_ERASE_RANDOM : DDP_ERASE_ZERO,
+                         .probability = 1, .scale_min = 0.1, .scale_max = 0.3, .ratio_min = 0.5, .ratio_max = 2};
+        ddp_dataset spec = {.name = "images", .augment = &e, .naugment = 1};
+        int wrong = 0;
+        double sum = 0, squares = 0, count = 0;
+        for (int t = 0; t < 3; t++) {
+            ddp_program p = image_program(dtypes[t], 3);
+            for (int64_t s = 0; s < 400; s++) {
+                double row[PER];
+                for (int v = 0; v < PER; v++)
+                    store(row, elems[t], v, 1 + v);
+                ddp_augment_sample(&spec, &p, elems[t], &(ddp_draw_key){8, 0}, s, 1, row);
+                int64_t box[4];
+                if (!ddp_erase_box(&e, &(ddp_draw_key){8, 0}, 0, s, H, W, box))
+                    continue; /* no try fitted: the sample as it was (checked below) */
+                for (int y = 0; y < H; y++)
+                    for (int x = 0; x < W; x++)
+                        for (int c = 0; c < C; c++) {
+                            int v = (y * W + x) * C + c;
+                            double got = elems[t] == 2 ? ddp_bf16_to_float(((uint16_t *)row)[v]) : load(row, elems[t], v);
+                            bool inside = y >= box[0] && y < box[2] && x >= box[1] && x < box[3];
+                            if (!inside)
+                                wrong += got != (elems[t] == 2 ? ddp_bf16_to_float((uint16_t)(1 + v)) : 1 + v);
+                            else if (!random)
+                                wrong += got != 0;
+                            else
+                                sum += got, squares += got * got, count++;
+                        }
+            }
+        }
+        CHECK(wrong == 0);
+        if (random) {
+            double mean = sum / count, sd = sqrt(squares / count - mean * mean);
+            if (!(fabs(mean) < 0.05 && fabs(sd - 1) < 0.05))
+                fprintf(stderr, "random_erasing(value = random): mean %g, sd %g over %.0f values\n", mean, sd, count);
+            CHECK(count > 10000 && fabs(mean) < 0.05 && fabs(sd - 1) < 0.05);
+        }
+    }
+}
+
+/* random_grayscale: with its probability, every pixel its grey, as torchvision's
+ * rgb_to_grayscale (held to it in color_reference.h); the other samples as they were. */
+static void test_grayscale(void) {
+    enum { CH = 3 };
+    ddp_augment g = {.kind = DDP_AUGMENT_GRAYSCALE, .probability = 0.25};
+    ddp_dataset spec = {.name = "images", .augment = &g, .naugment = 1};
+    ddp_program p = image_program(DDP_F64, 3);
+    p.input_shape[2] = CH;
+    int grey = 0, bad = 0;
+    for (int64_t s = 0; s < 4000; s++) {
+        double row[H * W * CH];
+        for (int v = 0; v < H * W * CH; v++)
+            row[v] = (double)((v * 29 + 7) % 256) / 255;
+        ddp_augment_sample(&spec, &p, sizeof(double), &(ddp_draw_key){5, 1}, s, 1, row);
+        bool made_grey = row[0] == row[1] && row[1] == row[2];
+        grey += made_grey;
+        for (int x = 0; x < H * W; x++)
+            for (int c = 0; c < CH; c++) {
+                const double *was = (double[]){(double)(((3 * x) * 29 + 7) % 256) / 255,
+                                               (double)(((3 * x + 1) * 29 + 7) % 256) / 255,
+                                               (double)(((3 * x + 2) * 29 + 7) % 256) / 255};
+                double want = made_grey ? 0.2989 * was[0] + 0.587 * was[1] + 0.114 * was[2] : was[c];
+                bad += row[3 * x + c] != want;
+            }
+    }
+    CHECK(bad == 0);
+    CHECK(abs(grey - 1000) < 150);
 }
 
 /* 100 synthetic images of 3 classes, cropped and flipped both ways, and the f32
@@ -538,6 +646,8 @@ int main(void) {
     test_color_against_torchvision();
     test_color_draws();
     test_color_sample();
+    test_erasing();
+    test_grayscale();
     test_batches();
     test_loader_threads();
     if (failures) {
