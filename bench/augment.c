@@ -9,7 +9,8 @@
  * cropped with padding 4 and flipped; all three; a random resized crop to 7/8 of the
  * sides, flipped and normalised; normalised, cropped, flipped, then mixed by mixup or
  * cutmix, with one-hot labels of 10 classes; normalised, cropped, flipped and
- * coloured, random_color(0.4, 0.4, 0.4, 0.1), RGB images alone) it assembles f32 batches of --batch
+ * coloured, random_color(0.4, 0.4, 0.4, 0.1), or trivial_augment(interpolation =
+ * bilinear), RGB images alone) it assembles f32 batches of --batch
  * (128) samples drawn at random, as ddp_data_batch does for a training step, for
  * about --seconds (1) after one warm-up batch, and prints samples per second, the
  * median over the batches. Each variant's batch is also checked: normalised values
@@ -38,6 +39,10 @@ static const ddp_augment crop_flip_color[] = {{.kind = DDP_AUGMENT_CROP, .paddin
                                               {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL},
                                               {.kind = DDP_AUGMENT_COLOR, .brightness = 0.4, .contrast = 0.4,
                                                .saturation = 0.4, .hue = 0.1}};
+static const ddp_augment crop_flip_trivial[] = {{.kind = DDP_AUGMENT_CROP, .padding = 4},
+                                                {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL},
+                                                {.kind = DDP_AUGMENT_TRIVIAL, .size = 31,
+                                                 .mode = DDP_INTERPOLATION_BILINEAR}};
 
 /* Whether every value of the batch is an 8-bit value (or zero) scaled and normalised;
  * resized or mixed values (between) lie between them. */
@@ -141,7 +146,8 @@ int main(int argc, char **argv) {
     printf("%-36s %14s\n", "variant", "samples/s");
     static const char *const names[] = {"scaled", "scaled, normalised", "scaled, cropped and flipped",
                                         "scaled, normalised, cropped, flipped", "resized crop, flipped, normalised",
-                                        "normalised, cropped, flipped, mixed", "normalised, cropped, flipped, coloured"};
+                                        "normalised, cropped, flipped, mixed", "normalised, cropped, flipped, coloured",
+                                        "normalised, cropped, flipped, trivial"};
     int64_t side_h = d.shape[0] * 7 / 8, side_w = d.shape[1] * 7 / 8;
     ddp_augment resized_and_flip[] = {{.kind = DDP_AUGMENT_RESIZED_CROP, .height = side_h ? side_h : 1,
                                        .width = side_w ? side_w : 1, .scale_min = 0.08, .scale_max = 1,
@@ -149,12 +155,13 @@ int main(int argc, char **argv) {
                                       {.kind = DDP_AUGMENT_FLIP, .mode = DDP_FLIP_HORIZONTAL}};
     int status = 0;
     srand(1);
-    for (int v = 0; v < (cifar ? 7 : 6); v++) {
-        bool resized = v == 4, mixed = v == 5, colored = v == 6;
+    for (int v = 0; v < (cifar ? 8 : 6); v++) {
+        bool resized = v == 4, mixed = v == 5, colored = v == 6, trivial = v == 7;
         spec.normalize = (v & 1 || v >= 4) && cifar ? cifar_channels : NULL;
         spec.nnormalize = (v & 1 || v >= 4) && cifar ? 3 : 0;
-        spec.augment = resized ? resized_and_flip : colored ? crop_flip_color : v & 2 || mixed ? crop_and_flip : NULL;
-        spec.naugment = mixed ? 4 : colored ? 3 : v & 2 || resized ? 2 : 0;
+        spec.augment = resized ? resized_and_flip : colored ? crop_flip_color : trivial ? crop_flip_trivial
+                       : v & 2 || mixed ? crop_and_flip : NULL;
+        spec.naugment = mixed ? 4 : colored || trivial ? 3 : v & 2 || resized ? 2 : 0;
         p.settings.loss = mixed ? DDP_LOSS_CATEGORICAL : DDP_LOSS_SPARSE_CATEGORICAL;
         p.label_dtype = mixed ? DDP_F32 : DDP_I32;
         p.output_elems = mixed ? 10 : 1 << 30;

@@ -9,8 +9,9 @@
 # True), v2.Normalize, each sample as a DataLoader worker transforms it; then the
 # batch mixed by v2.RandomChoice([v2.MixUp(alpha = 0.2), v2.CutMix(alpha = 1)]),
 # where ddp mixes each sample with another made for it; and normalised, cropped,
-# flipped and coloured, v2.ColorJitter(0.4, 0.4, 0.4, 0.1) before Normalize), measured
-# in this run. Ratios above 1 mean ddp
+# flipped and coloured, v2.ColorJitter(0.4, 0.4, 0.4, 0.1) before Normalize, or
+# trivially augmented, v2.TrivialAugmentWide(interpolation = BILINEAR) on the uint8
+# image), measured in this run. Ratios above 1 mean ddp
 # is faster. Then the loader's threads: its passes on 1 .. the CPUs here, and the
 # ratio to one thread (`--loader-threads`; SIDE = 224 shows ImageNet-sized images).
 #
@@ -54,7 +55,8 @@ resized_flip = [v2.RandomResizedCrop(side * 7 // 8, antialias=True), v2.RandomHo
 jitter = v2.ColorJitter(0.4, 0.4, 0.4, 0.1)
 variants = [[to_float], [to_float, normalize], crop_flip + [to_float], crop_flip + [to_float, normalize],
             resized_flip + [to_float, normalize], crop_flip + [to_float, normalize],
-            crop_flip + [to_float, jitter, normalize]]
+            crop_flip + [to_float, jitter, normalize],
+            crop_flip + [v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR), to_float, normalize]]
 mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=10), v2.CutMix(alpha=1.0, num_classes=10)])
 for v, steps in enumerate(variants):
     t = v2.Compose(steps)
@@ -71,6 +73,6 @@ for v, steps in enumerate(variants):
 EOF
 echo
 printf '%-36s %14s %14s %8s\n' variant "ddp samples/s" torchvision ratio
-sed -n 3,9p "$work/ddp.out" | paste - "$work/torch.out" | awk -F'\t' '{
+sed -n 3,10p "$work/ddp.out" | paste - "$work/torch.out" | awk -F'\t' '{
     n = split($1, f, " +"); ours = f[n]; name = $1; sub(/ +[0-9]+$/, "", name)
     printf "%-36s %14s %14s %8.2f\n", name, ours, $2, ours / $2 }'

@@ -31,6 +31,9 @@ const char *const flip_words[] = {[DDP_FLIP_HORIZONTAL] = "horizontal", [DDP_FLI
                                   [DDP_FLIP_BOTH] = "horizontal_and_vertical", [DDP_FLIP_BOTH + 1] = NULL};
 const char *const erase_words[] = {[DDP_ERASE_ZERO] = "zero", [DDP_ERASE_RANDOM] = "random",
                                    [DDP_ERASE_RANDOM + 1] = NULL};
+const char *const interpolation_words[] = {[DDP_INTERPOLATION_NEAREST] = "nearest",
+                                           [DDP_INTERPOLATION_BILINEAR] = "bilinear",
+                                           [DDP_INTERPOLATION_BILINEAR + 1] = NULL};
 const char *const part_words[] = {[0] = "train", [1] = "test", [2] = NULL}; /* ddp_dataset.part */
 const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
 const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};
@@ -140,6 +143,10 @@ static const Param random_erasing_params[] = {
      .def_list_len = 2},
     WORD("value", erase_words, "zero"),
 };
+
+/* torchvision's TrivialAugmentWide */
+static const Param trivial_augment_params[] = {INT("bins", 31, P_POSITIVE),
+                                               WORD("interpolation", interpolation_words, "nearest")};
 
 /* torchvision's and timm's usual mixup and CutMix */
 static const Param random_mixup_params[] = {NUM("alpha", 0.2, P_POSITIVE)};
@@ -270,6 +277,10 @@ const Builtin builtins[] = {
     OTHER("random_erasing", B_AUGMENT, DDP_AUGMENT_ERASING, random_erasing_params,
           "with the probability, a box of a training sample, of a random share (scale) of its area and shape "
           "(ratio) at a random place, set to the normalised zero or to random normal values (RandomErasing)"),
+    OTHER("trivial_augment", B_AUGMENT, DDP_AUGMENT_TRIVIAL, trivial_augment_params,
+          "one of fourteen changes of a training image (shears, translations, a rotation, colour, contrast, "
+          "sharpness, posterize, solarize, autocontrast, equalize or none) at a random strength "
+          "(TrivialAugmentWide)"),
     OTHER("random_mixup", B_AUGMENT, DDP_AUGMENT_MIXUP, random_mixup_params,
           "a training sample and its labels mixed with another sample drawn at random, in a share drawn from "
           "Beta(alpha, alpha) (mixup)"),
@@ -401,7 +412,7 @@ static const char *builtins_of_kind(BuiltinKind k) {
         return "accuracy, top_k_accuracy, loss or mae";
     case B_AUGMENT:
         return "random_flip, random_crop, random_cutout, random_resized_crop, random_color, random_grayscale, "
-               "random_erasing, random_mixup or random_cutmix";
+               "random_erasing, trivial_augment, random_mixup or random_cutmix";
     default:
         return "";
     }

@@ -111,9 +111,10 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
     ddp_augment *a = arena_alloc(c->arena, sizeof *a * (size_t)(list.len + 1));
     for (int i = 0; i < list.len; i++) {
         Value mode = object_arg(list.items[i], "mode"), size = object_arg(list.items[i], "size");
-        Value value = object_arg(list.items[i], "value");
+        Value value = object_arg(list.items[i], "value"), resampling = object_arg(list.items[i], "interpolation");
         int64_t kind = list.items[i].builtin->code;
         bool window = kind == DDP_AUGMENT_CROP || kind == DDP_AUGMENT_RESIZED_CROP; /* size: a window's */
+        const char *sizes = window ? "" : kind == DDP_AUGMENT_TRIVIAL ? "bins" : "size"; /* ddp_augment.size's */
         int64_t hw[2] = {0, 0};
         double scale[2], ratio[2];
         if (window && size.kind != V_NONE)
@@ -123,9 +124,10 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
         a[i] = (ddp_augment){.kind = kind,
                              .mode = mode.kind == V_WORD ? word_code(flip_words, mode.str)
                                      : value.kind == V_WORD ? word_code(erase_words, value.str)
-                                                            : 0,
+                                     : resampling.kind == V_WORD ? word_code(interpolation_words, resampling.str)
+                                                                 : 0,
                              .padding = (int64_t)num_arg(list.items[i], "padding", 0),
-                             .size = window ? 0 : (int64_t)num_arg(list.items[i], "size", 0),
+                             .size = (int64_t)num_arg(list.items[i], sizes, 0),
                              .height = hw[0],
                              .width = hw[1],
                              .scale_min = scale[0],

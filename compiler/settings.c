@@ -183,6 +183,19 @@ static void check_color(Ddpc *c, TrainSpec *spec, Value a) {
                     "saturation or hue above 0 (0.4, 0.4, 0.4 and 0.1 are usual)");
 }
 
+/* trivial_augment changes grey or RGB images, with at least two magnitudes. */
+static void check_trivial(Ddpc *c, TrainSpec *spec, Value a) {
+    const Shape *in = &spec->graph->input;
+    int64_t channels = in->rank == 3 ? in->dim[2] : 1;
+    if (channels != 1 && channels != 3)
+        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "trivial_augment changes grey or RGB images, of 1 or 3 channels, "
+                    "but `%s` takes %s", spec->graph->model, shape_text(c, in));
+    Value bins = object_arg(a, "bins");
+    if (bins.kind == V_NUM && bins.num < 2)
+        diag_report(c, E_OUT_OF_RANGE, bins.loc, "`bins` of trivial_augment must be 2 or more (31 in "
+                    "TrivialAugmentWide), not %s", value_text(c, bins));
+}
+
 /* Augmentations change images, [h, w] or [h, w, channels] (random_mixup any sample); a
  * crop must keep some of the image at every place it can be cut, and a cutout must
  * leave some of it. */
@@ -207,6 +220,8 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
             check_crop_size(c, spec, a, i);
         if (is_named(a, "random_color"))
             check_color(c, spec, a);
+        if (is_named(a, "trivial_augment"))
+            check_trivial(c, spec, a);
         if (is_named(a, "random_grayscale") && !(in->rank == 3 && in->dim[2] == 3))
             diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_grayscale makes RGB images grey, [height, width, 3], "
                         "but `%s` takes %s", spec->graph->model, shape_text(c, in));

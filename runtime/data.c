@@ -1110,6 +1110,42 @@ static void change_colors(Image *m, const ddp_color *color, double top) {
     free(v);
 }
 
+/* trivial_augment on the image: its values after scale as bytes of [0, top] (where
+ * TrivialAugmentWide works: a byte file's own, with scale 1 / 255 or any other), the
+ * operation made on them, and the bytes back as values: each of the 256 normalised
+ * once for each place of the normalisation, as any input is made (in double for f64,
+ * else from f32), then looked up. */
+static void change_bytes(Image *m, const ddp_trivial *t, bool bilinear, double top) {
+    int64_t channels = (int64_t)(m->pixel / m->elem), n = m->h * m->w * channels;
+    int64_t pairs = m->spec->nnormalize, places = pairs ? pairs : 1;
+    unsigned char *bytes = malloc(2 * (size_t)n);
+    double *table = malloc(sizeof(double) * 256 * (size_t)places);
+    if (!bytes || !table) {
+        fprintf(stderr, "ddp: out of memory changing a sample of %lld values\n", (long long)n);
+        abort();
+    }
+    double to_byte = 255 / top;
+    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1) {
+        double held = m->elem == sizeof(double) ? ((const double *)m->at)[e]
+                      : m->elem == sizeof(float) ? ((const float *)m->at)[e]
+                                                 : ddp_bf16_to_float(((const uint16_t *)m->at)[e]);
+        double v = pairs ? held * m->spec->normalize[c].std + m->spec->normalize[c].mean : held;
+        bytes[e] = (unsigned char)(clip(v * to_byte, 255) + 0.5); /* the nearest byte */
+    }
+    ddp_trivial_apply(t, bilinear, bytes, m->h, m->w, channels, bytes + n);
+    for (int64_t c = 0; c < places; c++)
+        for (int b = 0; b < 256; b++) {
+            double v = b * (top / 255);
+            const ddp_channel *pair = pairs ? &m->spec->normalize[c] : NULL;
+            table[c * 256 + b] = m->elem == sizeof(double) ? (pair ? normalized64(v, pair->mean, pair->std) : v)
+                                 : pair ? normalized32((float)v, pair->mean, pair->std) : (float)v;
+        }
+    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1)
+        put_value(m, m->at, e, table[c * 256 + bytes[e]]);
+    free(table);
+    free(bytes);
+}
+
 /* A batch row as the model's image: [h, w] or [h, w, ...] (the rest one pixel). */
 static Image row_image(const ddp_dataset *spec, const ddp_program *p, size_t elem_size, void *row) {
     Image m = {row, p->input_shape[0], p->input_rank > 1 ? p->input_shape[1] : 1, elem_size, elem_size, spec};
@@ -1185,6 +1221,13 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
             ddp_color color;
             ddp_color_draw(a, key, i, sample, &color);
             change_colors(&m, &color, top);
+            continue;
+        }
+        if (a->kind == DDP_AUGMENT_TRIVIAL) {
+            ddp_trivial t;
+            ddp_trivial_draw(a, key, i, sample, &t);
+            if (t.op != DDP_TRIVIAL_IDENTITY)
+                change_bytes(&m, &t, a->mode == DDP_INTERPOLATION_BILINEAR, top);
             continue;
         }
         if (a->kind == DDP_AUGMENT_ERASING) {

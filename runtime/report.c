@@ -237,6 +237,9 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
         else if (a->kind == DDP_AUGMENT_COLOR)
             n += (size_t)snprintf(out + n, len - n, "%srandom_color(brightness = %g, contrast = %g, saturation = %g, "
                                   "hue = %g)", sep, a->brightness, a->contrast, a->saturation, a->hue);
+        else if (a->kind == DDP_AUGMENT_TRIVIAL)
+            n += (size_t)snprintf(out + n, len - n, "%strivial_augment(bins = %lld, interpolation = %s)", sep,
+                                  (long long)a->size, a->mode == DDP_INTERPOLATION_BILINEAR ? "bilinear" : "nearest");
         else if (a->kind == DDP_AUGMENT_GRAYSCALE)
             n += (size_t)snprintf(out + n, len - n, "%srandom_grayscale(probability = %g)", sep, a->probability);
         else if (a->kind == DDP_AUGMENT_ERASING)

@@ -24,9 +24,11 @@
 
 #include "bf16.h"
 #include "check.h"
+#include "fnv.h"
 #include "runtime.h"
 
 #include "color_reference.h"
+#include "trivial_reference.h"
 
 enum { H = 5, W = 7, C = 2, PER = H * W * C, SAMPLES = 4000, PAD = 2 };
 
@@ -538,6 +540,100 @@ static void test_grayscale(void) {
     CHECK(abs(grey - 1000) < 150);
 }
 
+/* ddp_trivial_apply against torchvision's _apply_op on uint8 tensors
+ * (tests/reference/trivial_augment.py): every operation at magnitudes of the table of
+ * 31 bins, both signs, nearest and bilinear, RGB and grey; the magnitudes themselves
+ * from ddp_trivial_magnitude, to the bit; then on images of 32 x 32 and 17 x 23, the
+ * hash of each result's bytes. */
+static void test_trivial_against_torchvision(void) {
+    for (size_t k = 0; k < sizeof trivial_cases / sizeof trivial_cases[0]; k++) {
+        const TrivialCase *t = &trivial_cases[k];
+        int n = TRIVIAL_H * TRIVIAL_W * t->channels, bad = 0;
+        unsigned char image[TRIVIAL_H * TRIVIAL_W * 3], scratch[TRIVIAL_H * TRIVIAL_W * 3];
+        memcpy(image, t->channels == 3 ? trivial_rgb : trivial_grey, (size_t)n);
+        ddp_trivial op = {t->op, t->sign * ddp_trivial_magnitude(t->op, 31, t->bin)};
+        ddp_trivial_apply(&op, t->bilinear, image, TRIVIAL_H, TRIVIAL_W, t->channels, scratch);
+        for (int e = 0; e < n; e++)
+            bad += image[e] != t->expect[e];
+        if (bad || op.magnitude != t->magnitude)
+            fprintf(stderr, "trivial case %zu (op %d, bin %d, magnitude %.9g, torchvision's %.9g%s, %d channels): "
+                    "%d of %d bytes unlike torchvision's\n", k, t->op, t->bin, op.magnitude, t->magnitude,
+                    t->bilinear ? ", bilinear" : "", t->channels, bad, n);
+        CHECK(bad == 0 && op.magnitude == t->magnitude);
+    }
+    enum { MOST = 32 * 32 * 3 };
+    unsigned char image[MOST], scratch[MOST];
+    int differ = 0, cases = (int)(sizeof trivial_hashes / sizeof trivial_hashes[0]);
+    for (int k = 0; k < cases; k++) {
+        const TrivialHash *t = &trivial_hashes[k];
+        int n = t->h * t->w * 3;
+        for (int e = 0; e < n; e++)
+            image[e] = (unsigned char)((e * 7919 + 13) % 251);
+        ddp_trivial op = {t->op, t->sign * ddp_trivial_magnitude(t->op, 31, t->bin)};
+        ddp_trivial_apply(&op, t->bilinear, image, t->h, t->w, 3, scratch);
+        if (ddp_fnv1a(image, (size_t)n, DDP_FNV_START) != t->hash) {
+            fprintf(stderr, "trivial hash case %d (%d x %d, op %d, bin %d, sign %d%s) unlike torchvision's\n", k,
+                    t->h, t->w, t->op, t->bin, t->sign, t->bilinear ? ", bilinear" : "");
+            differ++;
+        }
+    }
+    CHECK(differ == 0 && cases > 200);
+}
+
+/* trivial_augment's draws: each of the 14 operations and of the 31 bins as likely, a
+ * signed operation's sign either way as often, the magnitudes the table's; through
+ * ddp_augment_sample, an RGB image of bytes scaled by 1 / 255 and normalised comes out
+ * as ddp_trivial_apply makes its bytes, normalised (an identity leaves it alone). */
+static void test_trivial_draws(void) {
+    enum { DRAWS = 28000, BINS = 31 };
+    ddp_augment a = {.kind = DDP_AUGMENT_TRIVIAL, .size = BINS};
+    int ops[DDP_TRIVIAL_OPS] = {0}, bins[BINS] = {0}, negative = 0, signed_ops = 0, bad = 0;
+    for (int64_t s = 0; s < DRAWS; s++) {
+        ddp_trivial t;
+        ddp_trivial_draw(&a, &(ddp_draw_key){4, 0}, 3, s, &t);
+        ops[t.op]++;
+        int found = -1;
+        for (int k = 0; k < BINS; k++)
+            if (fabs(t.magnitude) == ddp_trivial_magnitude(t.op, BINS, k))
+                found = found < 0 ? k : found;
+        bad += found < 0;
+        if (t.op == DDP_TRIVIAL_ROTATE && found >= 0) /* its magnitudes are all distinct */
+            bins[found]++;
+        if (t.op >= DDP_TRIVIAL_SHEAR_X && t.op <= DDP_TRIVIAL_SHARPNESS && t.magnitude != 0)
+            signed_ops++, negative += t.magnitude < 0;
+    }
+    CHECK(bad == 0);
+    check_uniform(ops, DDP_TRIVIAL_OPS, DRAWS, "trivial_augment's operations");
+    check_uniform(bins, BINS, ops[DDP_TRIVIAL_ROTATE], "trivial_augment's rotations");
+    CHECK(abs(2 * negative - signed_ops) < signed_ops / 20);
+
+    enum { CH = 3 };
+    static const ddp_channel pairs[CH] = {{.mean = 0.5, .std = 0.25}, {.mean = 0.4, .std = 0.2}, {.mean = 0.3, .std = 2}};
+    ddp_dataset spec = {.name = "images", .augment = &a, .naugment = 1, .normalize = pairs, .nnormalize = CH};
+    ddp_program p = image_program(DDP_F32, 3);
+    p.input_shape[2] = CH;
+    int wrong = 0, changed = 0;
+    for (int64_t s = 0; s < 300; s++) {
+        unsigned char bytes[H * W * CH], scratch[H * W * CH];
+        float row[H * W * CH];
+        for (int e = 0; e < H * W * CH; e++) {
+            bytes[e] = (unsigned char)((e * 53 + 19) % 256);
+            row[e] = (float)(((double)(float)(bytes[e] * (1.0 / 255)) - pairs[e % CH].mean) / pairs[e % CH].std);
+        }
+        ddp_augment_sample(&spec, &p, sizeof(float), &(ddp_draw_key){4, 0}, s, 1, row);
+        ddp_trivial t;
+        ddp_trivial_draw(&a, &(ddp_draw_key){4, 0}, 0, s, &t);
+        ddp_trivial_apply(&t, false, bytes, H, W, CH, scratch);
+        for (int e = 0; e < H * W * CH; e++) {
+            double want = ((double)(float)(bytes[e] * (1.0 / 255)) - pairs[e % CH].mean) / pairs[e % CH].std;
+            wrong += fabs(row[e] - want) > 1e-6 * (1 + fabs(want));
+            changed += bytes[e] != (unsigned char)((e * 53 + 19) % 256);
+        }
+    }
+    CHECK(wrong == 0);
+    CHECK(changed > 300 * H * W * CH / 4);
+}
+
 /* 100 synthetic images of 3 classes, cropped and flipped both ways, and the f32
  * classifier they feed. */
 typedef struct Noise {
@@ -648,6 +744,8 @@ int main(void) {
     test_color_sample();
     test_erasing();
     test_grayscale();
+    test_trivial_against_torchvision();
+    test_trivial_draws();
     test_batches();
     test_loader_threads();
     if (failures) {
