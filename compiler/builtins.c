@@ -148,6 +148,11 @@ static const Param random_erasing_params[] = {
 static const Param trivial_augment_params[] = {INT("bins", 31, P_POSITIVE),
                                                WORD("interpolation", interpolation_words, "nearest")};
 
+/* torchvision's RandAugment */
+static const Param rand_augment_params[] = {INT("ops", 2, P_POSITIVE), INT("magnitude", 9, P_NONNEG),
+                                            INT("bins", 31, P_POSITIVE),
+                                            WORD("interpolation", interpolation_words, "nearest")};
+
 /* torchvision's and timm's usual mixup and CutMix */
 static const Param random_mixup_params[] = {NUM("alpha", 0.2, P_POSITIVE)};
 static const Param random_cutmix_params[] = {NUM("alpha", 1, P_POSITIVE)};
@@ -281,6 +286,9 @@ const Builtin builtins[] = {
           "one of fourteen changes of a training image (shears, translations, a rotation, colour, contrast, "
           "sharpness, posterize, solarize, autocontrast, equalize or none) at a random strength "
           "(TrivialAugmentWide)"),
+    OTHER("rand_augment", B_AUGMENT, DDP_AUGMENT_RAND, rand_augment_params,
+          "ops of trivial_augment's changes in a row, each drawn, at one strength: magnitude of bins "
+          "(RandAugment)"),
     OTHER("random_mixup", B_AUGMENT, DDP_AUGMENT_MIXUP, random_mixup_params,
           "a training sample and its labels mixed with another sample drawn at random, in a share drawn from "
           "Beta(alpha, alpha) (mixup)"),
@@ -412,7 +420,7 @@ static const char *builtins_of_kind(BuiltinKind k) {
         return "accuracy, top_k_accuracy, loss or mae";
     case B_AUGMENT:
         return "random_flip, random_crop, random_cutout, random_resized_crop, random_color, random_grayscale, "
-               "random_erasing, trivial_augment, random_mixup or random_cutmix";
+               "random_erasing, trivial_augment, rand_augment, random_mixup or random_cutmix";
     default:
         return "";
     }

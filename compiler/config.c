@@ -114,7 +114,7 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
         Value value = object_arg(list.items[i], "value"), resampling = object_arg(list.items[i], "interpolation");
         int64_t kind = list.items[i].builtin->code;
         bool window = kind == DDP_AUGMENT_CROP || kind == DDP_AUGMENT_RESIZED_CROP; /* size: a window's */
-        const char *sizes = window ? "" : kind == DDP_AUGMENT_TRIVIAL ? "bins" : "size"; /* ddp_augment.size's */
+        const char *sizes = window ? "" : kind == DDP_AUGMENT_TRIVIAL || kind == DDP_AUGMENT_RAND ? "bins" : "size";
         int64_t hw[2] = {0, 0};
         double scale[2], ratio[2];
         if (window && size.kind != V_NONE)
@@ -139,7 +139,9 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
                              .contrast = num_arg(list.items[i], "contrast", 0),
                              .saturation = num_arg(list.items[i], "saturation", 0),
                              .hue = num_arg(list.items[i], "hue", 0),
-                             .probability = num_arg(list.items[i], "probability", 0)};
+                             .probability = num_arg(list.items[i], "probability", 0),
+                             .ops = (int64_t)num_arg(list.items[i], "ops", 0),
+                             .strength = (int64_t)num_arg(list.items[i], "magnitude", 0)};
     }
     d->augment = a;
     d->naugment = list.len;

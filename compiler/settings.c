@@ -183,17 +183,26 @@ static void check_color(Ddpc *c, TrainSpec *spec, Value a) {
                     "saturation or hue above 0 (0.4, 0.4, 0.4 and 0.1 are usual)");
 }
 
-/* trivial_augment changes grey or RGB images, with at least two magnitudes. */
-static void check_trivial(Ddpc *c, TrainSpec *spec, Value a) {
+/* trivial_augment and rand_augment change grey or RGB images, with at least two
+ * magnitudes; rand_augment's strength is one of them, and its operations a sample at
+ * most DDP_MOST_IMAGE_OPS. */
+static void check_auto_augment(Ddpc *c, TrainSpec *spec, Value a) {
     const Shape *in = &spec->graph->input;
+    const char *name = a.builtin->name;
     int64_t channels = in->rank == 3 ? in->dim[2] : 1;
     if (channels != 1 && channels != 3)
-        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "trivial_augment changes grey or RGB images, of 1 or 3 channels, "
-                    "but `%s` takes %s", spec->graph->model, shape_text(c, in));
-    Value bins = object_arg(a, "bins");
+        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "%s changes grey or RGB images, of 1 or 3 channels, but `%s` "
+                    "takes %s", name, spec->graph->model, shape_text(c, in));
+    Value bins = object_arg(a, "bins"), strength = object_arg(a, "magnitude"), ops = object_arg(a, "ops");
     if (bins.kind == V_NUM && bins.num < 2)
-        diag_report(c, E_OUT_OF_RANGE, bins.loc, "`bins` of trivial_augment must be 2 or more (31 in "
-                    "TrivialAugmentWide), not %s", value_text(c, bins));
+        diag_report(c, E_OUT_OF_RANGE, bins.loc, "`bins` of %s must be 2 or more (31 in torchvision's), not %s",
+                    name, value_text(c, bins));
+    if (bins.kind == V_NUM && strength.kind == V_NUM && strength.num >= bins.num)
+        diag_report(c, E_OUT_OF_RANGE, strength.loc, "`magnitude` of rand_augment picks one of its %s bins, from 0 "
+                    "to %lld, not %s", value_text(c, bins), (long long)bins.num - 1, value_text(c, strength));
+    if (ops.kind == V_NUM && ops.num > DDP_MOST_IMAGE_OPS)
+        diag_report(c, E_OUT_OF_RANGE, ops.loc, "`ops` of rand_augment must be at most %d, not %s",
+                    DDP_MOST_IMAGE_OPS, value_text(c, ops));
 }
 
 /* Augmentations change images, [h, w] or [h, w, channels] (random_mixup any sample); a
@@ -220,8 +229,8 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
             check_crop_size(c, spec, a, i);
         if (is_named(a, "random_color"))
             check_color(c, spec, a);
-        if (is_named(a, "trivial_augment"))
-            check_trivial(c, spec, a);
+        if (is_named(a, "trivial_augment") || is_named(a, "rand_augment"))
+            check_auto_augment(c, spec, a);
         if (is_named(a, "random_grayscale") && !(in->rank == 3 && in->dim[2] == 3))
             diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_grayscale makes RGB images grey, [height, width, 3], "
                         "but `%s` takes %s", spec->graph->model, shape_text(c, in));

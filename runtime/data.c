@@ -1110,12 +1110,12 @@ static void change_colors(Image *m, const ddp_color *color, double top) {
     free(v);
 }
 
-/* trivial_augment on the image: its values after scale as bytes of [0, top] (where
- * TrivialAugmentWide works: a byte file's own, with scale 1 / 255 or any other), the
+/* trivial_augment's or rand_augment's operations on the image: its values after scale
+ * as bytes of [0, top] (where TrivialAugmentWide and RandAugment work: a byte file's own, with scale 1 / 255 or any other), the
  * operation made on them, and the bytes back as values: each of the 256 normalised
  * once for each place of the normalisation, as any input is made (in double for f64,
  * else from f32), then looked up. */
-static void change_bytes(Image *m, const ddp_trivial *t, bool bilinear, double top) {
+static void change_bytes(Image *m, const ddp_image_op *ops, int count, bool bilinear, double top) {
     int64_t channels = (int64_t)(m->pixel / m->elem), n = m->h * m->w * channels;
     int64_t pairs = m->spec->nnormalize, places = pairs ? pairs : 1;
     unsigned char *bytes = malloc(2 * (size_t)n);
@@ -1132,7 +1132,8 @@ static void change_bytes(Image *m, const ddp_trivial *t, bool bilinear, double t
         double v = pairs ? held * m->spec->normalize[c].std + m->spec->normalize[c].mean : held;
         bytes[e] = (unsigned char)(clip(v * to_byte, 255) + 0.5); /* the nearest byte */
     }
-    ddp_trivial_apply(t, bilinear, bytes, m->h, m->w, channels, bytes + n);
+    for (int k = 0; k < count; k++)
+        ddp_image_op_apply(&ops[k], bilinear, bytes, m->h, m->w, channels, bytes + n);
     for (int64_t c = 0; c < places; c++)
         for (int b = 0; b < 256; b++) {
             double v = b * (top / 255);
@@ -1223,11 +1224,13 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
             change_colors(&m, &color, top);
             continue;
         }
-        if (a->kind == DDP_AUGMENT_TRIVIAL) {
-            ddp_trivial t;
-            ddp_trivial_draw(a, key, i, sample, &t);
-            if (t.op != DDP_TRIVIAL_IDENTITY)
-                change_bytes(&m, &t, a->mode == DDP_INTERPOLATION_BILINEAR, top);
+        if (a->kind == DDP_AUGMENT_TRIVIAL || a->kind == DDP_AUGMENT_RAND) {
+            ddp_image_op ops[DDP_MOST_IMAGE_OPS];
+            int count = ddp_auto_augment_draw(a, key, i, sample, m.h, m.w, ops), changes = 0;
+            for (int k = 0; k < count; k++)
+                changes += ops[k].op != DDP_OP_IDENTITY;
+            if (changes) /* the identity alone leaves a float file's values as they are */
+                change_bytes(&m, ops, count, a->mode == DDP_INTERPOLATION_BILINEAR, top);
             continue;
         }
         if (a->kind == DDP_AUGMENT_ERASING) {

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 12
+#define DDP_ABI_VERSION 13
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -388,20 +388,24 @@ DDP_CONTRACT(ddp_metric)
  * log-uniform in [ratio_min, ratio_max] at a uniform place (torchvision's
  * RandomErasing), set to the normalised zero or to standard normal draws (mode). A
  * trivial augmentation (torchvision's TrivialAugmentWide): one of fourteen operations
- * on the image as bytes, at one of `size` magnitudes (runtime/trivial_augment.c), its
- * geometry resampled as mode says. */
+ * on the image as bytes, at one of `size` magnitudes (runtime/auto_augment.c), its
+ * geometry resampled as mode says; a rand augmentation (RandAugment) `ops` of them at
+ * magnitude `strength` of `size`. */
 enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT, DDP_AUGMENT_RESIZED_CROP,
                         DDP_AUGMENT_MIXUP, DDP_AUGMENT_CUTMIX, DDP_AUGMENT_COLOR, DDP_AUGMENT_GRAYSCALE,
-                        DDP_AUGMENT_ERASING, DDP_AUGMENT_TRIVIAL };
+                        DDP_AUGMENT_ERASING, DDP_AUGMENT_TRIVIAL, DDP_AUGMENT_RAND };
 enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
 enum ddp_erase_value { DDP_ERASE_ZERO, DDP_ERASE_RANDOM };
 enum ddp_interpolation { DDP_INTERPOLATION_NEAREST, DDP_INTERPOLATION_BILINEAR };
+enum { DDP_MOST_IMAGE_OPS = 16 }; /* a rand augmentation's `ops` at most */
 
 #define DDP_FIELDS_ddp_augment(X, T)                                                                         \
     X##_I64(T, kind)        /* ddp_augment_kind */                                                           \
-    X##_I64(T, mode)        /* flip: ddp_flip_mode; erasing: ddp_erase_value; trivial: ddp_interpolation */  \
+    X##_I64(T, mode)        /* ddp_flip_mode, ddp_erase_value or (trivial, rand) ddp_interpolation */        \
     X##_I64(T, padding)     /* crop */                                                                       \
-    X##_I64(T, size)        /* cutout: the square's side; trivial: the magnitudes' bins */                   \
+    X##_I64(T, size)        /* cutout: the square's side; trivial, rand: the magnitudes' bins */             \
+    X##_I64(T, ops)         /* rand: operations a sample */                                                  \
+    X##_I64(T, strength)    /* rand: the magnitude's bin */                                                  \
     X##_I64(T, height)      /* crop to a window, resized crop: its height and width; 0: the sample's size */ \
     X##_I64(T, width)                                                                                        \
     X##_F64(T, scale_min)   /* resized crop, erasing: the window's share of the area ... */                  \

@@ -240,6 +240,10 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
         else if (a->kind == DDP_AUGMENT_TRIVIAL)
             n += (size_t)snprintf(out + n, len - n, "%strivial_augment(bins = %lld, interpolation = %s)", sep,
                                   (long long)a->size, a->mode == DDP_INTERPOLATION_BILINEAR ? "bilinear" : "nearest");
+        else if (a->kind == DDP_AUGMENT_RAND)
+            n += (size_t)snprintf(out + n, len - n, "%srand_augment(ops = %lld, magnitude = %lld, bins = %lld, "
+                                  "interpolation = %s)", sep, (long long)a->ops, (long long)a->strength,
+                                  (long long)a->size, a->mode == DDP_INTERPOLATION_BILINEAR ? "bilinear" : "nearest");
         else if (a->kind == DDP_AUGMENT_GRAYSCALE)
             n += (size_t)snprintf(out + n, len - n, "%srandom_grayscale(probability = %g)", sep, a->probability);
         else if (a->kind == DDP_AUGMENT_ERASING)

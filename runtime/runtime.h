@@ -223,25 +223,28 @@ void ddp_color_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place
  * adjust_hue and rgb_to_grayscale(num_output_channels = 3) on a float image (each
  * clipped to [0, top]; grey is 0.2989 R + 0.587 G + 0.114 B), in double. */
 void ddp_color_image(const ddp_color *color, double *values, int64_t pixels, int64_t channels, double top);
-/* trivial_augment: TrivialAugmentWide's operations (trivial_augment.c), in
- * torchvision's order; a sample's one operation, at its magnitude (signed), drawn
- * from augmentation `place` of the list, its `size` the magnitudes' bins. */
-enum ddp_trivial_op { DDP_TRIVIAL_IDENTITY, DDP_TRIVIAL_SHEAR_X, DDP_TRIVIAL_SHEAR_Y, DDP_TRIVIAL_TRANSLATE_X,
-                      DDP_TRIVIAL_TRANSLATE_Y, DDP_TRIVIAL_ROTATE, DDP_TRIVIAL_BRIGHTNESS, DDP_TRIVIAL_COLOR,
-                      DDP_TRIVIAL_CONTRAST, DDP_TRIVIAL_SHARPNESS, DDP_TRIVIAL_POSTERIZE, DDP_TRIVIAL_SOLARIZE,
-                      DDP_TRIVIAL_AUTOCONTRAST, DDP_TRIVIAL_EQUALIZE, DDP_TRIVIAL_OPS };
-typedef struct ddp_trivial {
+/* trivial_augment and rand_augment (auto_augment.c): the operations of torchvision's
+ * TrivialAugmentWide and RandAugment, in its order, each with its magnitude (signed). */
+enum ddp_image_op_kind { DDP_OP_IDENTITY, DDP_OP_SHEAR_X, DDP_OP_SHEAR_Y, DDP_OP_TRANSLATE_X,
+                         DDP_OP_TRANSLATE_Y, DDP_OP_ROTATE, DDP_OP_BRIGHTNESS, DDP_OP_COLOR, DDP_OP_CONTRAST,
+                         DDP_OP_SHARPNESS, DDP_OP_POSTERIZE, DDP_OP_SOLARIZE, DDP_OP_AUTOCONTRAST,
+                         DDP_OP_EQUALIZE, DDP_IMAGE_OPS };
+typedef struct ddp_image_op {
     int op;
     double magnitude;
-} ddp_trivial;
-void ddp_trivial_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample,
-                      ddp_trivial *out);
-/* Magnitude k of `bins` of an operation, unsigned, as torchvision's table has it. */
-double ddp_trivial_magnitude(int op, int64_t bins, int64_t k);
+} ddp_image_op;
+/* A sample's operations, in the order they apply, drawn from augmentation `place` of
+ * the list (a trivial_augment: one; a rand_augment: its `ops`), for images of h x w
+ * pixels: how many. */
+int ddp_auto_augment_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, int64_t h,
+                          int64_t w, ddp_image_op *out);
+/* Magnitude k of `bins` of an operation, unsigned, as torchvision's table for kind
+ * (DDP_AUGMENT_TRIVIAL or DDP_AUGMENT_RAND) has it for images of h x w pixels. */
+double ddp_image_op_magnitude(int kind, int op, int64_t bins, int64_t k, int64_t h, int64_t w);
 /* The operation on an 8-bit image [h][w][channels] (1 or 3), in place, as torchvision
  * makes it on a uint8 tensor (geometry by the nearest pixel or bilinear); scratch
  * holds as many bytes as the image. */
-void ddp_trivial_apply(const ddp_trivial *t, bool bilinear, unsigned char *image, int64_t h, int64_t w,
+void ddp_image_op_apply(const ddp_image_op *t, bool bilinear, unsigned char *image, int64_t h, int64_t w,
                        int64_t channels, unsigned char *scratch);
 /* random_erasing's box for a sample of h x w pixels, [y0, x0, y1, x1), drawn as
  * torchvision's RandomErasing.get_params; false where the sample keeps its values

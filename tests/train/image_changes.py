@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""image_changes.py DDPC: random_color, random_grayscale, random_erasing and trivial_augment
-through a built program, read back from --dump-batch.
+"""image_changes.py DDPC: random_color, random_grayscale, random_erasing,
+trivial_augment and rand_augment through a built program, read back from --dump-batch.
 
 Programs written here train on 8 x 8 images in .npy files (shuffle off, so the first
 batch is samples 0 .. 15), each built by DDPC and dumped:
@@ -18,9 +18,9 @@ batch is samples 0 .. 15), each built by DDPC and dumped:
 - random_grayscale(probability = 0.5): each sample grey or as it was;
 - random_erasing(probability = 1) on 16 x 16 images: each sample's changed values a
   box, zero (normalised) or, with value = random, of mean 0 and deviation 1;
-- trivial_augment: every value still a byte / 255, most samples changed, the same
-  twice; the banner names it.
-ddp_color_image and ddp_trivial_apply themselves are held to torchvision's functions in
+- trivial_augment and rand_augment: every value still a byte / 255, most samples
+  changed, the same twice; the banner names them.
+ddp_color_image and ddp_image_op_apply themselves are held to torchvision's functions in
 tests/unit/augment.c."""
 import os
 import subprocess
@@ -206,26 +206,29 @@ def erasing(ddpc):
                  "normal values (mean %.2f, sd %.2f)" % (inside.mean(), inside.std())))
 
 
-def trivial(ddpc):
+def auto_augment(ddpc):
     root = scratch_folder()
     pixels = np.random.default_rng(10).integers(0, 256, size=(SAMPLES, 16, 16, 3), dtype=np.uint8)
     write_inputs(root, pixels, "|u1")
-    augment = "trivial_augment(interpolation = bilinear)"
-    program = build(ddpc, root, "trivial", augment, shape="[16, 16, 3]")
-    said = run([program, "--data-root", root, "--check", "--run-dir", os.path.join(root, "run")])
-    check("augmented: trivial_augment(bins = 31, interpolation = bilinear)" in said, "the banner names " + augment)
-    a, b = dumped(program, root, True), dumped(program, root, True)
-    bytes_ = a * 255
-    whole = np.max(np.abs(bytes_ - np.round(bytes_)))
-    changed = sum(not np.array_equal(np.round(bytes_[s]), pixels[s]) for s in range(BATCH))
-    check(np.array_equal(a, b) and whole < 1e-3 and changed >= BATCH // 2,
-          "%s: every value a byte / 255 (within %.1e), %d of %d samples changed, two dumps alike"
-          % (augment, whole, changed, BATCH))
+    for name, augment, banner in (
+            ("trivial", "trivial_augment(interpolation = bilinear)",
+             "trivial_augment(bins = 31, interpolation = bilinear)"),
+            ("rand", "rand_augment()", "rand_augment(ops = 2, magnitude = 9, bins = 31, interpolation = nearest)")):
+        program = build(ddpc, root, name, augment, shape="[16, 16, 3]")
+        said = run([program, "--data-root", root, "--check", "--run-dir", os.path.join(root, "run")])
+        check("augmented: " + banner in said, "the banner names " + banner)
+        a, b = dumped(program, root, True), dumped(program, root, True)
+        bytes_ = a * 255
+        whole = np.max(np.abs(bytes_ - np.round(bytes_)))
+        changed = sum(not np.array_equal(np.round(bytes_[s]), pixels[s]) for s in range(BATCH))
+        check(np.array_equal(a, b) and whole < 1e-3 and changed >= BATCH // 2,
+              "%s: every value a byte / 255 (within %.1e), %d of %d samples changed, two dumps alike"
+              % (augment, whole, changed, BATCH))
 
 
 def main():
     ddpc = sys.argv[1]
-    trivial(ddpc)
+    auto_augment(ddpc)
     brightness(ddpc)
     contrast(ddpc)
     all_four(ddpc)

@@ -28,7 +28,7 @@
 #include "runtime.h"
 
 #include "color_reference.h"
-#include "trivial_reference.h"
+#include "auto_augment_reference.h"
 
 enum { H = 5, W = 7, C = 2, PER = H * W * C, SAMPLES = 4000, PAD = 2 };
 
@@ -540,10 +540,10 @@ static void test_grayscale(void) {
     CHECK(abs(grey - 1000) < 150);
 }
 
-/* ddp_trivial_apply against torchvision's _apply_op on uint8 tensors
- * (tests/reference/trivial_augment.py): every operation at magnitudes of the table of
+/* ddp_image_op_apply against torchvision's _apply_op on uint8 tensors
+ * (tests/reference/auto_augment.py): every operation at magnitudes of the table of
  * 31 bins, both signs, nearest and bilinear, RGB and grey; the magnitudes themselves
- * from ddp_trivial_magnitude, to the bit; then on images of 32 x 32 and 17 x 23, the
+ * from ddp_image_op_magnitude, to the bit; then on images of 32 x 32 and 17 x 23, the
  * hash of each result's bytes. */
 static void test_trivial_against_torchvision(void) {
     for (size_t k = 0; k < sizeof trivial_cases / sizeof trivial_cases[0]; k++) {
@@ -551,8 +551,8 @@ static void test_trivial_against_torchvision(void) {
         int n = TRIVIAL_H * TRIVIAL_W * t->channels, bad = 0;
         unsigned char image[TRIVIAL_H * TRIVIAL_W * 3], scratch[TRIVIAL_H * TRIVIAL_W * 3];
         memcpy(image, t->channels == 3 ? trivial_rgb : trivial_grey, (size_t)n);
-        ddp_trivial op = {t->op, t->sign * ddp_trivial_magnitude(t->op, 31, t->bin)};
-        ddp_trivial_apply(&op, t->bilinear, image, TRIVIAL_H, TRIVIAL_W, t->channels, scratch);
+        ddp_image_op op = {t->op, t->sign * ddp_image_op_magnitude(DDP_AUGMENT_TRIVIAL, t->op, 31, t->bin, 0, 0)};
+        ddp_image_op_apply(&op, t->bilinear, image, TRIVIAL_H, TRIVIAL_W, t->channels, scratch);
         for (int e = 0; e < n; e++)
             bad += image[e] != t->expect[e];
         if (bad || op.magnitude != t->magnitude)
@@ -569,8 +569,8 @@ static void test_trivial_against_torchvision(void) {
         int n = t->h * t->w * 3;
         for (int e = 0; e < n; e++)
             image[e] = (unsigned char)((e * 7919 + 13) % 251);
-        ddp_trivial op = {t->op, t->sign * ddp_trivial_magnitude(t->op, 31, t->bin)};
-        ddp_trivial_apply(&op, t->bilinear, image, t->h, t->w, 3, scratch);
+        ddp_image_op op = {t->op, t->sign * ddp_image_op_magnitude(DDP_AUGMENT_TRIVIAL, t->op, 31, t->bin, 0, 0)};
+        ddp_image_op_apply(&op, t->bilinear, image, t->h, t->w, 3, scratch);
         if (ddp_fnv1a(image, (size_t)n, DDP_FNV_START) != t->hash) {
             fprintf(stderr, "trivial hash case %d (%d x %d, op %d, bin %d, sign %d%s) unlike torchvision's\n", k,
                     t->h, t->w, t->op, t->bin, t->sign, t->bilinear ? ", bilinear" : "");
@@ -580,31 +580,90 @@ static void test_trivial_against_torchvision(void) {
     CHECK(differ == 0 && cases > 200);
 }
 
+/* ddp_image_op_magnitude against torchvision's tables of TrivialAugmentWide and
+ * RandAugment (linspace's float32 to the bit, posterize's rounding, RandAugment's
+ * translations by the image's sides); then RandAugment's pairs of operations in a row
+ * at its default strength, 9 of 31, on the 32 x 32 pattern: torchvision's bytes. */
+static void test_rand_against_torchvision(void) {
+    int bad = 0, cases = (int)(sizeof magnitude_cases / sizeof magnitude_cases[0]);
+    for (int k = 0; k < cases; k++) {
+        const MagnitudeCase *t = &magnitude_cases[k];
+        double got = ddp_image_op_magnitude(t->kind, t->op, t->bins, t->bin, t->h, t->w);
+        if (got != t->magnitude) {
+            fprintf(stderr, "magnitude case %d (kind %d, op %d, bin %d of %d, %d x %d): %.9g, torchvision's %.9g\n",
+                    k, t->kind, t->op, t->bin, t->bins, t->h, t->w, got, t->magnitude);
+            bad++;
+        }
+    }
+    CHECK(bad == 0 && cases > 400);
+    for (size_t k = 0; k < sizeof rand_pairs / sizeof rand_pairs[0]; k++) {
+        const RandPair *t = &rand_pairs[k];
+        unsigned char image[32 * 32 * 3], scratch[32 * 32 * 3];
+        for (int e = 0; e < 32 * 32 * 3; e++)
+            image[e] = (unsigned char)((e * 7919 + 13) % 251);
+        int ops[2] = {t->first, t->second}, signs[2] = {t->first_sign, t->second_sign};
+        for (int j = 0; j < 2; j++) {
+            ddp_image_op op = {ops[j], ddp_image_op_magnitude(DDP_AUGMENT_RAND, ops[j], 31, 9, 32, 32)};
+            if (ops[j] >= DDP_OP_SHEAR_X && ops[j] <= DDP_OP_SHARPNESS)
+                op.magnitude *= signs[j];
+            ddp_image_op_apply(&op, false, image, 32, 32, 3, scratch);
+        }
+        if (ddp_fnv1a(image, sizeof image, DDP_FNV_START) != t->hash)
+            fprintf(stderr, "rand_augment pair %zu (ops %d then %d) unlike torchvision's\n", k, t->first, t->second);
+        CHECK(ddp_fnv1a(image, sizeof image, DDP_FNV_START) == t->hash);
+    }
+}
+
+/* rand_augment's draws: `ops` operations a sample, each of the 14 as likely in every
+ * place, each at the one strength (signed as often either way where it has a sign). */
+static void test_rand_draws(void) {
+    enum { DRAWS = 14000 };
+    ddp_augment a = {.kind = DDP_AUGMENT_RAND, .ops = 3, .strength = 9, .size = 31};
+    int firsts[DDP_IMAGE_OPS] = {0}, thirds[DDP_IMAGE_OPS] = {0}, bad = 0, negative = 0, signed_ops = 0;
+    for (int64_t s = 0; s < DRAWS; s++) {
+        ddp_image_op ops[DDP_MOST_IMAGE_OPS];
+        int count = ddp_auto_augment_draw(&a, &(ddp_draw_key){7, 1}, 2, s, 32, 24, ops);
+        bad += count != 3;
+        for (int j = 0; j < count; j++) {
+            double want = ddp_image_op_magnitude(DDP_AUGMENT_RAND, ops[j].op, 31, 9, 32, 24);
+            bad += fabs(ops[j].magnitude) != want;
+            if (ops[j].op >= DDP_OP_SHEAR_X && ops[j].op <= DDP_OP_SHARPNESS)
+                signed_ops++, negative += ops[j].magnitude < 0;
+        }
+        firsts[ops[0].op]++;
+        thirds[ops[2].op]++;
+    }
+    CHECK(bad == 0);
+    check_uniform(firsts, DDP_IMAGE_OPS, DRAWS, "rand_augment's first operations");
+    check_uniform(thirds, DDP_IMAGE_OPS, DRAWS, "rand_augment's third operations");
+    CHECK(abs(2 * negative - signed_ops) < signed_ops / 20);
+}
+
 /* trivial_augment's draws: each of the 14 operations and of the 31 bins as likely, a
  * signed operation's sign either way as often, the magnitudes the table's; through
  * ddp_augment_sample, an RGB image of bytes scaled by 1 / 255 and normalised comes out
- * as ddp_trivial_apply makes its bytes, normalised (an identity leaves it alone). */
+ * as ddp_image_op_apply makes its bytes, normalised (an identity leaves it alone). */
 static void test_trivial_draws(void) {
     enum { DRAWS = 28000, BINS = 31 };
     ddp_augment a = {.kind = DDP_AUGMENT_TRIVIAL, .size = BINS};
-    int ops[DDP_TRIVIAL_OPS] = {0}, bins[BINS] = {0}, negative = 0, signed_ops = 0, bad = 0;
+    int ops[DDP_IMAGE_OPS] = {0}, bins[BINS] = {0}, negative = 0, signed_ops = 0, bad = 0;
     for (int64_t s = 0; s < DRAWS; s++) {
-        ddp_trivial t;
-        ddp_trivial_draw(&a, &(ddp_draw_key){4, 0}, 3, s, &t);
+        ddp_image_op t;
+        bad += ddp_auto_augment_draw(&a, &(ddp_draw_key){4, 0}, 3, s, H, W, &t) != 1;
         ops[t.op]++;
         int found = -1;
         for (int k = 0; k < BINS; k++)
-            if (fabs(t.magnitude) == ddp_trivial_magnitude(t.op, BINS, k))
+            if (fabs(t.magnitude) == ddp_image_op_magnitude(DDP_AUGMENT_TRIVIAL, t.op, BINS, k, H, W))
                 found = found < 0 ? k : found;
         bad += found < 0;
-        if (t.op == DDP_TRIVIAL_ROTATE && found >= 0) /* its magnitudes are all distinct */
+        if (t.op == DDP_OP_ROTATE && found >= 0) /* its magnitudes are all distinct */
             bins[found]++;
-        if (t.op >= DDP_TRIVIAL_SHEAR_X && t.op <= DDP_TRIVIAL_SHARPNESS && t.magnitude != 0)
+        if (t.op >= DDP_OP_SHEAR_X && t.op <= DDP_OP_SHARPNESS && t.magnitude != 0)
             signed_ops++, negative += t.magnitude < 0;
     }
     CHECK(bad == 0);
-    check_uniform(ops, DDP_TRIVIAL_OPS, DRAWS, "trivial_augment's operations");
-    check_uniform(bins, BINS, ops[DDP_TRIVIAL_ROTATE], "trivial_augment's rotations");
+    check_uniform(ops, DDP_IMAGE_OPS, DRAWS, "trivial_augment's operations");
+    check_uniform(bins, BINS, ops[DDP_OP_ROTATE], "trivial_augment's rotations");
     CHECK(abs(2 * negative - signed_ops) < signed_ops / 20);
 
     enum { CH = 3 };
@@ -621,9 +680,9 @@ static void test_trivial_draws(void) {
             row[e] = (float)(((double)(float)(bytes[e] * (1.0 / 255)) - pairs[e % CH].mean) / pairs[e % CH].std);
         }
         ddp_augment_sample(&spec, &p, sizeof(float), &(ddp_draw_key){4, 0}, s, 1, row);
-        ddp_trivial t;
-        ddp_trivial_draw(&a, &(ddp_draw_key){4, 0}, 0, s, &t);
-        ddp_trivial_apply(&t, false, bytes, H, W, CH, scratch);
+        ddp_image_op t;
+        ddp_auto_augment_draw(&a, &(ddp_draw_key){4, 0}, 0, s, H, W, &t);
+        ddp_image_op_apply(&t, false, bytes, H, W, CH, scratch);
         for (int e = 0; e < H * W * CH; e++) {
             double want = ((double)(float)(bytes[e] * (1.0 / 255)) - pairs[e % CH].mean) / pairs[e % CH].std;
             wrong += fabs(row[e] - want) > 1e-6 * (1 + fabs(want));
@@ -746,6 +805,8 @@ int main(void) {
     test_grayscale();
     test_trivial_against_torchvision();
     test_trivial_draws();
+    test_rand_against_torchvision();
+    test_rand_draws();
     test_batches();
     test_loader_threads();
     if (failures) {

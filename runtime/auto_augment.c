@@ -1,12 +1,13 @@
-/* trivial_augment.c: TrivialAugmentWide (Müller and Hutter, 2021) on 8-bit images, as
- * torchvision's transforms.TrivialAugmentWide makes it on a uint8 tensor: one of
- * fourteen operations drawn per sample, at one of `bins` magnitudes, with a random sign
- * where the operation has one.
+/* auto_augment.c: TrivialAugmentWide (Müller and Hutter, 2021) and RandAugment (Cubuk
+ * et al., 2020) on 8-bit images, as torchvision's transforms make them on a uint8
+ * tensor: one of fourteen operations drawn per sample at one of `bins` magnitudes
+ * (trivial), or `ops` of them in a row at one fixed magnitude (rand), with a random
+ * sign where the operation has one.
  *
  * torchvision computes these in float32 and casts back to uint8, truncating (blends)
  * or rounding (resampling); each operation here does the same arithmetic in the same
  * order, in float, so that its bytes are torchvision's (tests/unit/augment.c holds them
- * to torchvision's own, tests/reference/trivial_augment.py). The file is built with
+ * to torchvision's own, tests/reference/auto_augment.py). The file is built with
  * -ffp-contract=off: a fused multiply-add would round otherwise. */
 #include <math.h>
 #include <stdlib.h>
@@ -14,21 +15,21 @@
 
 #include "runtime.h"
 
-/* Each operation's magnitudes: torch.linspace(lo, hi, bins) in float32, signed or not;
- * posterize's bits and the ops without a magnitude are special. */
+/* Each operation's magnitudes: torch.linspace(0, top, bins) in float32 (solarize's from
+ * 255 down to 0), signed or not; posterize's bits 8 - round(k / ((bins - 1) / span));
+ * the translations' top a share of the image's side in RandAugment. Identity,
+ * autocontrast and equalize have none. */
 typedef struct OpSpace {
-    float lo, hi;
-    bool has_magnitude, is_signed;
+    float top, rand_top;
+    bool is_signed;
 } OpSpace;
 
-static const OpSpace spaces[DDP_TRIVIAL_OPS] = {
-    [DDP_TRIVIAL_IDENTITY] = {0, 0, false, false},   [DDP_TRIVIAL_SHEAR_X] = {0, 0.99f, true, true},
-    [DDP_TRIVIAL_SHEAR_Y] = {0, 0.99f, true, true},  [DDP_TRIVIAL_TRANSLATE_X] = {0, 32, true, true},
-    [DDP_TRIVIAL_TRANSLATE_Y] = {0, 32, true, true}, [DDP_TRIVIAL_ROTATE] = {0, 135, true, true},
-    [DDP_TRIVIAL_BRIGHTNESS] = {0, 0.99f, true, true}, [DDP_TRIVIAL_COLOR] = {0, 0.99f, true, true},
-    [DDP_TRIVIAL_CONTRAST] = {0, 0.99f, true, true}, [DDP_TRIVIAL_SHARPNESS] = {0, 0.99f, true, true},
-    [DDP_TRIVIAL_POSTERIZE] = {0, 0, true, false},   [DDP_TRIVIAL_SOLARIZE] = {255, 0, true, false},
-    [DDP_TRIVIAL_AUTOCONTRAST] = {0, 0, false, false}, [DDP_TRIVIAL_EQUALIZE] = {0, 0, false, false},
+static const OpSpace spaces[DDP_IMAGE_OPS] = {
+    [DDP_OP_SHEAR_X] = {0.99f, 0.3f, true},      [DDP_OP_SHEAR_Y] = {0.99f, 0.3f, true},
+    [DDP_OP_TRANSLATE_X] = {32, 0, true},        [DDP_OP_TRANSLATE_Y] = {32, 0, true},
+    [DDP_OP_ROTATE] = {135, 30, true},           [DDP_OP_BRIGHTNESS] = {0.99f, 0.9f, true},
+    [DDP_OP_COLOR] = {0.99f, 0.9f, true},        [DDP_OP_CONTRAST] = {0.99f, 0.9f, true},
+    [DDP_OP_SHARPNESS] = {0.99f, 0.9f, true},    [DDP_OP_SOLARIZE] = {255, 255, false},
 };
 
 /* ATen's linspace kernel: from the start below the halfway index, from the end above
@@ -40,20 +41,45 @@ static float linspace(float lo, float hi, int64_t bins, int64_t k) {
     return k < bins / 2 ? fmaf(step, (float)k, lo) : fmaf(-step, (float)(bins - 1 - k), hi);
 }
 
-double ddp_trivial_magnitude(int op, int64_t bins, int64_t k) {
-    if (op == DDP_TRIVIAL_POSTERIZE) /* 8 - round(k / ((bins - 1) / 6)), half to even */
-        return 8 - (double)(int64_t)nearbyintf((float)k / ((float)(bins - 1) / 6.0f));
-    return spaces[op].has_magnitude ? linspace(spaces[op].lo, spaces[op].hi, bins, k) : 0;
+double ddp_image_op_magnitude(int kind, int op, int64_t bins, int64_t k, int64_t h, int64_t w) {
+    bool rand = kind == DDP_AUGMENT_RAND;
+    switch (op) {
+    case DDP_OP_IDENTITY:
+    case DDP_OP_AUTOCONTRAST:
+    case DDP_OP_EQUALIZE:
+        return 0;
+    case DDP_OP_POSTERIZE: /* 8 - round(k / ((bins - 1) / span)), half to even */
+        return 8 - (double)(int64_t)nearbyintf((float)k / ((float)(bins - 1) / (rand ? 4.0f : 6.0f)));
+    case DDP_OP_SOLARIZE:
+        return linspace(255, 0, bins, k);
+    case DDP_OP_TRANSLATE_X:
+    case DDP_OP_TRANSLATE_Y:
+        if (rand) /* 150 / 331 of the side, as AutoAugment's 150 pixels of 331 */
+            return linspace(0, (float)(150.0 / 331.0 * (double)(op == DDP_OP_TRANSLATE_X ? w : h)), bins, k);
+        /* fall through */
+    default:
+        return linspace(0, rand ? spaces[op].rand_top : spaces[op].top, bins, k);
+    }
 }
 
-void ddp_trivial_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample,
-                      ddp_trivial *out) {
-    uint32_t w[4];
-    ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, 0, (uint32_t)key->epoch, w);
-    out->op = (int)ddp_draw_below(w, DDP_TRIVIAL_OPS);
-    out->magnitude = ddp_trivial_magnitude(out->op, a->size, ddp_draw_below(w + 2, a->size));
-    if (spaces[out->op].is_signed && (w[1] >> 31))
-        out->magnitude = -out->magnitude;
+/* The draws of a sample's operation j: element 2j picks the operation (and for
+ * trivial_augment its bin), element 2j + 1 its sign. */
+int ddp_auto_augment_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, int64_t h,
+                          int64_t w, ddp_image_op *out) {
+    int count = a->kind == DDP_AUGMENT_RAND ? (int)a->ops : 1;
+    for (int j = 0; j < count; j++) {
+        uint32_t d[4], sign[4];
+        ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, 2 * (uint32_t)j,
+                 (uint32_t)key->epoch, d);
+        ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, 2 * (uint32_t)j + 1,
+                 (uint32_t)key->epoch, sign);
+        out[j].op = (int)ddp_draw_below(d, DDP_IMAGE_OPS);
+        int64_t k = a->kind == DDP_AUGMENT_RAND ? a->strength : ddp_draw_below(d + 2, a->size);
+        out[j].magnitude = ddp_image_op_magnitude((int)a->kind, out[j].op, a->size, k, h, w);
+        if (spaces[out[j].op].is_signed && (sign[0] & 1))
+            out[j].magnitude = -out[j].magnitude;
+    }
+    return count;
 }
 
 /* ------------------------------------------------------------ pixels */
@@ -304,54 +330,54 @@ static void resample(Bytes *m, const double matrix[6], bool bilinear, unsigned c
         resample_plain(m, matrix, bilinear, scratch);
 }
 
-void ddp_trivial_apply(const ddp_trivial *t, bool bilinear, unsigned char *image, int64_t h, int64_t w,
+void ddp_image_op_apply(const ddp_image_op *t, bool bilinear, unsigned char *image, int64_t h, int64_t w,
                        int64_t channels, unsigned char *scratch) {
     Bytes m = {image, h, w, channels};
     double v = t->magnitude, matrix[6];
     double shear = atan(v) * 180 / M_PI; /* math.degrees(math.atan(v)) */
     switch (t->op) {
-    case DDP_TRIVIAL_SHEAR_X: /* about the top left corner: center = [0, 0] */
+    case DDP_OP_SHEAR_X: /* about the top left corner: center = [0, 0] */
         inverse_affine(-(double)w * 0.5, -(double)h * 0.5, 0, 0, 0, shear, 0, matrix);
         resample(&m, matrix, bilinear, scratch);
         break;
-    case DDP_TRIVIAL_SHEAR_Y:
+    case DDP_OP_SHEAR_Y:
         inverse_affine(-(double)w * 0.5, -(double)h * 0.5, 0, 0, 0, 0, shear, matrix);
         resample(&m, matrix, bilinear, scratch);
         break;
-    case DDP_TRIVIAL_TRANSLATE_X:
+    case DDP_OP_TRANSLATE_X:
         inverse_affine(0, 0, 0, (double)(int64_t)v, 0, 0, 0, matrix);
         resample(&m, matrix, bilinear, scratch);
         break;
-    case DDP_TRIVIAL_TRANSLATE_Y:
+    case DDP_OP_TRANSLATE_Y:
         inverse_affine(0, 0, 0, 0, (double)(int64_t)v, 0, 0, matrix);
         resample(&m, matrix, bilinear, scratch);
         break;
-    case DDP_TRIVIAL_ROTATE: /* F.rotate turns by -angle */
+    case DDP_OP_ROTATE: /* F.rotate turns by -angle */
         inverse_affine(0, 0, -v, 0, 0, 0, 0, matrix);
         resample(&m, matrix, bilinear, scratch);
         break;
-    case DDP_TRIVIAL_BRIGHTNESS:
+    case DDP_OP_BRIGHTNESS:
         blend(&m, NULL, 0, 1 + v);
         break;
-    case DDP_TRIVIAL_COLOR:
+    case DDP_OP_COLOR:
         saturate(&m, 1 + v, scratch);
         break;
-    case DDP_TRIVIAL_CONTRAST:
+    case DDP_OP_CONTRAST:
         contrast(&m, 1 + v);
         break;
-    case DDP_TRIVIAL_SHARPNESS:
+    case DDP_OP_SHARPNESS:
         sharpen(&m, 1 + v, scratch);
         break;
-    case DDP_TRIVIAL_POSTERIZE:
+    case DDP_OP_POSTERIZE:
         posterize(&m, (int)v);
         break;
-    case DDP_TRIVIAL_SOLARIZE:
+    case DDP_OP_SOLARIZE:
         solarize(&m, v);
         break;
-    case DDP_TRIVIAL_AUTOCONTRAST:
+    case DDP_OP_AUTOCONTRAST:
         autocontrast(&m);
         break;
-    case DDP_TRIVIAL_EQUALIZE:
+    case DDP_OP_EQUALIZE:
         equalize(&m);
         break;
     default: /* identity */

@@ -1,14 +1,15 @@
-"""trivial_augment.py: writes tests/unit/trivial_reference.h, torchvision's
+"""auto_augment.py: writes tests/unit/auto_augment_reference.h, torchvision's
 TrivialAugmentWide operations (autoaugment._apply_op, on uint8 tensors, as the
 transform makes them) on two small images, RGB and grey, at magnitudes of its table of
-31 bins, for tests/unit/augment.c to hold ddp_trivial_apply and ddp_trivial_magnitude
-to, and hashes of the same on two larger images. Run with a Python that has torchvision:
-    python3 tests/reference/trivial_augment.py > tests/unit/trivial_reference.h
+31 bins, for tests/unit/augment.c to hold ddp_image_op_apply and ddp_image_op_magnitude
+to, and hashes of the same on two larger images (and of RandAugment's two operations
+in a row); then every magnitude of TrivialAugmentWide's and RandAugment's tables. Run with a Python that has torchvision:
+    python3 tests/reference/auto_augment.py > tests/unit/auto_augment_reference.h
 """
 import torch
 import torchvision
 from torchvision.transforms import InterpolationMode
-from torchvision.transforms.autoaugment import TrivialAugmentWide, _apply_op
+from torchvision.transforms.autoaugment import RandAugment, TrivialAugmentWide, _apply_op
 
 H, W = 7, 6
 generator = torch.Generator().manual_seed(3)
@@ -20,10 +21,10 @@ grey = torch.randint(20, 200, (1, H, W), dtype=torch.uint8, generator=generator)
 
 space = TrivialAugmentWide()._augmentation_space(31)
 names = list(space.keys())
-enums = ["DDP_TRIVIAL_IDENTITY", "DDP_TRIVIAL_SHEAR_X", "DDP_TRIVIAL_SHEAR_Y", "DDP_TRIVIAL_TRANSLATE_X",
-         "DDP_TRIVIAL_TRANSLATE_Y", "DDP_TRIVIAL_ROTATE", "DDP_TRIVIAL_BRIGHTNESS", "DDP_TRIVIAL_COLOR",
-         "DDP_TRIVIAL_CONTRAST", "DDP_TRIVIAL_SHARPNESS", "DDP_TRIVIAL_POSTERIZE", "DDP_TRIVIAL_SOLARIZE",
-         "DDP_TRIVIAL_AUTOCONTRAST", "DDP_TRIVIAL_EQUALIZE"]
+enums = ["DDP_OP_IDENTITY", "DDP_OP_SHEAR_X", "DDP_OP_SHEAR_Y", "DDP_OP_TRANSLATE_X",
+         "DDP_OP_TRANSLATE_Y", "DDP_OP_ROTATE", "DDP_OP_BRIGHTNESS", "DDP_OP_COLOR",
+         "DDP_OP_CONTRAST", "DDP_OP_SHARPNESS", "DDP_OP_POSTERIZE", "DDP_OP_SOLARIZE",
+         "DDP_OP_AUTOCONTRAST", "DDP_OP_EQUALIZE"]
 GEOMETRIC = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
 
 cases = []  # (image name, op name, bin, sign, bilinear)
@@ -52,7 +53,7 @@ def numbers(xs, per=18):
     return ",\n      ".join(", ".join(str(x) for x in xs[i:i + per]) for i in range(0, len(xs), per))
 
 
-print("/* Made by tests/reference/trivial_augment.py from torchvision %s: do not edit. */"
+print("/* Made by tests/reference/auto_augment.py from torchvision %s: do not edit. */"
       % torchvision.__version__)
 print("enum { TRIVIAL_H = %d, TRIVIAL_W = %d };" % (H, W))
 print("static const unsigned char trivial_rgb[TRIVIAL_H * TRIVIAL_W * 3] = {\n      %s};" % numbers(values(rgb)))
@@ -67,6 +68,25 @@ for image_name, name, k, sign, bilinear in cases:
     out = _apply_op(image.clone(), name, m, interpolation=mode, fill=None)
     print("    {%d, %s, %d, %d, %s, %r,\n     {%s}}," % (image.shape[0], enums[names.index(name)], k, sign,
                                                        "true" if bilinear else "false", m, numbers(values(out))))
+print("};")
+
+# The magnitudes of both tables, each operation with one: of 31 bins at both ends and
+# about the middle (linspace's two halves), and every one of 10; RandAugment's
+# translations for images of 7 x 6 and 224 x 200 (they follow the sides).
+print("typedef struct MagnitudeCase {\n    int kind, op, bins, bin, h, w;\n    double magnitude;\n} MagnitudeCase;")
+print("static const MagnitudeCase magnitude_cases[] = {")
+for bins, ks in ((31, (0, 1, 7, 14, 15, 16, 22, 29, 30)), (10, range(10))):
+    for kind, sizes in (("DDP_AUGMENT_TRIVIAL", ((7, 6),)), ("DDP_AUGMENT_RAND", ((7, 6), (224, 200)))):
+        for h, w in sizes:
+            table = (TrivialAugmentWide()._augmentation_space(bins) if kind == "DDP_AUGMENT_TRIVIAL"
+                     else RandAugment()._augmentation_space(bins, (h, w)))
+            for name in names:
+                magnitudes, _ = table[name]
+                if magnitudes.ndim == 0 or (h == 224 and not name.startswith("Translate")):
+                    continue
+                for k in ks:
+                    m = float(magnitudes[k].item())
+                    print("    {%s, %s, %d, %d, %d, %d, %r}," % (kind, enums[names.index(name)], bins, k, h, w, m))
 print("};")
 
 # Larger images, of 32 x 32 and 17 x 23 pixels (past the size where torch's affine grid
@@ -98,4 +118,23 @@ for h, w in ((32, 32), (17, 23)):
                     print("    {%d, %d, %s, %d, %d, %s, 0x%016xull}," % (
                         h, w, enums[names.index(name)], k, sign, "true" if bilinear else "false",
                         fnv1a(bytes(values(out)))))
+print("};")
+
+# RandAugment's two operations in a row at magnitude 9 of 31 (its default) on the 32 x
+# 32 pattern: the hash of the result.
+print("typedef struct RandPair {\n    int first, second, first_sign, second_sign;\n    uint64_t hash;\n} RandPair;")
+print("static const RandPair rand_pairs[] = {")
+rand_space = RandAugment()._augmentation_space(31, (32, 32))
+pattern = torch.tensor([(i * 7919 + 13) % 251 for i in range(32 * 32 * 3)], dtype=torch.uint8)
+for first, second, s1, s2 in (("Rotate", "Posterize", -1, 1), ("ShearX", "Equalize", 1, 1),
+                              ("TranslateY", "Contrast", 1, -1), ("Solarize", "TranslateX", 1, -1),
+                              ("Sharpness", "Color", -1, 1), ("AutoContrast", "Brightness", 1, 1)):
+    image = pattern.reshape(32, 32, 3).permute(2, 0, 1).contiguous()
+    for name, sign in ((first, s1), (second, s2)):
+        magnitudes, signed = rand_space[name]
+        m = float(magnitudes[9].item()) if magnitudes.ndim > 0 else 0.0
+        image = _apply_op(image, name, m * (sign if signed else 1), interpolation=InterpolationMode.NEAREST,
+                          fill=None)
+    print("    {%s, %s, %d, %d, 0x%016xull}," % (enums[names.index(first)], enums[names.index(second)], s1, s2,
+                                                 fnv1a(bytes(values(image)))))
 print("};")
