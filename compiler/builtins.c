@@ -34,6 +34,8 @@ const char *const erase_words[] = {[DDP_ERASE_ZERO] = "zero", [DDP_ERASE_RANDOM]
 const char *const interpolation_words[] = {[DDP_INTERPOLATION_NEAREST] = "nearest",
                                            [DDP_INTERPOLATION_BILINEAR] = "bilinear",
                                            [DDP_INTERPOLATION_BILINEAR + 1] = NULL};
+const char *const policy_words[] = {[DDP_POLICY_IMAGENET] = "imagenet", [DDP_POLICY_CIFAR10] = "cifar10",
+                                    [DDP_POLICY_SVHN] = "svhn", [DDP_POLICY_SVHN + 1] = NULL};
 const char *const part_words[] = {[0] = "train", [1] = "test", [2] = NULL}; /* ddp_dataset.part */
 const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
 const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};
@@ -151,6 +153,10 @@ static const Param trivial_augment_params[] = {INT("bins", 31, P_POSITIVE),
 /* torchvision's RandAugment */
 static const Param rand_augment_params[] = {INT("ops", 2, P_POSITIVE), INT("magnitude", 9, P_NONNEG),
                                             INT("bins", 31, P_POSITIVE),
+                                            WORD("interpolation", interpolation_words, "nearest")};
+
+/* torchvision's AutoAugment */
+static const Param auto_augment_params[] = {WORD("policy", policy_words, "imagenet"),
                                             WORD("interpolation", interpolation_words, "nearest")};
 
 /* torchvision's and timm's usual mixup and CutMix */
@@ -289,6 +295,9 @@ const Builtin builtins[] = {
     OTHER("rand_augment", B_AUGMENT, DDP_AUGMENT_RAND, rand_augment_params,
           "ops of trivial_augment's changes in a row, each drawn, at one strength: magnitude of bins "
           "(RandAugment)"),
+    OTHER("auto_augment", B_AUGMENT, DDP_AUGMENT_AUTO, auto_augment_params,
+          "one of the 25 pairs of changes of the policy learned on imagenet, cifar10 or svhn, each step with its "
+          "probability (AutoAugment)"),
     OTHER("random_mixup", B_AUGMENT, DDP_AUGMENT_MIXUP, random_mixup_params,
           "a training sample and its labels mixed with another sample drawn at random, in a share drawn from "
           "Beta(alpha, alpha) (mixup)"),
@@ -420,7 +429,7 @@ static const char *builtins_of_kind(BuiltinKind k) {
         return "accuracy, top_k_accuracy, loss or mae";
     case B_AUGMENT:
         return "random_flip, random_crop, random_cutout, random_resized_crop, random_color, random_grayscale, "
-               "random_erasing, trivial_augment, rand_augment, random_mixup or random_cutmix";
+               "random_erasing, trivial_augment, rand_augment, auto_augment, random_mixup or random_cutmix";
     default:
         return "";
     }

@@ -112,6 +112,7 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
     for (int i = 0; i < list.len; i++) {
         Value mode = object_arg(list.items[i], "mode"), size = object_arg(list.items[i], "size");
         Value value = object_arg(list.items[i], "value"), resampling = object_arg(list.items[i], "interpolation");
+        Value policy = object_arg(list.items[i], "policy");
         int64_t kind = list.items[i].builtin->code;
         bool window = kind == DDP_AUGMENT_CROP || kind == DDP_AUGMENT_RESIZED_CROP; /* size: a window's */
         const char *sizes = window ? "" : kind == DDP_AUGMENT_TRIVIAL || kind == DDP_AUGMENT_RAND ? "bins" : "size";
@@ -141,7 +142,8 @@ static void augments_of(Ddpc *c, Value list, ddp_dataset *d) {
                              .hue = num_arg(list.items[i], "hue", 0),
                              .probability = num_arg(list.items[i], "probability", 0),
                              .ops = (int64_t)num_arg(list.items[i], "ops", 0),
-                             .strength = (int64_t)num_arg(list.items[i], "magnitude", 0)};
+                             .strength = (int64_t)num_arg(list.items[i], "magnitude", 0),
+                             .policy = policy.kind == V_WORD ? word_code(policy_words, policy.str) : 0};
     }
     d->augment = a;
     d->naugment = list.len;

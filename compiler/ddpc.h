@@ -380,7 +380,7 @@ extern const char *const activation_words[], *const init_words[];
 /* lists whose index is the contract's code (ddp_cluster_kind, ddp_comm_kind, ...) */
 extern const char *const cluster_words[], *const communication_words[], *const precision_words[],
     *const allreduce_words[], *const part_words[], *const flip_words[],
-    *const erase_words[], *const interpolation_words[];
+    *const erase_words[], *const interpolation_words[], *const policy_words[];
 extern const char *const runtime_scalars[];
 enum { RT_REPLICAS, RT_WORKERS, RT_GLOBAL_BATCH, RT_COUNT };
 extern const char *const strategy_kinds[];

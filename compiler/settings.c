@@ -183,9 +183,9 @@ static void check_color(Ddpc *c, TrainSpec *spec, Value a) {
                     "saturation or hue above 0 (0.4, 0.4, 0.4 and 0.1 are usual)");
 }
 
-/* trivial_augment and rand_augment change grey or RGB images, with at least two
- * magnitudes; rand_augment's strength is one of them, and its operations a sample at
- * most DDP_MOST_IMAGE_OPS. */
+/* trivial_augment, rand_augment and auto_augment change grey or RGB images, with at
+ * least two magnitudes; rand_augment's strength is one of them, and its operations a
+ * sample at most DDP_MOST_IMAGE_OPS. */
 static void check_auto_augment(Ddpc *c, TrainSpec *spec, Value a) {
     const Shape *in = &spec->graph->input;
     const char *name = a.builtin->name;
@@ -229,7 +229,7 @@ static void check_augments(Ddpc *c, TrainSpec *spec, Value ds, Value loss) {
             check_crop_size(c, spec, a, i);
         if (is_named(a, "random_color"))
             check_color(c, spec, a);
-        if (is_named(a, "trivial_augment") || is_named(a, "rand_augment"))
+        if (is_named(a, "trivial_augment") || is_named(a, "rand_augment") || is_named(a, "auto_augment"))
             check_auto_augment(c, spec, a);
         if (is_named(a, "random_grayscale") && !(in->rank == 3 && in->dim[2] == 3))
             diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_grayscale makes RGB images grey, [height, width, 3], "

@@ -1,8 +1,9 @@
-/* auto_augment.c: TrivialAugmentWide (Müller and Hutter, 2021) and RandAugment (Cubuk
- * et al., 2020) on 8-bit images, as torchvision's transforms make them on a uint8
- * tensor: one of fourteen operations drawn per sample at one of `bins` magnitudes
- * (trivial), or `ops` of them in a row at one fixed magnitude (rand), with a random
- * sign where the operation has one.
+/* auto_augment.c: TrivialAugmentWide (Müller and Hutter, 2021), RandAugment (Cubuk et
+ * al., 2020) and AutoAugment (Cubuk et al., 2019) on 8-bit images, as torchvision's
+ * transforms make them on a uint8 tensor: one of fourteen operations drawn per sample
+ * at one of `bins` magnitudes (trivial), `ops` of them in a row at one fixed magnitude
+ * (rand), or one of a policy's 25 pairs, each step with its probability (auto), with a
+ * random sign where the operation has one.
  *
  * torchvision computes these in float32 and casts back to uint8, truncating (blends)
  * or rounding (resampling); each operation here does the same arithmetic in the same
@@ -24,7 +25,7 @@ typedef struct OpSpace {
     bool is_signed;
 } OpSpace;
 
-static const OpSpace spaces[DDP_IMAGE_OPS] = {
+static const OpSpace spaces[DDP_OP_INVERT + 1] = {
     [DDP_OP_SHEAR_X] = {0.99f, 0.3f, true},      [DDP_OP_SHEAR_Y] = {0.99f, 0.3f, true},
     [DDP_OP_TRANSLATE_X] = {32, 0, true},        [DDP_OP_TRANSLATE_Y] = {32, 0, true},
     [DDP_OP_ROTATE] = {135, 30, true},           [DDP_OP_BRIGHTNESS] = {0.99f, 0.9f, true},
@@ -42,11 +43,12 @@ static float linspace(float lo, float hi, int64_t bins, int64_t k) {
 }
 
 double ddp_image_op_magnitude(int kind, int op, int64_t bins, int64_t k, int64_t h, int64_t w) {
-    bool rand = kind == DDP_AUGMENT_RAND;
+    bool rand = kind == DDP_AUGMENT_RAND || kind == DDP_AUGMENT_AUTO; /* AutoAugment's table is RandAugment's */
     switch (op) {
     case DDP_OP_IDENTITY:
     case DDP_OP_AUTOCONTRAST:
     case DDP_OP_EQUALIZE:
+    case DDP_OP_INVERT:
         return 0;
     case DDP_OP_POSTERIZE: /* 8 - round(k / ((bins - 1) / span)), half to even */
         return 8 - (double)(int64_t)nearbyintf((float)k / ((float)(bins - 1) / (rand ? 4.0f : 6.0f)));
@@ -62,10 +64,124 @@ double ddp_image_op_magnitude(int kind, int op, int64_t bins, int64_t k, int64_t
     }
 }
 
+/* torchvision's AutoAugment policies (from the AutoAugment paper's appendix): 25
+ * pairs of (operation, probability, magnitude bin of 10 or -1) each. */
+static const ddp_auto_step policies[3][DDP_AUTO_SUBPOLICIES][2] = {
+    [DDP_POLICY_IMAGENET] = {
+        {{DDP_OP_POSTERIZE, 0.4, 8}, {DDP_OP_ROTATE, 0.6, 9}},
+        {{DDP_OP_SOLARIZE, 0.6, 5}, {DDP_OP_AUTOCONTRAST, 0.6, -1}},
+        {{DDP_OP_EQUALIZE, 0.8, -1}, {DDP_OP_EQUALIZE, 0.6, -1}},
+        {{DDP_OP_POSTERIZE, 0.6, 7}, {DDP_OP_POSTERIZE, 0.6, 6}},
+        {{DDP_OP_EQUALIZE, 0.4, -1}, {DDP_OP_SOLARIZE, 0.2, 4}},
+        {{DDP_OP_EQUALIZE, 0.4, -1}, {DDP_OP_ROTATE, 0.8, 8}},
+        {{DDP_OP_SOLARIZE, 0.6, 3}, {DDP_OP_EQUALIZE, 0.6, -1}},
+        {{DDP_OP_POSTERIZE, 0.8, 5}, {DDP_OP_EQUALIZE, 1.0, -1}},
+        {{DDP_OP_ROTATE, 0.2, 3}, {DDP_OP_SOLARIZE, 0.6, 8}},
+        {{DDP_OP_EQUALIZE, 0.6, -1}, {DDP_OP_POSTERIZE, 0.4, 6}},
+        {{DDP_OP_ROTATE, 0.8, 8}, {DDP_OP_COLOR, 0.4, 0}},
+        {{DDP_OP_ROTATE, 0.4, 9}, {DDP_OP_EQUALIZE, 0.6, -1}},
+        {{DDP_OP_EQUALIZE, 0.0, -1}, {DDP_OP_EQUALIZE, 0.8, -1}},
+        {{DDP_OP_INVERT, 0.6, -1}, {DDP_OP_EQUALIZE, 1.0, -1}},
+        {{DDP_OP_COLOR, 0.6, 4}, {DDP_OP_CONTRAST, 1.0, 8}},
+        {{DDP_OP_ROTATE, 0.8, 8}, {DDP_OP_COLOR, 1.0, 2}},
+        {{DDP_OP_COLOR, 0.8, 8}, {DDP_OP_SOLARIZE, 0.8, 7}},
+        {{DDP_OP_SHARPNESS, 0.4, 7}, {DDP_OP_INVERT, 0.6, -1}},
+        {{DDP_OP_SHEAR_X, 0.6, 5}, {DDP_OP_EQUALIZE, 1.0, -1}},
+        {{DDP_OP_COLOR, 0.4, 0}, {DDP_OP_EQUALIZE, 0.6, -1}},
+        {{DDP_OP_EQUALIZE, 0.4, -1}, {DDP_OP_SOLARIZE, 0.2, 4}},
+        {{DDP_OP_SOLARIZE, 0.6, 5}, {DDP_OP_AUTOCONTRAST, 0.6, -1}},
+        {{DDP_OP_INVERT, 0.6, -1}, {DDP_OP_EQUALIZE, 1.0, -1}},
+        {{DDP_OP_COLOR, 0.6, 4}, {DDP_OP_CONTRAST, 1.0, 8}},
+        {{DDP_OP_EQUALIZE, 0.8, -1}, {DDP_OP_EQUALIZE, 0.6, -1}},
+    },
+    [DDP_POLICY_CIFAR10] = {
+        {{DDP_OP_INVERT, 0.1, -1}, {DDP_OP_CONTRAST, 0.2, 6}},
+        {{DDP_OP_ROTATE, 0.7, 2}, {DDP_OP_TRANSLATE_X, 0.3, 9}},
+        {{DDP_OP_SHARPNESS, 0.8, 1}, {DDP_OP_SHARPNESS, 0.9, 3}},
+        {{DDP_OP_SHEAR_Y, 0.5, 8}, {DDP_OP_TRANSLATE_Y, 0.7, 9}},
+        {{DDP_OP_AUTOCONTRAST, 0.5, -1}, {DDP_OP_EQUALIZE, 0.9, -1}},
+        {{DDP_OP_SHEAR_Y, 0.2, 7}, {DDP_OP_POSTERIZE, 0.3, 7}},
+        {{DDP_OP_COLOR, 0.4, 3}, {DDP_OP_BRIGHTNESS, 0.6, 7}},
+        {{DDP_OP_SHARPNESS, 0.3, 9}, {DDP_OP_BRIGHTNESS, 0.7, 9}},
+        {{DDP_OP_EQUALIZE, 0.6, -1}, {DDP_OP_EQUALIZE, 0.5, -1}},
+        {{DDP_OP_CONTRAST, 0.6, 7}, {DDP_OP_SHARPNESS, 0.6, 5}},
+        {{DDP_OP_COLOR, 0.7, 7}, {DDP_OP_TRANSLATE_X, 0.5, 8}},
+        {{DDP_OP_EQUALIZE, 0.3, -1}, {DDP_OP_AUTOCONTRAST, 0.4, -1}},
+        {{DDP_OP_TRANSLATE_Y, 0.4, 3}, {DDP_OP_SHARPNESS, 0.2, 6}},
+        {{DDP_OP_BRIGHTNESS, 0.9, 6}, {DDP_OP_COLOR, 0.2, 8}},
+        {{DDP_OP_SOLARIZE, 0.5, 2}, {DDP_OP_INVERT, 0.0, -1}},
+        {{DDP_OP_EQUALIZE, 0.2, -1}, {DDP_OP_AUTOCONTRAST, 0.6, -1}},
+        {{DDP_OP_EQUALIZE, 0.2, -1}, {DDP_OP_EQUALIZE, 0.6, -1}},
+        {{DDP_OP_COLOR, 0.9, 9}, {DDP_OP_EQUALIZE, 0.6, -1}},
+        {{DDP_OP_AUTOCONTRAST, 0.8, -1}, {DDP_OP_SOLARIZE, 0.2, 8}},
+        {{DDP_OP_BRIGHTNESS, 0.1, 3}, {DDP_OP_COLOR, 0.7, 0}},
+        {{DDP_OP_SOLARIZE, 0.4, 5}, {DDP_OP_AUTOCONTRAST, 0.9, -1}},
+        {{DDP_OP_TRANSLATE_Y, 0.9, 9}, {DDP_OP_TRANSLATE_Y, 0.7, 9}},
+        {{DDP_OP_AUTOCONTRAST, 0.9, -1}, {DDP_OP_SOLARIZE, 0.8, 3}},
+        {{DDP_OP_EQUALIZE, 0.8, -1}, {DDP_OP_INVERT, 0.1, -1}},
+        {{DDP_OP_TRANSLATE_Y, 0.7, 9}, {DDP_OP_AUTOCONTRAST, 0.9, -1}},
+    },
+    [DDP_POLICY_SVHN] = {
+        {{DDP_OP_SHEAR_X, 0.9, 4}, {DDP_OP_INVERT, 0.2, -1}},
+        {{DDP_OP_SHEAR_Y, 0.9, 8}, {DDP_OP_INVERT, 0.7, -1}},
+        {{DDP_OP_EQUALIZE, 0.6, -1}, {DDP_OP_SOLARIZE, 0.6, 6}},
+        {{DDP_OP_INVERT, 0.9, -1}, {DDP_OP_EQUALIZE, 0.6, -1}},
+        {{DDP_OP_EQUALIZE, 0.6, -1}, {DDP_OP_ROTATE, 0.9, 3}},
+        {{DDP_OP_SHEAR_X, 0.9, 4}, {DDP_OP_AUTOCONTRAST, 0.8, -1}},
+        {{DDP_OP_SHEAR_Y, 0.9, 8}, {DDP_OP_INVERT, 0.4, -1}},
+        {{DDP_OP_SHEAR_Y, 0.9, 5}, {DDP_OP_SOLARIZE, 0.2, 6}},
+        {{DDP_OP_INVERT, 0.9, -1}, {DDP_OP_AUTOCONTRAST, 0.8, -1}},
+        {{DDP_OP_EQUALIZE, 0.6, -1}, {DDP_OP_ROTATE, 0.9, 3}},
+        {{DDP_OP_SHEAR_X, 0.9, 4}, {DDP_OP_SOLARIZE, 0.3, 3}},
+        {{DDP_OP_SHEAR_Y, 0.8, 8}, {DDP_OP_INVERT, 0.7, -1}},
+        {{DDP_OP_EQUALIZE, 0.9, -1}, {DDP_OP_TRANSLATE_Y, 0.6, 6}},
+        {{DDP_OP_INVERT, 0.9, -1}, {DDP_OP_EQUALIZE, 0.6, -1}},
+        {{DDP_OP_CONTRAST, 0.3, 3}, {DDP_OP_ROTATE, 0.8, 4}},
+        {{DDP_OP_INVERT, 0.8, -1}, {DDP_OP_TRANSLATE_Y, 0.0, 2}},
+        {{DDP_OP_SHEAR_Y, 0.7, 6}, {DDP_OP_SOLARIZE, 0.4, 8}},
+        {{DDP_OP_INVERT, 0.6, -1}, {DDP_OP_ROTATE, 0.8, 4}},
+        {{DDP_OP_SHEAR_Y, 0.3, 7}, {DDP_OP_TRANSLATE_X, 0.9, 3}},
+        {{DDP_OP_SHEAR_X, 0.1, 6}, {DDP_OP_INVERT, 0.6, -1}},
+        {{DDP_OP_SOLARIZE, 0.7, 2}, {DDP_OP_TRANSLATE_Y, 0.6, 7}},
+        {{DDP_OP_SHEAR_Y, 0.8, 4}, {DDP_OP_INVERT, 0.8, -1}},
+        {{DDP_OP_SHEAR_X, 0.7, 9}, {DDP_OP_TRANSLATE_Y, 0.8, 3}},
+        {{DDP_OP_SHEAR_Y, 0.8, 5}, {DDP_OP_AUTOCONTRAST, 0.7, -1}},
+        {{DDP_OP_SHEAR_X, 0.7, 2}, {DDP_OP_INVERT, 0.1, -1}},
+    },
+};
+
+ddp_auto_step ddp_auto_policy_step(int policy, int index, int which) {
+    return policies[policy][index][which];
+}
+
+/* An AutoAugment sample: element 0 picks the pair and draws the first step's chance,
+ * element 1 the second's and both signs; a step applies where its chance is at most
+ * its probability (torchvision's probs[i] <= p), at its bin of RandAugment's table of
+ * 10, negated where its draw says (signs[i] == 0). */
+static int auto_policy_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, int64_t h,
+                            int64_t w, ddp_image_op *out) {
+    uint32_t d[2][4];
+    for (uint32_t e = 0; e < 2; e++)
+        ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, e, (uint32_t)key->epoch, d[e]);
+    int index = (int)ddp_draw_below(d[0], DDP_AUTO_SUBPOLICIES), count = 0;
+    double chance[2] = {ddp_uniform53(d[0] + 2), ddp_uniform53(d[1])};
+    for (int which = 0; which < 2; which++) {
+        ddp_auto_step step = policies[a->policy][index][which];
+        if (!(chance[which] <= step.probability))
+            continue;
+        double magnitude = step.bin < 0 ? 0 : ddp_image_op_magnitude(DDP_AUGMENT_AUTO, step.op, 10, step.bin, h, w);
+        bool negative = spaces[step.op].is_signed && (d[1][2 + which] & 1);
+        out[count++] = (ddp_image_op){step.op, negative ? -magnitude : magnitude};
+    }
+    return count;
+}
+
 /* The draws of a sample's operation j: element 2j picks the operation (and for
  * trivial_augment its bin), element 2j + 1 its sign. */
 int ddp_auto_augment_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, int64_t h,
                           int64_t w, ddp_image_op *out) {
+    if (a->kind == DDP_AUGMENT_AUTO)
+        return auto_policy_draw(a, key, place, sample, h, w, out);
     int count = a->kind == DDP_AUGMENT_RAND ? (int)a->ops : 1;
     for (int j = 0; j < count; j++) {
         uint32_t d[4], sign[4];
@@ -380,6 +496,13 @@ void ddp_image_op_apply(const ddp_image_op *t, bool bilinear, unsigned char *ima
     case DDP_OP_EQUALIZE:
         equalize(&m);
         break;
+    case DDP_OP_INVERT: {
+        unsigned char table[256];
+        for (int b = 0; b < 256; b++)
+            table[b] = (unsigned char)(255 - b);
+        look_up(&m, table);
+        break;
+    }
     default: /* identity */
         break;
     }

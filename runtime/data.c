@@ -1110,11 +1110,12 @@ static void change_colors(Image *m, const ddp_color *color, double top) {
     free(v);
 }
 
-/* trivial_augment's or rand_augment's operations on the image: its values after scale
- * as bytes of [0, top] (where TrivialAugmentWide and RandAugment work: a byte file's own, with scale 1 / 255 or any other), the
- * operation made on them, and the bytes back as values: each of the 256 normalised
- * once for each place of the normalisation, as any input is made (in double for f64,
- * else from f32), then looked up. */
+/* trivial_augment's, rand_augment's or auto_augment's operations on the image: its
+ * values after scale as bytes of [0, top] (where torchvision's versions work: a byte
+ * file's own, with scale 1 / 255 or any other), the operations made on them, and the
+ * bytes back as values: each of the 256 normalised once for each place of the
+ * normalisation, as any input is made (in double for f64, else from f32), then looked
+ * up. */
 static void change_bytes(Image *m, const ddp_image_op *ops, int count, bool bilinear, double top) {
     int64_t channels = (int64_t)(m->pixel / m->elem), n = m->h * m->w * channels;
     int64_t pairs = m->spec->nnormalize, places = pairs ? pairs : 1;
@@ -1224,7 +1225,7 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
             change_colors(&m, &color, top);
             continue;
         }
-        if (a->kind == DDP_AUGMENT_TRIVIAL || a->kind == DDP_AUGMENT_RAND) {
+        if (a->kind == DDP_AUGMENT_TRIVIAL || a->kind == DDP_AUGMENT_RAND || a->kind == DDP_AUGMENT_AUTO) {
             ddp_image_op ops[DDP_MOST_IMAGE_OPS];
             int count = ddp_auto_augment_draw(a, key, i, sample, m.h, m.w, ops), changes = 0;
             for (int k = 0; k < count; k++)

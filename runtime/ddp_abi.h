@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 13
+#define DDP_ABI_VERSION 14
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -390,14 +390,16 @@ DDP_CONTRACT(ddp_metric)
  * trivial augmentation (torchvision's TrivialAugmentWide): one of fourteen operations
  * on the image as bytes, at one of `size` magnitudes (runtime/auto_augment.c), its
  * geometry resampled as mode says; a rand augmentation (RandAugment) `ops` of them at
- * magnitude `strength` of `size`. */
+ * magnitude `strength` of `size`; an auto augmentation (AutoAugment) one of the 25
+ * pairs of its `policy`, each step with its probability. */
 enum ddp_augment_kind { DDP_AUGMENT_FLIP, DDP_AUGMENT_CROP, DDP_AUGMENT_CUTOUT, DDP_AUGMENT_RESIZED_CROP,
                         DDP_AUGMENT_MIXUP, DDP_AUGMENT_CUTMIX, DDP_AUGMENT_COLOR, DDP_AUGMENT_GRAYSCALE,
-                        DDP_AUGMENT_ERASING, DDP_AUGMENT_TRIVIAL, DDP_AUGMENT_RAND };
+                        DDP_AUGMENT_ERASING, DDP_AUGMENT_TRIVIAL, DDP_AUGMENT_RAND, DDP_AUGMENT_AUTO };
 enum ddp_flip_mode { DDP_FLIP_HORIZONTAL, DDP_FLIP_VERTICAL, DDP_FLIP_BOTH };
 enum ddp_erase_value { DDP_ERASE_ZERO, DDP_ERASE_RANDOM };
 enum ddp_interpolation { DDP_INTERPOLATION_NEAREST, DDP_INTERPOLATION_BILINEAR };
 enum { DDP_MOST_IMAGE_OPS = 16 }; /* a rand augmentation's `ops` at most */
+enum ddp_auto_policy { DDP_POLICY_IMAGENET, DDP_POLICY_CIFAR10, DDP_POLICY_SVHN };
 
 #define DDP_FIELDS_ddp_augment(X, T)                                                                         \
     X##_I64(T, kind)        /* ddp_augment_kind */                                                           \
@@ -406,6 +408,7 @@ enum { DDP_MOST_IMAGE_OPS = 16 }; /* a rand augmentation's `ops` at most */
     X##_I64(T, size)        /* cutout: the square's side; trivial, rand: the magnitudes' bins */             \
     X##_I64(T, ops)         /* rand: operations a sample */                                                  \
     X##_I64(T, strength)    /* rand: the magnitude's bin */                                                  \
+    X##_I64(T, policy)      /* auto: ddp_auto_policy */                                                      \
     X##_I64(T, height)      /* crop to a window, resized crop: its height and width; 0: the sample's size */ \
     X##_I64(T, width)                                                                                        \
     X##_F64(T, scale_min)   /* resized crop, erasing: the window's share of the area ... */                  \

@@ -244,6 +244,11 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
             n += (size_t)snprintf(out + n, len - n, "%srand_augment(ops = %lld, magnitude = %lld, bins = %lld, "
                                   "interpolation = %s)", sep, (long long)a->ops, (long long)a->strength,
                                   (long long)a->size, a->mode == DDP_INTERPOLATION_BILINEAR ? "bilinear" : "nearest");
+        else if (a->kind == DDP_AUGMENT_AUTO)
+            n += (size_t)snprintf(out + n, len - n, "%sauto_augment(policy = %s, interpolation = %s)", sep,
+                                  a->policy == DDP_POLICY_CIFAR10 ? "cifar10" : a->policy == DDP_POLICY_SVHN ? "svhn"
+                                                                                                        : "imagenet",
+                                  a->mode == DDP_INTERPOLATION_BILINEAR ? "bilinear" : "nearest");
         else if (a->kind == DDP_AUGMENT_GRAYSCALE)
             n += (size_t)snprintf(out + n, len - n, "%srandom_grayscale(probability = %g)", sep, a->probability);
         else if (a->kind == DDP_AUGMENT_ERASING)

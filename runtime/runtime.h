@@ -229,18 +229,29 @@ enum ddp_image_op_kind { DDP_OP_IDENTITY, DDP_OP_SHEAR_X, DDP_OP_SHEAR_Y, DDP_OP
                          DDP_OP_TRANSLATE_Y, DDP_OP_ROTATE, DDP_OP_BRIGHTNESS, DDP_OP_COLOR, DDP_OP_CONTRAST,
                          DDP_OP_SHARPNESS, DDP_OP_POSTERIZE, DDP_OP_SOLARIZE, DDP_OP_AUTOCONTRAST,
                          DDP_OP_EQUALIZE, DDP_IMAGE_OPS };
+enum { DDP_OP_INVERT = DDP_IMAGE_OPS }; /* AutoAugment's policies alone have it */
 typedef struct ddp_image_op {
     int op;
     double magnitude;
 } ddp_image_op;
 /* A sample's operations, in the order they apply, drawn from augmentation `place` of
- * the list (a trivial_augment: one; a rand_augment: its `ops`), for images of h x w
- * pixels: how many. */
+ * the list (a trivial_augment: one; a rand_augment: its `ops`; an auto_augment: those
+ * of its policy's two its probabilities keep), for images of h x w pixels: how many. */
 int ddp_auto_augment_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, int64_t h,
                           int64_t w, ddp_image_op *out);
 /* Magnitude k of `bins` of an operation, unsigned, as torchvision's table for kind
- * (DDP_AUGMENT_TRIVIAL or DDP_AUGMENT_RAND) has it for images of h x w pixels. */
+ * (DDP_AUGMENT_TRIVIAL, or DDP_AUGMENT_RAND and DDP_AUGMENT_AUTO) has it for images of
+ * h x w pixels. */
 double ddp_image_op_magnitude(int kind, int op, int64_t bins, int64_t k, int64_t h, int64_t w);
+/* Step `which` (0 or 1) of sub-policy `index` (of DDP_AUTO_SUBPOLICIES) of an AutoAugment
+ * policy: its operation, its probability and its magnitude's bin of 10 (-1: none). */
+enum { DDP_AUTO_SUBPOLICIES = 25 };
+typedef struct ddp_auto_step {
+    int op;
+    double probability;
+    int bin;
+} ddp_auto_step;
+ddp_auto_step ddp_auto_policy_step(int policy, int index, int which);
 /* The operation on an 8-bit image [h][w][channels] (1 or 3), in place, as torchvision
  * makes it on a uint8 tensor (geometry by the nearest pixel or bilinear); scratch
  * holds as many bytes as the image. */

@@ -3,13 +3,15 @@ TrivialAugmentWide operations (autoaugment._apply_op, on uint8 tensors, as the
 transform makes them) on two small images, RGB and grey, at magnitudes of its table of
 31 bins, for tests/unit/augment.c to hold ddp_image_op_apply and ddp_image_op_magnitude
 to, and hashes of the same on two larger images (and of RandAugment's two operations
-in a row); then every magnitude of TrivialAugmentWide's and RandAugment's tables. Run with a Python that has torchvision:
+in a row); then magnitudes of TrivialAugmentWide's and RandAugment's tables, and
+AutoAugment's policies. Run with a Python that has torchvision:
     python3 tests/reference/auto_augment.py > tests/unit/auto_augment_reference.h
 """
 import torch
 import torchvision
 from torchvision.transforms import InterpolationMode
-from torchvision.transforms.autoaugment import RandAugment, TrivialAugmentWide, _apply_op
+from torchvision.transforms.autoaugment import (AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide,
+                                                _apply_op)
 
 H, W = 7, 6
 generator = torch.Generator().manual_seed(3)
@@ -119,6 +121,23 @@ for h, w in ((32, 32), (17, 23)):
                         h, w, enums[names.index(name)], k, sign, "true" if bilinear else "false",
                         fnv1a(bytes(values(out)))))
 print("};")
+
+# AutoAugment's three policies, step by step (the operation, its probability and its
+# bin of 10, or -1), and Invert, which only they use, on the 32 x 32 pattern.
+print("typedef struct PolicyStep {\n    int policy, index, which, op;\n    double probability;\n"
+      "    int bin;\n} PolicyStep;")
+print("static const PolicyStep policy_steps[] = {")
+for policy, cname in ((AutoAugmentPolicy.IMAGENET, "DDP_POLICY_IMAGENET"),
+                      (AutoAugmentPolicy.CIFAR10, "DDP_POLICY_CIFAR10"), (AutoAugmentPolicy.SVHN, "DDP_POLICY_SVHN")):
+    for index, pair in enumerate(AutoAugment(policy).policies):
+        for which, (name, p, m) in enumerate(pair):
+            op = "DDP_OP_INVERT" if name == "Invert" else enums[names.index(name)]
+            print("    {%s, %d, %d, %s, %r, %d}," % (cname, index, which, op, p, -1 if m is None else m))
+print("};")
+pattern = torch.tensor([(i * 7919 + 13) % 251 for i in range(32 * 32 * 3)], dtype=torch.uint8)
+inverted = _apply_op(pattern.reshape(32, 32, 3).permute(2, 0, 1).contiguous(), "Invert", 0.0,
+                     interpolation=InterpolationMode.NEAREST, fill=None)
+print("static const uint64_t inverted_hash = 0x%016xull;" % fnv1a(bytes(values(inverted))))
 
 # RandAugment's two operations in a row at magnitude 9 of 31 (its default) on the 32 x
 # 32 pattern: the hash of the result.

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """image_changes.py DDPC: random_color, random_grayscale, random_erasing,
-trivial_augment and rand_augment through a built program, read back from --dump-batch.
+trivial_augment, rand_augment and auto_augment through a built program, read back from
+--dump-batch.
 
 Programs written here train on 8 x 8 images in .npy files (shuffle off, so the first
 batch is samples 0 .. 15), each built by DDPC and dumped:
@@ -18,8 +19,8 @@ batch is samples 0 .. 15), each built by DDPC and dumped:
 - random_grayscale(probability = 0.5): each sample grey or as it was;
 - random_erasing(probability = 1) on 16 x 16 images: each sample's changed values a
   box, zero (normalised) or, with value = random, of mean 0 and deviation 1;
-- trivial_augment and rand_augment: every value still a byte / 255, most samples
-  changed, the same twice; the banner names them.
+- trivial_augment, rand_augment and auto_augment: every value still a byte / 255,
+  most samples changed, the same twice; the banner names them.
 ddp_color_image and ddp_image_op_apply themselves are held to torchvision's functions in
 tests/unit/augment.c."""
 import os
@@ -213,7 +214,8 @@ def auto_augment(ddpc):
     for name, augment, banner in (
             ("trivial", "trivial_augment(interpolation = bilinear)",
              "trivial_augment(bins = 31, interpolation = bilinear)"),
-            ("rand", "rand_augment()", "rand_augment(ops = 2, magnitude = 9, bins = 31, interpolation = nearest)")):
+            ("rand", "rand_augment()", "rand_augment(ops = 2, magnitude = 9, bins = 31, interpolation = nearest)"),
+            ("auto", "auto_augment(policy = cifar10)", "auto_augment(policy = cifar10, interpolation = nearest)")):
         program = build(ddpc, root, name, augment, shape="[16, 16, 3]")
         said = run([program, "--data-root", root, "--check", "--run-dir", os.path.join(root, "run")])
         check("augmented: " + banner in said, "the banner names " + banner)

@@ -614,6 +614,52 @@ static void test_rand_against_torchvision(void) {
     }
 }
 
+/* auto_augment: its three policies step by step as torchvision's, and Invert's bytes;
+ * its draws: each of a policy's 25 pairs as likely, each step applied as often as its
+ * probability says, signed either way as often. */
+static void test_auto_augment(void) {
+    int bad = 0, steps = (int)(sizeof policy_steps / sizeof policy_steps[0]);
+    for (int k = 0; k < steps; k++) {
+        const PolicyStep *t = &policy_steps[k];
+        ddp_auto_step got = ddp_auto_policy_step(t->policy, t->index, t->which);
+        bad += got.op != t->op || got.probability != t->probability || got.bin != t->bin;
+    }
+    CHECK(bad == 0 && steps == 3 * DDP_AUTO_SUBPOLICIES * 2);
+    unsigned char image[32 * 32 * 3], scratch[32 * 32 * 3];
+    for (int e = 0; e < 32 * 32 * 3; e++)
+        image[e] = (unsigned char)((e * 7919 + 13) % 251);
+    ddp_image_op_apply(&(ddp_image_op){DDP_OP_INVERT, 0}, false, image, 32, 32, 3, scratch);
+    CHECK(ddp_fnv1a(image, sizeof image, DDP_FNV_START) == inverted_hash);
+
+    enum { DRAWS = 25000 };
+    ddp_augment a = {.kind = DDP_AUGMENT_AUTO, .policy = DDP_POLICY_SVHN};
+    int applied[DDP_OP_INVERT + 1] = {0}, negative = 0, signed_ops = 0;
+    double expected[DDP_OP_INVERT + 1] = {0};
+    for (int index = 0; index < DDP_AUTO_SUBPOLICIES; index++)
+        for (int which = 0; which < 2; which++) {
+            ddp_auto_step step = ddp_auto_policy_step(DDP_POLICY_SVHN, index, which);
+            expected[step.op] += step.probability * DRAWS / DDP_AUTO_SUBPOLICIES;
+        }
+    for (int64_t s = 0; s < DRAWS; s++) {
+        ddp_image_op ops[DDP_MOST_IMAGE_OPS];
+        int count = ddp_auto_augment_draw(&a, &(ddp_draw_key){2, 0}, 1, s, 32, 32, ops);
+        bad += count < 0 || count > 2;
+        for (int j = 0; j < count; j++) {
+            applied[ops[j].op]++;
+            if (ops[j].op == DDP_OP_SHEAR_X || ops[j].op == DDP_OP_SHEAR_Y || ops[j].op == DDP_OP_ROTATE)
+                signed_ops++, negative += ops[j].magnitude < 0;
+        }
+    }
+    CHECK(bad == 0);
+    for (int op = 0; op <= DDP_OP_INVERT; op++)
+        if (fabs(applied[op] - expected[op]) > 5 * sqrt(expected[op] + 1)) {
+            fprintf(stderr, "auto_augment(svhn): operation %d applied %d times, expected about %.0f\n", op,
+                    applied[op], expected[op]);
+            failures++;
+        }
+    CHECK(applied[DDP_OP_INVERT] > 0 && abs(2 * negative - signed_ops) < signed_ops / 10);
+}
+
 /* rand_augment's draws: `ops` operations a sample, each of the 14 as likely in every
  * place, each at the one strength (signed as often either way where it has a sign). */
 static void test_rand_draws(void) {
@@ -807,6 +853,7 @@ int main(void) {
     test_trivial_draws();
     test_rand_against_torchvision();
     test_rand_draws();
+    test_auto_augment();
     test_batches();
     test_loader_threads();
     if (failures) {
