@@ -162,7 +162,7 @@ static int auto_policy_draw(const ddp_augment *a, const ddp_draw_key *key, int64
                             int64_t w, ddp_image_op *out) {
     uint32_t d[2][4];
     for (uint32_t e = 0; e < 2; e++)
-        ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, e, (uint32_t)key->epoch, d[e]);
+        ddp_augment_draws(key, place, sample, e, d[e]);
     int index = (int)ddp_draw_below(d[0], DDP_AUTO_SUBPOLICIES), count = 0;
     double chance[2] = {ddp_uniform53(d[0] + 2), ddp_uniform53(d[1])};
     for (int which = 0; which < 2; which++) {
@@ -185,10 +185,8 @@ int ddp_auto_augment_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t
     int count = a->kind == DDP_AUGMENT_RAND ? (int)a->ops : 1;
     for (int j = 0; j < count; j++) {
         uint32_t d[4], sign[4];
-        ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, 2 * (uint32_t)j,
-                 (uint32_t)key->epoch, d);
-        ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, 2 * (uint32_t)j + 1,
-                 (uint32_t)key->epoch, sign);
+        ddp_augment_draws(key, place, sample, 2 * (uint32_t)j, d);
+        ddp_augment_draws(key, place, sample, 2 * (uint32_t)j + 1, sign);
         out[j].op = (int)ddp_draw_below(d, DDP_IMAGE_OPS);
         int64_t k = a->kind == DDP_AUGMENT_RAND ? a->strength : ddp_draw_below(d + 2, a->size);
         out[j].magnitude = ddp_image_op_magnitude((int)a->kind, out[j].op, a->size, k, h, w);

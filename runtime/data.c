@@ -942,11 +942,6 @@ static void cut_out(Image *m, int64_t y0, int64_t x0, int64_t size) {
 
 /* ------------------------------------------------------------ colour */
 
-/* Augmentation i's draws for a sample, in an epoch: its first (element 0) or another. */
-static void augment_draws(const ddp_draw_key *key, int64_t i, int64_t sample, uint32_t element, uint32_t w[4]) {
-    ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)i, (uint64_t)sample, element, (uint32_t)key->epoch, w);
-}
-
 double ddp_data_top(const ddp_data *d) {
     static const double largest[DDP_ELEM_COUNT] = {
         [DDP_ELEM_U8] = 255, [DDP_ELEM_I8] = 127, [DDP_ELEM_U16] = 65535, [DDP_ELEM_I16] = 32767,
@@ -964,7 +959,7 @@ void ddp_color_draw(const ddp_augment *a, const ddp_draw_key *key, int64_t place
     const double spread[4] = {a->brightness, a->contrast, a->saturation, a->hue};
     uint32_t w[3][4];
     for (uint32_t e = 0; e < 3; e++)
-        augment_draws(key, place, sample, e, w[e]);
+        ddp_augment_draws(key, place, sample, e, w[e]);
     int left[4] = {0, 1, 2, 3}, order[4];
     int64_t perm = ddp_draw_below(w[0], 24);
     for (int k = 0, n = 4; k < 4; k++, n--) { /* perm's digits in bases 4, 3, 2, 1 pick from what is left */
@@ -1170,18 +1165,18 @@ enum { ERASE_TRIES = 10, ERASE_PLACE = 1 + ERASE_TRIES, ERASE_VALUES };
 bool ddp_erase_box(const ddp_augment *a, const ddp_draw_key *key, int64_t place, int64_t sample, int64_t h,
                    int64_t w, int64_t box[4]) {
     uint32_t d[4];
-    augment_draws(key, place, sample, 0, d);
+    ddp_augment_draws(key, place, sample, 0, d);
     if (!(ddp_uniform53(d) < a->probability))
         return false;
     double area = (double)h * (double)w, log_lo = log(a->ratio_min), log_hi = log(a->ratio_max);
     for (uint32_t k = 0; k < ERASE_TRIES; k++) {
-        augment_draws(key, place, sample, 1 + k, d);
+        ddp_augment_draws(key, place, sample, 1 + k, d);
         double erased = area * (a->scale_min + ddp_uniform53(d) * (a->scale_max - a->scale_min));
         double aspect = exp(log_lo + ddp_uniform53(d + 2) * (log_hi - log_lo)); /* height / width, as torchvision */
         int64_t bh = llrint(sqrt(erased * aspect)), bw = llrint(sqrt(erased / aspect)); /* Python's round */
         if (!(bh < h && bw < w))
             continue;
-        augment_draws(key, place, sample, ERASE_PLACE, d);
+        ddp_augment_draws(key, place, sample, ERASE_PLACE, d);
         box[0] = ddp_draw_below(d, h - bh + 1);
         box[1] = ddp_draw_below(d + 2, w - bw + 1);
         box[2] = box[0] + bh;
@@ -1205,7 +1200,7 @@ static void erase_box(const Image *m, const int64_t box[4], const ddp_augment *a
         }
         for (int64_t e = 0; e < count; e++) {
             uint32_t d[4];
-            augment_draws(key, place, sample, element++, d);
+            ddp_augment_draws(key, place, sample, element++, d);
             put_value(m, at, e, ddp_normal(d));
         }
     }
@@ -1240,7 +1235,7 @@ void ddp_augment_sample(const ddp_dataset *spec, const ddp_program *p, size_t el
                 erase_box(&m, box, a, key, i, sample);
             continue;
         }
-        augment_draws(key, i, sample, 0, w);
+        ddp_augment_draws(key, i, sample, 0, w);
         if (a->kind == DDP_AUGMENT_GRAYSCALE) {
             if (ddp_uniform53(w) < a->probability)
                 change_colors(&m, &(ddp_color){.count = 1, .change = {DDP_COLOR_GREY}}, top);
@@ -1274,18 +1269,18 @@ static double gamma_draw(const ddp_draw_key *key, int64_t i, int64_t sample, uin
     uint32_t w[4];
     double boost = 1;
     if (alpha < 1) {
-        augment_draws(key, i, sample, (*element)++, w);
+        ddp_augment_draws(key, i, sample, (*element)++, w);
         boost = pow(ddp_uniform53(w), 1 / alpha);
         alpha += 1;
     }
     double d = alpha - 1.0 / 3, c = 1 / sqrt(9 * d);
     for (int tries = 0; tries < 64; tries++) {
-        augment_draws(key, i, sample, (*element)++, w);
+        ddp_augment_draws(key, i, sample, (*element)++, w);
         double x = ddp_normal(w), v = 1 + c * x;
         if (v <= 0)
             continue;
         v = v * v * v;
-        augment_draws(key, i, sample, (*element)++, w);
+        ddp_augment_draws(key, i, sample, (*element)++, w);
         if (log(ddp_uniform53(w)) < 0.5 * x * x + d - d * v + d * log(v))
             return d * v * boost;
     }
@@ -1303,7 +1298,7 @@ void ddp_mix_draw(const ddp_dataset *spec, const ddp_program *p, int64_t samples
     while (first > 0 && is_mixing(&spec->augment[first - 1]))
         first--;
     uint32_t w[4], element = 2;
-    augment_draws(key, first, sample, 0, w);
+    ddp_augment_draws(key, first, sample, 0, w);
     int64_t chosen = first + ddp_draw_below(w, spec->naugment - first);
     const ddp_augment *a = &spec->augment[chosen];
     mix->partner = ddp_draw_below(w + 2, samples);
@@ -1314,7 +1309,7 @@ void ddp_mix_draw(const ddp_dataset *spec, const ddp_program *p, int64_t samples
     if (!mix->cut)
         return;
     int64_t h = p->input_shape[0], wd = p->input_shape[1];
-    augment_draws(key, chosen, sample, 1, w);
+    ddp_augment_draws(key, chosen, sample, 1, w);
     int64_t cy = ddp_draw_below(w, h), cx = ddp_draw_below(w + 2, wd);
     double r = 0.5 * sqrt(1 - mix->share);
     int64_t half_h = (int64_t)(r * (double)h), half_w = (int64_t)(r * (double)wd);
@@ -1460,7 +1455,7 @@ static void window_place(const ddp_data *d, const int64_t window[2], const ddp_d
         return;
     }
     uint32_t w[4];
-    augment_draws(augment, 0, sample, 0, w);
+    ddp_augment_draws(augment, 0, sample, 0, w);
     *oy = ddp_draw_below(w, d->shape[0] + 2 * pad - window[0] + 1) - pad;
     *ox = ddp_draw_below(w + 2, d->shape[1] + 2 * pad - window[1] + 1) - pad;
 }
@@ -1478,12 +1473,12 @@ void ddp_resized_window(const ddp_augment *a, int64_t height, int64_t width, con
     double area = (double)height * (double)width, log_lo = log(a->ratio_min), log_hi = log(a->ratio_max);
     uint32_t w[4];
     for (uint32_t t = 0; t < RESIZED_TRIES; t++) {
-        augment_draws(key, 0, sample, t, w);
+        ddp_augment_draws(key, 0, sample, t, w);
         double target = area * (a->scale_min + ddp_uniform53(w) * (a->scale_max - a->scale_min));
         double ratio = exp(log_lo + ddp_uniform53(w + 2) * (log_hi - log_lo));
         int64_t h = llrint(sqrt(target / ratio)), wd = llrint(sqrt(target * ratio));
         if (h > 0 && h <= height && wd > 0 && wd <= width) {
-            augment_draws(key, 0, sample, RESIZED_TRIES, w);
+            ddp_augment_draws(key, 0, sample, RESIZED_TRIES, w);
             window[0] = ddp_draw_below(w, height - h + 1);
             window[1] = ddp_draw_below(w + 2, width - wd + 1);
             window[2] = h;

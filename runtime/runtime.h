@@ -180,6 +180,12 @@ typedef struct ddp_draw_key {
     uint64_t seed;
     int64_t epoch; /* from 0 */
 } ddp_draw_key;
+/* Augmentation `place`'s draws for a sample, in an epoch: four words of its element
+ * (0 its first, others as each augmentation numbers them). */
+static inline void ddp_augment_draws(const ddp_draw_key *key, int64_t place, int64_t sample, uint32_t element,
+                                     uint32_t w[4]) {
+    ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, element, (uint32_t)key->epoch, w);
+}
 /* Writes samples indices[0..n) as rows 0..n of a batch in the program's layout:
  * x (n x input elements, the program's dtype, inputs times the dataset's scale, then
  * changed by the dataset's augmentations when augment is given: training, not
