@@ -86,17 +86,17 @@ static const Param cce_params[] = {BOOL("from_logits", 0), NUM("label_smoothing"
 static const Param sgd_params[] = {
     LR("learning_rate", 0.01), NUM("momentum", 0, P_FRACTION), BOOL("nesterov", 0),
     NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), OPT("clip_norm", K_NUM, P_POSITIVE),
-    OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
+    OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
 };
 static const Param adam_params[] = {
     LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
     NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0, P_NONNEG | P_RUNTIME),
-    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
+    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
 };
 static const Param adamw_params[] = {
     LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
     NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME),
-    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
+    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
 };
 
 static const Param constant_params[] = {REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE)};

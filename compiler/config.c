@@ -89,7 +89,8 @@ static ddp_optimizer optimizer_of(Ddpc *c, Value opt) {
                        .epsilon = num_arg(opt, "epsilon", 0),
                        .nesterov = (int64_t)num_arg(opt, "nesterov", 0),
                        .clip_norm = num_arg(opt, "clip_norm", 0),
-                       .ema = num_arg(opt, "ema", 0)};
+                       .ema = num_arg(opt, "ema", 0),
+                       .ema_warmup = num_arg(opt, "ema_warmup", 0) != 0};
     /* sgd keeps a velocity only with momentum; adam and adamw their two moments; ema
      * its average after them */
     o.state_vectors = (o.kind != DDP_OPT_SGD ? 2 : o.momentum > 0 ? 1 : 0) + (o.ema > 0);

@@ -26,6 +26,7 @@ static const char *scalar_names[] = {
     [DDP_S_STEP] = "step", [DDP_S_EPOCH] = "epoch", [DDP_S_SEED] = "seed",
     [DDP_S_LEARNING_RATE] = "learning_rate", [DDP_S_BIAS_CORRECTION1] = "bias_correction1",
     [DDP_S_BIAS_CORRECTION2] = "bias_correction2", [DDP_S_WEIGHT_DECAY] = "weight_decay",
+    [DDP_S_EMA_DECAY] = "ema_decay", [DDP_S_EMA_REST] = "ema_rest",
 };
 
 static const char *dim_text(Ddpc *c, IrDim d) {

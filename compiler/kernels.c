@@ -1710,9 +1710,10 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     }
     LLVMValueRef next = fsub(cg, p, fmul(cg, lr, upd));
     cg_store(cg, ir->all_params, i, next);
-    if (average) /* Keras's use_ema: ema x average + (1 - ema) x the new parameter */
+    if (average) /* Keras's use_ema: ema x average + (1 - ema) x the new parameter, ema warmed up or not */
         cg_store(cg, ir->states[ir->state_vectors - 1], i,
-                 fadd(cg, fmul(cg, R(cg, o->ema), average), fmul(cg, R(cg, 1 - o->ema), next)));
+                 fadd(cg, fmul(cg, scalar_real(cg, DDP_S_EMA_DECAY), average),
+                      fmul(cg, scalar_real(cg, DDP_S_EMA_REST), next)));
 }
 
 /* ------------------------------------------------------------------- driver */

@@ -366,6 +366,14 @@ static void check_learning_rate(Ddpc *c, TrainSpec *spec) {
     diag_note(c, expr_span(opt.slots[i]), "the optimizer's is here; keep one of them");
 }
 
+/* ema_warmup warms up an average: without ema there is none. */
+static void check_ema_warmup(Ddpc *c, TrainSpec *spec) {
+    Value opt = spec_setting(spec, "optimizer"), warmup = object_arg(opt, "ema_warmup");
+    if (warmup.kind == V_BOOL && warmup.num != 0 && object_arg(opt, "ema").kind != V_NUM)
+        diag_report(c, E_OUT_OF_RANGE, warmup.loc, "ema_warmup warms up the parameters' moving average, but %s has "
+                    "no ema: give one too (ema = 0.9999, say)", opt.builtin->name);
+}
+
 /* Ports are 16-bit: a base or range beyond 65535 could never be listened on. */
 static void check_ports(Ddpc *c, Value cluster) {
     Value base = object_arg(cluster, "port_base"), range = object_arg(cluster, "port_range");
@@ -436,6 +444,7 @@ void settings_evaluate(Ddpc *c) {
 /* The settings against the trained model, once it is expanded; then the configuration. */
 static void check_train(Ddpc *c, TrainSpec *spec) {
     check_learning_rate(c, spec);
+    check_ema_warmup(c, spec);
     use_one_learning_rate(spec);
     if (!spec->graph)
         return;

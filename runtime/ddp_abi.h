@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 14
+#define DDP_ABI_VERSION 15
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -110,6 +110,8 @@ enum ddp_scalar_slot {
     DDP_S_BIAS_CORRECTION1, /* f: adam: 1 - beta1^(step + 1) */
     DDP_S_BIAS_CORRECTION2, /* f: adam: 1 - beta2^(step + 1) */
     DDP_S_WEIGHT_DECAY,     /* f: the optimizer's weight decay for this step */
+    DDP_S_EMA_DECAY,        /* f: ema: the average's decay for this step (warmed up or not) */
+    DDP_S_EMA_REST,         /* f: ema: 1 - that, in double */
     DDP_S_COUNT
 };
 
@@ -351,6 +353,7 @@ enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };
     X##_I64(T, nesterov)                                                                                     \
     X##_F64(T, clip_norm)     /* the gradients' largest global L2 norm, scaled down to it past it; 0: none */ \
     X##_F64(T, ema)           /* the parameters' moving average's decay, its vector the last state; 0: none */ \
+    X##_I64(T, ema_warmup)    /* the decay of update n at most (1 + n) / (10 + n) */                          \
     X##_I64(T, state_vectors) /* flat vectors of optimizer state: sgd 0 or 1 (momentum), adam 2; +1 with ema */
 DDP_CONTRACT(ddp_optimizer)
 

@@ -288,7 +288,8 @@ static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp
     if (o->clip_norm > 0)
         n += snprintf(out + n, len - (size_t)n, ", gradient norm clipped to %g", o->clip_norm);
     if (o->ema > 0)
-        snprintf(out + n, len - (size_t)n, ", parameters' moving average %g (validated and saved)", o->ema);
+        snprintf(out + n, len - (size_t)n, ", parameters' moving average %g%s (validated and saved)", o->ema,
+                 o->ema_warmup ? " warmed up" : "");
 }
 
 void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *train, const ddp_data *validation,

@@ -21,7 +21,9 @@ without it. The test checks:
   figures bit for bit; best.safetensors holds the average of the best validation;
 - a run stopped by a signal and resumed saves the same bits as one never stopped;
 - the emulated GPU (the average traded into its memory for each validation) and two
-  workers of half the batch give the same figures and files."""
+  workers of half the batch give the same figures and files;
+- programs/tiny_ema_warmup (ema_warmup = true): update n's decay is min(0.75, (1 + n) /
+  (10 + n)), TensorFlow's num_updates warm-up, through a resume too."""
 import json
 import os
 import subprocess
@@ -34,18 +36,20 @@ from tiny_check import CHECK, TRAIN, figures, write_tiny_files
 RATE, DECAY, EPOCHS = 0.5, 0.75, 40
 
 
-def by_hand(w0, b0):
+def by_hand(w0, b0, warmup=False):
     """per epoch: (training loss, validation loss, validation accuracy, p_k, a_k), the
-    vectors flat (weights, then biases)"""
+    vectors flat (weights, then biases); with warmup, update n's decay is at most
+    (1 + n) / (10 + n)"""
     w, b = [row[:] for row in w0], b0[:]
     average = [v for row in w for v in row] + b
     epochs = []
-    for _ in range(EPOCHS):
+    for n in range(1, EPOCHS + 1):
+        decay = min(DECAY, (1 + n) / (10 + n)) if warmup else DECAY
         loss, _, gw, gb = figures(w, b, TRAIN)
         w = [[w[i][j] - RATE * gw[i][j] for j in range(3)] for i in range(4)]
         b = [b[j] - RATE * gb[j] for j in range(3)]
         params = [v for row in w for v in row] + b
-        average = [DECAY * a + (1 - DECAY) * p for a, p in zip(average, params)]
+        average = [decay * a + (1 - decay) * p for a, p in zip(average, params)]
         aw = [average[i * 3:i * 3 + 3] for i in range(4)]
         val_loss, val_acc, _, _ = figures(aw, average[12:], CHECK)
         epochs.append((loss, val_loss, val_acc, params, average))
@@ -153,6 +157,25 @@ def main():
     check(near(on_gpu, average) and all(abs(g["val_loss"] - w["val_loss"]) <= 1e-6 and
                                         abs(g["loss"] - w["loss"]) <= 1e-6 for g, w in zip(metrics(gpu), got)),
           "on the emulated GPU the same figures and average, traded into and out of device memory")
+
+    warm = os.path.join(root, "warm")
+    warmed = os.path.join(programs, "tiny_ema_warmup")
+    out = run([warmed, *given, "--run-dir", warm, "--save", os.path.join(root, "warm.safetensors")])
+    want_warm = by_hand(w0, b0, warmup=True)
+    got_warm = metrics(warm)
+    check("parameters' moving average 0.75 warmed up (validated and saved)" in out and
+          all(abs(g["val_loss"] - w[1]) <= 1e-6 and g["loss"] == p["loss"] for g, w, p in zip(got_warm, want_warm, got))
+          and abs(got_warm[0]["val_loss"] - got[0]["val_loss"]) > 1e-3,
+          "with ema_warmup, update n's decay is min(0.75, (1 + n) / (10 + n)): the validations follow it, the "
+          "training the same parameters")
+    stopped = os.path.join(root, "warm-stopped")
+    p = subprocess.run([warmed, *given, "--run-dir", stopped], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120, env=dict(os.environ, DDP_TEST_SIGNAL="USR1@5"))
+    run([warmed, *given, "--run-dir", stopped, "--resume", "--save", os.path.join(root, "warm-stopped.safetensors")])
+    _, resumed, _ = flat(os.path.join(root, "warm-stopped.safetensors"))
+    _, whole, _ = flat(os.path.join(root, "warm.safetensors"))
+    check(p.returncode == 4 and resumed == whole, "stopped after step 5 and resumed, the warmed-up average the same "
+          "bits (the warm-up follows the step, not the resume)")
 
     two = os.path.join(root, "two.safetensors")
     run(with_port(launcher, 2) + ["2", os.path.join(programs, "tiny_ema_half"), *given,
