@@ -155,14 +155,23 @@ static void check_mixing(Ddpc *c, Value list, int i, Value loss) {
 /* random_color changes grey or RGB images ([h, w], [h, w, 1] or [h, w, 3]), and the
  * saturation and hue of RGB ones alone; something must change, and a hue turns by at
  * most half the circle. */
-static void check_color(Ddpc *c, TrainSpec *spec, Value a) {
+/* The channels of the model's images, reported unless 1 or 3 (grey or RGB, all the
+ * colour and auto augmentations change): 0 then. */
+static int64_t grey_or_rgb(Ddpc *c, TrainSpec *spec, Value a) {
     const Shape *in = &spec->graph->input;
     int64_t channels = in->rank == 3 ? in->dim[2] : 1;
-    if (channels != 1 && channels != 3) {
-        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "random_color changes grey or RGB images, of 1 or 3 channels, "
-                    "but `%s` takes %s", spec->graph->model, shape_text(c, in));
+    if (channels == 1 || channels == 3)
+        return channels;
+    diag_report(c, E_AUGMENT_MISMATCH, a.loc, "%s changes grey or RGB images, of 1 or 3 channels, but `%s` takes %s",
+                a.builtin->name, spec->graph->model, shape_text(c, in));
+    return 0;
+}
+
+static void check_color(Ddpc *c, TrainSpec *spec, Value a) {
+    const Shape *in = &spec->graph->input;
+    int64_t channels = grey_or_rgb(c, spec, a);
+    if (!channels)
         return;
-    }
     static const char *const spreads[] = {"brightness", "contrast", "saturation", "hue"};
     bool changes = false;
     for (int k = 0; k < 4; k++) {
@@ -187,12 +196,8 @@ static void check_color(Ddpc *c, TrainSpec *spec, Value a) {
  * least two magnitudes; rand_augment's strength is one of them, and its operations a
  * sample at most DDP_MOST_IMAGE_OPS. */
 static void check_auto_augment(Ddpc *c, TrainSpec *spec, Value a) {
-    const Shape *in = &spec->graph->input;
     const char *name = a.builtin->name;
-    int64_t channels = in->rank == 3 ? in->dim[2] : 1;
-    if (channels != 1 && channels != 3)
-        diag_report(c, E_AUGMENT_MISMATCH, a.loc, "%s changes grey or RGB images, of 1 or 3 channels, but `%s` "
-                    "takes %s", name, spec->graph->model, shape_text(c, in));
+    grey_or_rgb(c, spec, a);
     Value bins = object_arg(a, "bins"), strength = object_arg(a, "magnitude"), ops = object_arg(a, "ops");
     if (bins.kind == V_NUM && bins.num < 2)
         diag_report(c, E_OUT_OF_RANGE, bins.loc, "`bins` of %s must be 2 or more (31 in torchvision's), not %s",

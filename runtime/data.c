@@ -1055,15 +1055,20 @@ void ddp_color_image(const ddp_color *color, double *values, int64_t pixels, int
     }
 }
 
+/* Element e of the image, at place c of its normalisation, with the normalisation
+ * undone, in double. */
+static double raw_value(const Image *m, int64_t e, int64_t c) {
+    double held = m->elem == sizeof(double) ? ((const double *)m->at)[e]
+                  : m->elem == sizeof(float) ? ((const float *)m->at)[e]
+                                             : ddp_bf16_to_float(((const uint16_t *)m->at)[e]);
+    return m->spec->nnormalize ? held * m->spec->normalize[c].std + m->spec->normalize[c].mean : held;
+}
+
 /* The image's values with their normalisation undone, in double. */
 static void raw_values(const Image *m, int64_t n, double *v) {
     int64_t pairs = m->spec->nnormalize;
-    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1) {
-        double held = m->elem == sizeof(double) ? ((const double *)m->at)[e]
-                      : m->elem == sizeof(float) ? ((const float *)m->at)[e]
-                                                 : ddp_bf16_to_float(((const uint16_t *)m->at)[e]);
-        v[e] = pairs ? held * m->spec->normalize[c].std + m->spec->normalize[c].mean : held;
-    }
+    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1)
+        v[e] = raw_value(m, e, c);
 }
 
 /* Element e from at as the image's type holds v: itself in f64, rounded once to f32 or
@@ -1077,17 +1082,21 @@ static void put_value(const Image *m, char *at, int64_t e, double v) {
         ((uint16_t *)at)[e] = ddp_bf16_from_float((float)v);
 }
 
-/* v back into the image, as any input is made: in double for f64, else rounded to f32
- * and normalised from that, and bf16 rounded from the f32. */
+/* A value after scale as any input is made of it, normalised by place c's pair: in
+ * double for f64, else rounded to f32 and normalised from that (put_value rounds that
+ * to bf16 where bf16). */
+static double as_input(const Image *m, int64_t c, double v) {
+    const ddp_channel *pair = m->spec->nnormalize ? &m->spec->normalize[c] : NULL;
+    if (m->elem == sizeof(double))
+        return pair ? normalized64(v, pair->mean, pair->std) : v;
+    return pair ? normalized32((float)v, pair->mean, pair->std) : (float)v;
+}
+
+/* v back into the image, as any input is made of it. */
 static void store_raw_values(const Image *m, int64_t n, const double *v) {
     int64_t pairs = m->spec->nnormalize;
-    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1) {
-        const ddp_channel *pair = pairs ? &m->spec->normalize[c] : NULL;
-        if (m->elem == sizeof(double))
-            put_value(m, m->at, e, pair ? normalized64(v[e], pair->mean, pair->std) : v[e]);
-        else
-            put_value(m, m->at, e, pair ? normalized32((float)v[e], pair->mean, pair->std) : (float)v[e]);
-    }
+    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1)
+        put_value(m, m->at, e, as_input(m, c, v[e]));
 }
 
 /* random_color on the image, in double (its room, as big as the image, is the one
@@ -1121,22 +1130,13 @@ static void change_bytes(Image *m, const ddp_image_op *ops, int count, bool bili
         abort();
     }
     double to_byte = 255 / top;
-    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1) {
-        double held = m->elem == sizeof(double) ? ((const double *)m->at)[e]
-                      : m->elem == sizeof(float) ? ((const float *)m->at)[e]
-                                                 : ddp_bf16_to_float(((const uint16_t *)m->at)[e]);
-        double v = pairs ? held * m->spec->normalize[c].std + m->spec->normalize[c].mean : held;
-        bytes[e] = (unsigned char)(clip(v * to_byte, 255) + 0.5); /* the nearest byte */
-    }
+    for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1)
+        bytes[e] = (unsigned char)(clip(raw_value(m, e, c) * to_byte, 255) + 0.5); /* the nearest byte */
     for (int k = 0; k < count; k++)
         ddp_image_op_apply(&ops[k], bilinear, bytes, m->h, m->w, channels, bytes + n);
     for (int64_t c = 0; c < places; c++)
-        for (int b = 0; b < 256; b++) {
-            double v = b * (top / 255);
-            const ddp_channel *pair = pairs ? &m->spec->normalize[c] : NULL;
-            table[c * 256 + b] = m->elem == sizeof(double) ? (pair ? normalized64(v, pair->mean, pair->std) : v)
-                                 : pair ? normalized32((float)v, pair->mean, pair->std) : (float)v;
-        }
+        for (int b = 0; b < 256; b++)
+            table[c * 256 + b] = as_input(m, c, b * (top / 255));
     for (int64_t e = 0, c = 0; e < n; e++, c = c + 1 == pairs ? 0 : c + 1)
         put_value(m, m->at, e, table[c * 256 + bytes[e]]);
     free(table);

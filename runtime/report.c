@@ -215,6 +215,8 @@ static void describe_data(const ddp_program *p, const ddp_data *d, char *out, si
 /* "; augmented: random_crop(padding = 4), random_flip(horizontal)", or "". */
 static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
     static const char *const modes[] = {"horizontal", "vertical", "horizontal_and_vertical"};
+    static const char *const interpolations[] = {"nearest", "bilinear"};
+    static const char *const policies[] = {"imagenet", "cifar10", "svhn"};
     size_t n = 0;
     out[0] = 0;
     for (int64_t i = 0; i < spec->naugment && n < len; i++) {
@@ -239,16 +241,14 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
                                   "hue = %g)", sep, a->brightness, a->contrast, a->saturation, a->hue);
         else if (a->kind == DDP_AUGMENT_TRIVIAL)
             n += (size_t)snprintf(out + n, len - n, "%strivial_augment(bins = %lld, interpolation = %s)", sep,
-                                  (long long)a->size, a->mode == DDP_INTERPOLATION_BILINEAR ? "bilinear" : "nearest");
+                                  (long long)a->size, interpolations[a->mode]);
         else if (a->kind == DDP_AUGMENT_RAND)
             n += (size_t)snprintf(out + n, len - n, "%srand_augment(ops = %lld, magnitude = %lld, bins = %lld, "
                                   "interpolation = %s)", sep, (long long)a->ops, (long long)a->strength,
-                                  (long long)a->size, a->mode == DDP_INTERPOLATION_BILINEAR ? "bilinear" : "nearest");
+                                  (long long)a->size, interpolations[a->mode]);
         else if (a->kind == DDP_AUGMENT_AUTO)
             n += (size_t)snprintf(out + n, len - n, "%sauto_augment(policy = %s, interpolation = %s)", sep,
-                                  a->policy == DDP_POLICY_CIFAR10 ? "cifar10" : a->policy == DDP_POLICY_SVHN ? "svhn"
-                                                                                                        : "imagenet",
-                                  a->mode == DDP_INTERPOLATION_BILINEAR ? "bilinear" : "nearest");
+                                  policies[a->policy], interpolations[a->mode]);
         else if (a->kind == DDP_AUGMENT_GRAYSCALE)
             n += (size_t)snprintf(out + n, len - n, "%srandom_grayscale(probability = %g)", sep, a->probability);
         else if (a->kind == DDP_AUGMENT_ERASING)
