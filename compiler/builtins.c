@@ -83,19 +83,22 @@ static const Param softmax_params[] = {INT("axis", -1, 0)};
 static const Param from_logits[] = {BOOL("from_logits", 0)};
 static const Param cce_params[] = {BOOL("from_logits", 0), NUM("label_smoothing", 0, P_FRACTION)};
 
+/* torchvision's --bias-weight-decay and --norm-weight-decay: where not set, weight_decay */
+#define DECAYS OPT("bias_weight_decay", K_NUM, P_NONNEG | P_RUNTIME), OPT("norm_weight_decay", K_NUM, P_NONNEG | P_RUNTIME)
+
 static const Param sgd_params[] = {
     LR("learning_rate", 0.01), NUM("momentum", 0, P_FRACTION), BOOL("nesterov", 0),
-    NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), OPT("clip_norm", K_NUM, P_POSITIVE),
+    NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), DECAYS, OPT("clip_norm", K_NUM, P_POSITIVE),
     OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
 };
 static const Param adam_params[] = {
     LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
-    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0, P_NONNEG | P_RUNTIME),
+    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), DECAYS,
     OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
 };
 static const Param adamw_params[] = {
     LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
-    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME),
+    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME), DECAYS,
     OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
 };
 

@@ -79,6 +79,14 @@ static ddp_schedule schedule_of(Ddpc *c, Value lr) {
                           .period = duration_of(object_arg(lr, kind == DDP_SCHEDULE_STEP ? "every" : "warmup"))};
 }
 
+/* A group's weight decay: its own where set, else weight_decay's. */
+static ddp_rt_expr group_decay(Ddpc *c, Value opt, const char *name, int64_t *groups) {
+    Value v = object_arg(opt, name);
+    if (v.kind != V_NONE)
+        *groups = 1;
+    return rt_expr_of(c, v.kind != V_NONE ? v : object_arg(opt, "weight_decay"));
+}
+
 static ddp_optimizer optimizer_of(Ddpc *c, Value opt) {
     ddp_optimizer o = {.kind = opt.builtin->code,
                        .learning_rate = schedule_of(c, object_arg(opt, "learning_rate")),
@@ -94,6 +102,8 @@ static ddp_optimizer optimizer_of(Ddpc *c, Value opt) {
     /* sgd keeps a velocity only with momentum; adam and adamw their two moments; ema
      * its average after them */
     o.state_vectors = (o.kind != DDP_OPT_SGD ? 2 : o.momentum > 0 ? 1 : 0) + (o.ema > 0);
+    o.bias_weight_decay = group_decay(c, opt, "bias_weight_decay", &o.decay_groups);
+    o.norm_weight_decay = group_decay(c, opt, "norm_weight_decay", &o.decay_groups);
     return o;
 }
 

@@ -616,8 +616,8 @@ void settings_print(Ddpc *c, FILE *out);
  * with the batch is kept as (fixed, per_sample), since kernels run on the live batch,
  * which the last batch of an epoch (or a worker's share of it) may make smaller. */
 
-/* DT_BF16: bfloat16 storage (precision = bf16), read and computed as f32. */
-typedef enum { DT_F32, DT_F64, DT_I32, DT_I64, DT_BF16 } DType;
+/* DT_BF16: bfloat16 storage (precision = bf16), read and computed as f32; DT_U8: codes. */
+typedef enum { DT_F32, DT_F64, DT_I32, DT_I64, DT_BF16, DT_U8 } DType;
 
 typedef enum {
     T_INPUT,      /* the batch's samples */
@@ -631,6 +631,7 @@ typedef enum {
     T_WORK,       /* scratch: im2col columns, per-channel statistics */
     T_ACCUM,      /* loss and metric sums (f64) */
     T_STATE,      /* the optimizer's state vectors, whole */
+    T_CONST,      /* values the runtime derives from the program (the parameters' decay groups) */
 } TensorKind;
 
 typedef struct Tensor Tensor;
@@ -799,6 +800,7 @@ typedef struct Ir {
     int64_t bucket_bytes;
     int64_t grads_bytes;      /* the GRADS region: the gradients, and their bf16 copy (allreduce_precision) */
     Tensor *all_params, *all_grads, *states[3]; /* the flat vectors, for the optimizer */
+    Tensor *decay_groups;     /* each parameter element's ddp_decay_group, where the groups' decays differ */
     /* the memory plan */
     int64_t arena_bytes, workspace_bytes;                 /* peaks, planned */
     int64_t no_reuse_arena_bytes, no_reuse_workspace_bytes; /* each tensor apart */
@@ -840,6 +842,8 @@ XExpr *x_rewrite_loads(Ddpc *c, XExpr *e, XExpr *(*replace)(XExpr *load, void *a
  * it again would cost. */
 int x_size(const XExpr *e);
 int64_t dtype_size(DType dt);
+int decay_group(const Tensor *t);
+int64_t decay_group_bytes(const Ir *ir);
 const char *dtype_name(DType dt);
 const char *op_kind_name(OpKind k);
 

@@ -14,11 +14,26 @@
 #include "../runtime/ddp_abi.h"
 
 int64_t dtype_size(DType dt) {
-    return dt == DT_BF16 ? 2 : dt == DT_F32 || dt == DT_I32 ? 4 : 8;
+    return dt == DT_U8 ? 1 : dt == DT_BF16 ? 2 : dt == DT_F32 || dt == DT_I32 ? 4 : 8;
+}
+
+/* Which weight decay a trainable parameter takes: a normalisation layer's own, a
+ * bias's (a vector of a layer that has a kernel), or the kernels'; 0 for statistics. */
+int decay_group(const Tensor *t) {
+    if (t->kind != T_PARAM)
+        return 0;
+    if (t->layer && t->layer->op == L_BATCHNORM)
+        return DDP_DECAY_NORMS;
+    return t->shape.rank == 1 ? DDP_DECAY_BIASES : DDP_DECAY_WEIGHTS;
+}
+
+/* The bytes of the parameters' decay groups: one each where the optimizer reads them. */
+int64_t decay_group_bytes(const Ir *ir) {
+    return ir->decay_groups ? ir->param_count : 0;
 }
 
 const char *dtype_name(DType dt) {
-    static const char *const names[] = {"f32", "f64", "i32", "i64", "bf16"};
+    static const char *const names[] = {"f32", "f64", "i32", "i64", "bf16", "u8"};
     return names[dt];
 }
 
@@ -720,6 +735,10 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
     add_in(op, ir->nonfinite);
     if (ir->clip)
         add_in(op, ir->clip);
+    if (o->decay_groups) {
+        ir->decay_groups = ir_tensor(c, ir, "decay_groups", T_CONST, DT_U8, false, &flat);
+        add_in(op, ir->decay_groups);
+    }
     for (int i = 0; i < ir->state_vectors; i++) {
         bool average = o->ema > 0 && i == ir->state_vectors - 1; /* ema's, after the optimizer's own */
         ir->states[i] = ir_tensor(c, ir, average ? "average" : arena_printf(c->arena, "state%d", i), T_STATE, dtype,

@@ -12,13 +12,13 @@
 static const char *kind_names[] = {
     [T_INPUT] = "input", [T_LABEL] = "label", [T_SAMPLE_ID] = "sample_id", [T_PARAM] = "param",
     [T_GRAD] = "grad", [T_STAT] = "stat", [T_ACT] = "act", [T_DACT] = "dact", [T_WORK] = "work",
-    [T_ACCUM] = "accum", [T_STATE] = "state",
+    [T_ACCUM] = "accum", [T_STATE] = "state", [T_CONST] = "const",
 };
 
 static const char *region_names[] = {
     [DDP_REGION_PARAMS] = "params", [DDP_REGION_GRADS] = "grads", [DDP_REGION_STATE] = "state",
     [DDP_REGION_STATS] = "stats", [DDP_REGION_ARENA] = "arena", [DDP_REGION_WORKSPACE] = "workspace",
-    [DDP_REGION_INPUT] = "input", [DDP_REGION_ACCUM] = "accum",
+    [DDP_REGION_INPUT] = "input", [DDP_REGION_ACCUM] = "accum", [DDP_REGION_CONSTANTS] = "constants",
 };
 
 static const char *scalar_names[] = {
@@ -27,6 +27,7 @@ static const char *scalar_names[] = {
     [DDP_S_LEARNING_RATE] = "learning_rate", [DDP_S_BIAS_CORRECTION1] = "bias_correction1",
     [DDP_S_BIAS_CORRECTION2] = "bias_correction2", [DDP_S_WEIGHT_DECAY] = "weight_decay",
     [DDP_S_EMA_DECAY] = "ema_decay", [DDP_S_EMA_REST] = "ema_rest",
+    [DDP_S_BIAS_WEIGHT_DECAY] = "bias_weight_decay", [DDP_S_NORM_WEIGHT_DECAY] = "norm_weight_decay",
 };
 
 static const char *dim_text(Ddpc *c, IrDim d) {
@@ -247,6 +248,8 @@ void plan_print(Ddpc *c, FILE *out, Ir *ir) {
             fmt_count(c->arena, pbytes * ir->state_vectors), ir->state_vectors,
             ir->state_vectors == 1 ? "" : "s");
     fprintf(out, "  statistics       %15s\n", fmt_count(c->arena, ir->stats_count * elem));
+    if (ir->decay_groups)
+        fprintf(out, "  decay groups     %15s\n", fmt_count(c->arena, decay_group_bytes(ir)));
     fprintf(out, "  activations      %15s   (without reuse: %s)\n",
             fmt_count(c->arena, ir->arena_bytes), fmt_count(c->arena, ir->no_reuse_arena_bytes));
     fprintf(out, "  workspace        %15s   (without reuse: %s)\n",
@@ -255,8 +258,10 @@ void plan_print(Ddpc *c, FILE *out, Ir *ir) {
     fprintf(out, "parameters (in the order backward completes their gradients):\n");
     for (int i = 0; i < ir->params.len; i++) {
         Tensor *p = ir->params.items[i];
-        fprintf(out, "  [%lld, %lld)  %s %s %s %s\n", (long long)p->flat,
-                (long long)(p->flat + p->elems), p->name, tensor_shape(c, p), p->layout, init_words[p->init]);
+        static const char *const groups[] = {[DDP_DECAY_WEIGHTS] = "", [DDP_DECAY_BIASES] = " decay=biases",
+                                             [DDP_DECAY_NORMS] = " decay=norms"};
+        fprintf(out, "  [%lld, %lld)  %s %s %s %s%s\n", (long long)p->flat, (long long)(p->flat + p->elems), p->name,
+                tensor_shape(c, p), p->layout, init_words[p->init], ir->decay_groups ? groups[decay_group(p)] : "");
     }
     for (int i = 0; i < ir->stats.len; i++) {
         Tensor *p = ir->stats.items[i];

@@ -1672,13 +1672,31 @@ static LLVMValueRef scalar_real(Cg *cg, int slot) {
     return cg_from_f64(cg, cg_scalar_f64(cg, slot), cg->real);
 }
 
+/* Element i's weight decay: its group's (ddp_decay_group) where the groups differ, as
+ * a sum of the three decays each times 1 or 0, which is exact: selects would be moved
+ * before the scalars' conversion from f64, into the loop. */
+static LLVMValueRef element_decay(Cg *cg, LLVMValueRef i) {
+    LLVMValueRef wd = scalar_real(cg, DDP_S_WEIGHT_DECAY);
+    if (!cg->ir->decay_groups)
+        return wd;
+    LLVMValueRef group = cg_load(cg, cg->ir->decay_groups, i), sum = NULL;
+    static const int slots[] = {[DDP_DECAY_WEIGHTS] = DDP_S_WEIGHT_DECAY, [DDP_DECAY_BIASES] = DDP_S_BIAS_WEIGHT_DECAY,
+                                [DDP_DECAY_NORMS] = DDP_S_NORM_WEIGHT_DECAY};
+    for (int g = DDP_DECAY_WEIGHTS; g <= DDP_DECAY_NORMS; g++) {
+        LLVMValueRef is = LLVMBuildICmp(cg->b, LLVMIntEQ, group, LLVMConstInt(cg->i8, (unsigned long long)g, 0), "");
+        LLVMValueRef part = fmul(cg, LLVMBuildUIToFP(cg->b, is, cg->real, ""), scalar_real(cg, slots[g]));
+        sum = sum ? fadd(cg, sum, part) : part;
+    }
+    return sum;
+}
+
 /* One element of the flat vectors, after every worker's gradients are summed, in the
  * program's float type as PyTorch and TensorFlow do it (f32 division and square root
  * are several times cheaper than f64's, and this kernel runs over every parameter). */
 static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     Ir *ir = cg->ir;
     LLVMValueRef p = cg_load(cg, ir->all_params, i), g = cg_load(cg, ir->all_grads, i);
-    LLVMValueRef lr = scalar_real(cg, DDP_S_LEARNING_RATE), wd = scalar_real(cg, DDP_S_WEIGHT_DECAY);
+    LLVMValueRef lr = scalar_real(cg, DDP_S_LEARNING_RATE), wd = element_decay(cg, i);
     if (cg->grad_scale) /* scaled before anything else sees them, weight decay included */
         g = fmul(cg, g, cg->grad_scale);
     const ddp_optimizer *o = &ir->config->optimizer;

@@ -150,6 +150,7 @@ LLVMTypeRef cg_elem_type(Cg *cg, DType dt) {
     case DT_I32: return cg->i32;
     case DT_I64: return cg->i64;
     case DT_BF16: return cg->i16;
+    case DT_U8: return cg->i8;
     }
     return cg->f32;
 }

@@ -92,8 +92,8 @@ static void lay_out_vectors(Ddpc *c, Ir *ir) {
         offset += ir->stats.items[i]->elems;
     }
     ir->stats_count = offset;
-    Tensor *whole[] = {ir->all_params, ir->all_grads, ir->states[0], ir->states[1], ir->states[2]};
-    for (int i = 0; i < 5; i++)
+    Tensor *whole[] = {ir->all_params, ir->all_grads, ir->states[0], ir->states[1], ir->states[2], ir->decay_groups};
+    for (int i = 0; i < 6; i++)
         if (whole[i])
             whole[i]->elems = ir->param_count;
     int64_t chunks = (ir->param_count + NONFINITE_CHUNK - 1) / NONFINITE_CHUNK;
@@ -339,6 +339,8 @@ static void place_small_regions(Ir *ir) {
             ir->states[i]->region = DDP_REGION_STATE;
             ir->states[i]->offset = i * ir->param_count * dtype_size(ir->dtype);
         }
+    if (ir->decay_groups)
+        ir->decay_groups->region = DDP_REGION_CONSTANTS, ir->decay_groups->offset = 0;
 }
 
 /* The buffer table: the batch's and the accumulators' first (the runtime fills and

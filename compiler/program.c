@@ -136,7 +136,7 @@ static void f_struct(Emit *e, Fields *f, const ContractType *t, const char *obj)
 
 static int64_t abi_dtype(DType dt) {
     static const int64_t map[] = {[DT_F32] = DDP_F32, [DT_F64] = DDP_F64, [DT_I32] = DDP_I32, [DT_I64] = DDP_I64,
-                                         [DT_BF16] = DDP_BF16};
+                                         [DT_BF16] = DDP_BF16, [DT_U8] = DDP_U8};
     return map[dt];
 }
 
@@ -154,7 +154,8 @@ static const ddp_param *params_table(Ddpc *c, Ir *ir) {
             Tensor *t = lists[l]->items[i];
             *p = (ddp_param){.name = t->name, .region = l == 0 ? DDP_REGION_PARAMS : DDP_REGION_STATS,
                              .offset = t->flat, .count = t->elems, .rank = t->shape.rank, .layout = t->layout,
-                             .init = t->init, .fan_in = t->fan_in, .fan_out = t->fan_out};
+                             .init = t->init, .fan_in = t->fan_in, .fan_out = t->fan_out,
+                             .decay = decay_group(t)};
             for (int d = 0; d < 4 && d < t->shape.rank; d++)
                 p->shape[d] = t->shape.dim[d];
         }
@@ -311,7 +312,7 @@ static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const c
         [DDP_REGION_STATE] = c->config->optimizer.state_vectors * ir->param_count * elem,
         [DDP_REGION_STATS] = ir->stats_count * elem, [DDP_REGION_ARENA] = ir->arena_bytes,
         [DDP_REGION_WORKSPACE] = ir->workspace_bytes, [DDP_REGION_INPUT] = ir->input_bytes,
-        [DDP_REGION_ACCUM] = ir->accum_bytes,
+        [DDP_REGION_ACCUM] = ir->accum_bytes, [DDP_REGION_CONSTANTS] = decay_group_bytes(ir),
     };
     memcpy(p.region_bytes, regions, sizeof regions);
     p.params = params_table(c, ir);

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 15
+#define DDP_ABI_VERSION 16
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -112,6 +112,8 @@ enum ddp_scalar_slot {
     DDP_S_WEIGHT_DECAY,     /* f: the optimizer's weight decay for this step */
     DDP_S_EMA_DECAY,        /* f: ema: the average's decay for this step (warmed up or not) */
     DDP_S_EMA_REST,         /* f: ema: 1 - that, in double */
+    DDP_S_BIAS_WEIGHT_DECAY, /* f: the weight decay of dense and convolution biases */
+    DDP_S_NORM_WEIGHT_DECAY, /* f: the weight decay of normalisation layers' parameters */
     DDP_S_COUNT
 };
 
@@ -158,8 +160,9 @@ enum { DDP_KERNEL_SERIAL = 1 }; /* must run as one call (a reduction in a fixed 
 
 /* ------------------------------------------------------------------ buffers */
 
-/* DDP_BF16: bfloat16 (the top half of an f32), for activations under precision = bf16. */
-enum ddp_dtype { DDP_F32, DDP_F64, DDP_I32, DDP_I64, DDP_BF16 };
+/* DDP_BF16: bfloat16 (the top half of an f32), for activations under precision = bf16;
+ * DDP_U8: small codes (the parameters' weight-decay groups). */
+enum ddp_dtype { DDP_F32, DDP_F64, DDP_I32, DDP_I64, DDP_BF16, DDP_U8 };
 
 /* Where a buffer's memory lives. The runtime allocates one region of each kind. */
 enum ddp_region {
@@ -171,6 +174,8 @@ enum ddp_region {
     DDP_REGION_WORKSPACE, /* scratch (im2col columns, statistics), placed by the plan */
     DDP_REGION_INPUT,   /* the batch: inputs, labels, global sample indices */
     DDP_REGION_ACCUM,   /* loss and metric sums, f64 */
+    DDP_REGION_CONSTANTS, /* what the runtime derives from the program at start and never changes:
+                           * each parameter element's ddp_decay_group (u8), where the groups' decays differ */
     DDP_REGION_COUNT
 };
 
@@ -269,6 +274,11 @@ DDP_CONTRACT(ddp_bucket)
 enum ddp_init { DDP_INIT_GLOROT_UNIFORM, DDP_INIT_GLOROT_NORMAL, DDP_INIT_HE_NORMAL, DDP_INIT_HE_UNIFORM,
                 DDP_INIT_ZEROS, DDP_INIT_ONES };
 
+/* Which of the optimizer's weight decays a parameter takes: weight_decay (kernels),
+ * bias_weight_decay (dense and convolution biases) or norm_weight_decay (both
+ * parameters of a normalisation layer). */
+enum ddp_decay_group { DDP_DECAY_WEIGHTS, DDP_DECAY_BIASES, DDP_DECAY_NORMS };
+
 #define DDP_FIELDS_ddp_param(X, T)                                                                           \
     X##_STR(T, name)        /* "classifier.conv1.weight" */                                                  \
     X##_I64(T, region)      /* DDP_REGION_PARAMS or DDP_REGION_STATS */                                      \
@@ -279,7 +289,8 @@ enum ddp_init { DDP_INIT_GLOROT_UNIFORM, DDP_INIT_GLOROT_NORMAL, DDP_INIT_HE_NOR
     X##_STR(T, layout)      /* "HWIO", "IO", "C" */                                                          \
     X##_I64(T, init)        /* ddp_init */                                                                   \
     X##_I64(T, fan_in)                                                                                       \
-    X##_I64(T, fan_out)
+    X##_I64(T, fan_out)                                                                                      \
+    X##_I64(T, decay)       /* ddp_decay_group; 0 for statistics */
 DDP_CONTRACT(ddp_param)
 
 /* ------------------------------------------------------ run-time scalars */
@@ -346,6 +357,9 @@ enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };
     X##_I64(T, kind)        /* ddp_optimizer_kind */                                                         \
     X##_SUB(T, ddp_schedule, learning_rate)                                                                  \
     X##_SUB(T, ddp_rt_expr, weight_decay)                                                                    \
+    X##_SUB(T, ddp_rt_expr, bias_weight_decay) /* weight_decay's expression where not set */               \
+    X##_SUB(T, ddp_rt_expr, norm_weight_decay)                                                               \
+    X##_I64(T, decay_groups)  /* 1: either set, the optimizer reading each element's group (the constants) */ \
     X##_F64(T, momentum)                                                                                     \
     X##_F64(T, beta1)                                                                                        \
     X##_F64(T, beta2)                                                                                        \

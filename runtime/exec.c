@@ -67,6 +67,18 @@ static int cpu_conv_path(const ddp_program *p) {
     return filters * 16 <= columns ? DDP_PATH_LIBRARY : DDP_PATH_GENERATED;
 }
 
+/* The constants region: each trainable parameter element's decay group, where the
+ * program's optimizer reads them. */
+static void fill_constants(ddp_runtime *rt) {
+    const ddp_program *p = rt->program;
+    uint8_t *groups = rt->region[DDP_REGION_CONSTANTS];
+    if (p->region_bytes[DDP_REGION_CONSTANTS] < p->param_count)
+        return;
+    for (int64_t i = 0; i < p->nparams; i++)
+        if (p->params[i].region == DDP_REGION_PARAMS)
+            memset(groups + p->params[i].offset, (int)p->params[i].decay, (size_t)p->params[i].count);
+}
+
 /* ddp_open's failure: what it made is freed. */
 static ddp_runtime *open_failed(ddp_runtime *rt, const char *why, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", why);
@@ -105,6 +117,7 @@ ddp_runtime *ddp_open(const ddp_program *p, const ddp_options *o, char *err, siz
     }
     if (!(rt->buffers = calloc((size_t)p->nbuffers + 1, sizeof(void *))))
         return open_failed(rt, "out of memory for the buffer table", err, errlen);
+    fill_constants(rt);
     for (int64_t i = 0; i < p->nbuffers; i++)
         rt->buffers[i] = (char *)rt->region[p->buffers[i].region] + p->buffers[i].offset;
     for (int ph = 0; ph < DDP_PHASE_COUNT; ph++) {

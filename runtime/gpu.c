@@ -240,7 +240,7 @@ bool ddp_gpu_attach(ddp_runtime *rt, ddp_device *dev, char *err, size_t len) {
     ok = ok && dev->ops->alloc(dev, sizeof rt->scalars, &g->scalars) &&
          dev->ops->alloc(dev, (size_t)(p->region_bytes[DDP_REGION_INPUT] ? p->region_bytes[DDP_REGION_INPUT] : 64),
                          &g->staging) &&
-         place_arguments(rt, g) && replace_mirrors(rt, g);
+         place_arguments(rt, g) && replace_mirrors(rt, g) && ddp_to_device(rt, DDP_REGION_CONSTANTS);
     if (!ok)
         return ddp_fail(err, len, "setting up the %s GPU (%s): %s", dev->ops->name, dev->info.name, dev->error);
     plan_convolutions(rt, g);

@@ -67,6 +67,8 @@ void ddp_prepare_step(ddp_runtime *rt, int64_t step, int64_t steps_per_epoch) {
                         : rt->rate_scale * ddp_learning_rate(p, rt->rate_override, rt->epochs, step, steps_per_epoch,
                                                              replicas, workers, global);
     rt->scalars[DDP_S_WEIGHT_DECAY].f = ddp_rt_eval(&o->weight_decay, replicas, workers, global);
+    rt->scalars[DDP_S_BIAS_WEIGHT_DECAY].f = ddp_rt_eval(&o->bias_weight_decay, replicas, workers, global);
+    rt->scalars[DDP_S_NORM_WEIGHT_DECAY].f = ddp_rt_eval(&o->norm_weight_decay, replicas, workers, global);
     rt->scalars[DDP_S_BIAS_CORRECTION1].f = 1 - pow(o->beta1, (double)(step + 1));
     rt->scalars[DDP_S_BIAS_CORRECTION2].f = 1 - pow(o->beta2, (double)(step + 1));
     double update = (double)(step + 1); /* TensorFlow's num_updates warm-up: (1 + n) / (10 + n) */

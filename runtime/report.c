@@ -275,6 +275,8 @@ static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp
     double rate = isnan(cfg->learning_rate) ? ddp_rt_eval(&o->learning_rate.rate, replicas, workers, global)
                                             : cfg->learning_rate;
     double decay = ddp_rt_eval(&o->weight_decay, replicas, workers, global);
+    double biases = ddp_rt_eval(&o->bias_weight_decay, replicas, workers, global);
+    double norms = ddp_rt_eval(&o->norm_weight_decay, replicas, workers, global);
     int n = snprintf(out, len, "%s", optimizers[o->kind]);
     if (o->kind == DDP_OPT_SGD && o->momentum > 0)
         n += snprintf(out + n, len - (size_t)n, " (momentum %g%s)", o->momentum, o->nesterov ? ", nesterov" : "");
@@ -283,8 +285,10 @@ static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp
         n += snprintf(out + n, len - (size_t)n, " (%s schedule's peak)", schedules[o->learning_rate.kind]);
     if (!isnan(cfg->learning_rate))
         n += snprintf(out + n, len - (size_t)n, " from --lr");
-    if (decay != 0)
+    if (decay != 0 || biases != 0 || norms != 0)
         n += snprintf(out + n, len - (size_t)n, ", weight decay %g", decay);
+    if (biases != decay || norms != decay)
+        n += snprintf(out + n, len - (size_t)n, " (biases %g, normalisations %g)", biases, norms);
     if (o->clip_norm > 0)
         n += snprintf(out + n, len - (size_t)n, ", gradient norm clipped to %g", o->clip_norm);
     if (o->ema > 0)

@@ -122,7 +122,7 @@ const char *ddp_dims_text(char *buf, size_t len, const int64_t *dims, int rank, 
 const char *ddp_shape_text(char *buf, size_t len, const int64_t *dims, int rank);
 /* The bytes of one element of a ddp_dtype. */
 static inline int64_t ddp_dtype_size(int64_t dtype) {
-    return dtype == DDP_BF16 ? 2 : dtype == DDP_F32 || dtype == DDP_I32 ? 4 : 8;
+    return dtype == DDP_U8 ? 1 : dtype == DDP_BF16 ? 2 : dtype == DDP_F32 || dtype == DDP_I32 ? 4 : 8;
 }
 /* The element type of the batch's inputs (bf16 under precision = bf16, else the
  * program's dtype). */

@@ -3,7 +3,7 @@
 # world, the coordinator and a secret; stderr lines come prefixed with the rank; the
 # first failure ends the others (even what they started) and gives ddprun's status;
 # signals are passed on; bad usage is status 2. A built program trains under ddprun,
-# its banner showing the learning rate and weight decay in effect for 4 workers.
+# its banner showing the learning rate and weight decays in effect for 4 workers.
 # The ports ddprun picks lie outside the kernel's ephemeral range and Slurm's 10000-20000.
 set -u
 ddprun=$1 programs=$2
@@ -98,11 +98,12 @@ else
     fail "a built program under ddprun: status $status"
     cat "$dir/out" "$dir/err"
 fi
-# the figures in effect: `0.025 * replicas` with 4 workers is 0.1, in the banner and in training
+# the figures in effect: `0.025 * replicas` with 4 workers is 0.1, in the banner and in training, and
+# each group's weight decay
 "$ddprun" -n 4 "$programs/tiny_scaled" --data-root "$dir" --threads 1 --metrics "$dir/m.json" > "$dir/out" 2> "$dir/err"
 status=$?
 lr=$(sed -n 's/.*"lr": \([^,]*\),.*/\1/p' "$dir/m.json")
-if [ $status -eq 0 ] && grep -q "sgd, learning rate 0.1, weight decay 0.004" "$dir/out" &&
+if [ $status -eq 0 ] && grep -q "sgd, learning rate 0.1, weight decay 0.004 (biases 0.002, normalisations 0.004)" "$dir/out" &&
     awk -v lr="$lr" 'BEGIN { exit !(lr != "" && lr - 0.1 < 1e-12 && 0.1 - lr < 1e-12) }'; then
     echo "ok: 4 workers: $(grep -o "sgd, learning rate .*" "$dir/out"); the metrics say $(grep -o '"lr": [^,]*' "$dir/m.json")"
 else

@@ -64,6 +64,11 @@ CASES = [
     ("fashion_cnn_f64", os.path.join(SAMPLES, "fashion.ddp"), "f64", ["-Dbatch_per_replica=4"], SYNTHETIC, 10,
      1e-12),
     ("resnet50_f64", os.path.join(SAMPLES, "cifar10_resnet50.ddp"), "f64", RESNET, SYNTHETIC, 1, 1e-12),
+    # each parameter's decay group, which the device holds from its start (a device left
+    # with none would decay the normalisations as the kernels)
+    ("decay_groups_f64", os.path.join(GRADCHECK, "batchnorm_residual.ddp"), "f64",
+     ["-Doptimizer=sgd(learning_rate = 0.1, momentum = 0.9, weight_decay = 0.05, bias_weight_decay = 0.01, "
+      "norm_weight_decay = 0)"], [], 3, 1e-12),
 ] + [("gradcheck_" + f[:-4], os.path.join(GRADCHECK, f), "f64", [], [], 3, 1e-12)
      for f in sorted(os.listdir(GRADCHECK)) if f.endswith(".ddp") and f not in TARGETS_NOT_CLASSES]
 

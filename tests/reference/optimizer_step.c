@@ -4,13 +4,36 @@
  * the summed gradients are copied, and the update is computed here from the program's
  * settings (learning rate, momentum, Nesterov, betas, epsilon, weight decay inside the
  * optimizer), keeping this test's own momentum and moment vectors. Every parameter
- * must agree to 1e-12 relative. */
+ * must agree to 1e-12 relative. Each parameter takes its group's weight decay, the
+ * group told here from its name (a batchnorm layer's: the normalisations'; another
+ * vector: a bias) and held against the program's table. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime.h"
+
+/* The weight decay of every parameter element, from its group's scalar. */
+static bool element_decays(ddp_runtime *rt, double *decay) {
+    const ddp_program *p = rt->program;
+    for (int64_t k = 0; k < p->nparams; k++) {
+        const ddp_param *q = &p->params[k];
+        if (q->region != DDP_REGION_PARAMS)
+            continue;
+        int group = strstr(q->name, ".batchnorm") ? DDP_DECAY_NORMS : q->rank == 1 ? DDP_DECAY_BIASES
+                                                                                   : DDP_DECAY_WEIGHTS;
+        if (q->decay != group) {
+            fprintf(stderr, "optimizer_step: %s is in decay group %lld, not %d\n", q->name, (long long)q->decay, group);
+            return false;
+        }
+        static const int slots[] = {[DDP_DECAY_WEIGHTS] = DDP_S_WEIGHT_DECAY, [DDP_DECAY_BIASES] = DDP_S_BIAS_WEIGHT_DECAY,
+                                    [DDP_DECAY_NORMS] = DDP_S_NORM_WEIGHT_DECAY};
+        for (int64_t e = 0; e < q->count; e++)
+            decay[q->offset + e] = rt->scalars[slots[group]].f;
+    }
+    return true;
+}
 
 int main(void) {
     const ddp_program *p = &ddp_program_desc;
@@ -33,6 +56,7 @@ int main(void) {
     ddp_set_batch(rt, batch, batch);
     double *params = rt->region[DDP_REGION_PARAMS], *grads = rt->region[DDP_REGION_GRADS];
     double *before = calloc((size_t)n, 8), *m = calloc((size_t)n, 8), *v = calloc((size_t)n, 8);
+    double *decay = calloc((size_t)n, 8);
     const ddp_optimizer *opt = &p->settings.optimizer;
     double worst = 0;
     for (int step = 0; step < 3; step++) {
@@ -41,9 +65,11 @@ int main(void) {
         ddp_run_phase(rt, DDP_PHASE_BACKWARD);
         memcpy(before, params, (size_t)n * 8);
         ddp_run_phase(rt, DDP_PHASE_OPTIMIZER);
-        double lr = rt->scalars[DDP_S_LEARNING_RATE].f, wd = rt->scalars[DDP_S_WEIGHT_DECAY].f;
+        double lr = rt->scalars[DDP_S_LEARNING_RATE].f;
+        if (!element_decays(rt, decay))
+            return 1;
         for (int64_t i = 0; i < n; i++) {
-            double w = before[i], g = grads[i], expect;
+            double w = before[i], g = grads[i], wd = decay[i], expect;
             if (opt->kind == DDP_OPT_SGD) {
                 double gw = g + wd * w, update = gw;
                 if (opt->state_vectors) {
@@ -68,9 +94,12 @@ int main(void) {
     }
     static const char *const names[] = {"sgd", "adam", "adamw"};
     bool ok = worst <= 1e-12;
-    printf("optimizer_step %s%s: largest relative difference %.2e over 3 steps: %s\n", names[opt->kind],
+    printf("optimizer_step %s%s, weight decays %g, biases %g, normalisations %g: largest relative difference %.2e "
+           "over 3 steps: %s\n", names[opt->kind],
            opt->state_vectors && opt->kind == DDP_OPT_SGD ? (opt->nesterov ? " (nesterov)" : " (momentum)") : "",
-           worst, ok ? "ok" : "FAIL");
+           rt->scalars[DDP_S_WEIGHT_DECAY].f, rt->scalars[DDP_S_BIAS_WEIGHT_DECAY].f,
+           rt->scalars[DDP_S_NORM_WEIGHT_DECAY].f, worst, ok ? "ok" : "FAIL");
+    free(decay);
     free(before);
     free(m);
     free(v);
