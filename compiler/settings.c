@@ -446,10 +446,25 @@ void settings_evaluate(Ddpc *c) {
         evaluate_train(c, c->train);
 }
 
+/* ------------------------------------------------------------ repeats */
+
+/* augment_repeats shows each sample several times, for its augmentations to differ. */
+static void check_repeats(Ddpc *c, TrainSpec *spec) {
+    Value repeats = spec_setting(spec, "augment_repeats"), augment = object_arg(spec->dataset, "augment");
+    if (repeats.kind != V_NUM || repeats.num <= 1 || spec->dataset.kind != V_OBJECT ||
+        (augment.kind == V_LIST && augment.len > 0) || augment.kind == V_OBJECT)
+        return;
+    diag_report(c, W_REPEATS_WITHOUT_AUGMENT, repeats.loc, "augment_repeats = %g shows each sample %g times in a row "
+                "for its augmentations to differ, but %s has none: the copies are the same sample", repeats.num,
+                repeats.num, dataset_name(c, spec->dataset));
+    diag_note(c, spec->dataset.loc, "give it `augment = [...]`, or leave augment_repeats at 1");
+}
+
 /* The settings against the trained model, once it is expanded; then the configuration. */
 static void check_train(Ddpc *c, TrainSpec *spec) {
     check_learning_rate(c, spec);
     check_ema_warmup(c, spec);
+    check_repeats(c, spec);
     use_one_learning_rate(spec);
     if (!spec->graph)
         return;

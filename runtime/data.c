@@ -741,10 +741,11 @@ void ddp_data_prefetch(const ddp_data *d, const int64_t *indices, int64_t n) {
         return; /* read, or read ahead whole: the usual case, and every batch asks */
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), bytes = (uintptr_t)d->elems * data_elem_size[d->elem];
     for (int64_t r = 0; r < n; r++) {
-        const ddp_data_shard *shard = d->nshards ? shard_of(d, indices[r]) : NULL;
+        int64_t sample = ddp_entry_sample(indices[r], d->samples);
+        const ddp_data_shard *shard = d->nshards ? shard_of(d, sample) : NULL;
         if (shard ? !shard->mapping || shard->read_ahead : !d->mapping || d->read_ahead)
             continue;
-        uintptr_t start = (uintptr_t)sample_inputs(d, indices[r]), first = start & ~(page - 1);
+        uintptr_t start = (uintptr_t)sample_inputs(d, sample), first = start & ~(page - 1);
         madvise((void *)first, start + bytes - first, MADV_WILLNEED);
     }
 }
@@ -1597,19 +1598,21 @@ static void row_maker_init(RowMaker *rm, const ddp_data *d, const ddp_program *p
     }
 }
 
-/* Sample `sample` into row, as the model receives it but for any mixing. */
-static void make_row(RowMaker *rm, int64_t sample, char *row) {
+/* The sample of order entry `entry` into row, as the model receives it but for any
+ * mixing; its draws are the entry's (a repeated sample's copies differ). */
+static void make_row(RowMaker *rm, int64_t entry, char *row) {
     const ddp_data *d = rm->d;
     const ddp_program *p = rm->p;
+    int64_t sample = ddp_entry_sample(entry, d->samples); /* read; its draws keyed by the entry */
     if (rm->resized) {
         Image m = row_image(d->spec, p, rm->elem, row);
         int64_t window[4];
-        ddp_resized_window(&d->spec->augment[0], d->shape[0], d->shape[1], rm->augment, sample, window);
+        ddp_resized_window(&d->spec->augment[0], d->shape[0], d->shape[1], rm->augment, entry, window);
         resize_sample(d, &rm->rs, sample, window, &m);
     } else if (rm->cropped) {
         Image m = row_image(d->spec, p, rm->elem, row);
         int64_t oy, ox;
-        window_place(d, rm->window, rm->augment, sample, &oy, &ox);
+        window_place(d, rm->window, rm->augment, entry, &oy, &ox);
         crop_sample(&rm->mk, sample, oy, ox, &m);
     } else if (is_synthetic(d) && rm->mk.bf16) {
         bf16_inputs(d, sample, NULL, 0, rm->per, (uint16_t *)row);
@@ -1619,7 +1622,7 @@ static void make_row(RowMaker *rm, int64_t sample, char *row) {
         make_values(&rm->mk, sample, sample_inputs(d, sample), 0, rm->per, row);
     }
     if (rm->augment && d->spec->naugment)
-        ddp_augment_sample(d->spec, p, rm->elem, rm->augment, sample, ddp_data_top(d), row);
+        ddp_augment_sample(d->spec, p, rm->elem, rm->augment, entry, ddp_data_top(d), row);
 }
 
 /* The other sample's row mixed into row: its box's pixels (cutmix), or every value in
@@ -1687,14 +1690,14 @@ static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t 
                          const ddp_mix *mixes, void *y) {
     if (p->label_dtype == DDP_I32) { /* class indices: the compiler refuses mixing them */
         for (int64_t r = 0; r < n; r++)
-            ((int32_t *)y)[r] = (int32_t)label_value(d, indices[r], 0);
+            ((int32_t *)y)[r] = (int32_t)label_value(d, ddp_entry_sample(indices[r], d->samples), 0);
         return;
     }
     int64_t k = p->output_elems;
     bool hot = one_hot(d, p), f64 = p->label_dtype == DDP_F64;
     double *own = batch_alloc(d, sizeof(double) * (size_t)(2 * k), "labelling"), *other = own + k;
     for (int64_t r = 0; r < n; r++) {
-        label_row(d, hot, indices[r], k, own);
+        label_row(d, hot, ddp_entry_sample(indices[r], d->samples), k, own);
         if (mixes) {
             label_row(d, hot, mixes[r].partner, k, other);
             for (int64_t j = 0; j < k; j++)

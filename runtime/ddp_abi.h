@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 16
+#define DDP_ABI_VERSION 17
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -325,7 +325,9 @@ DDP_CONTRACT(ddp_rt_expr)
  * elements (runtime/data.c). An augmentation draws once per sample and epoch (element
  * 0, step the epoch from 0, as shuffling's; a resized crop's tries elements 0 to 9,
  * its place element 10), so the samples of an epoch change alike however the job
- * is cut into workers, and a resumed run changes them as the uninterrupted one. */
+ * is cut into workers, and a resumed run changes them as the uninterrupted one. With
+ * augment_repeats, copy c of sample s draws (augmentations, dropout) as sample s + c n
+ * of a dataset of n would. */
 enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_INIT = 3 << 16,
        DDP_STREAM_DATA = 4 << 16, DDP_STREAM_AUGMENT = 5 << 16 };
 
@@ -492,6 +494,7 @@ enum ddp_allreduce_precision { DDP_ALLREDUCE_FP32, DDP_ALLREDUCE_BF16 };
     X##_I64(T, gpus_per_worker)                                                                              \
     X##_I64(T, seed)                                                                                         \
     X##_I64(T, shuffle)                                                                                      \
+    X##_I64(T, augment_repeats)     /* each drawn sample this many times in a row (copy c of sample s: s + c n) */ \
     X##_I64(T, drop_remainder)                                                                               \
     X##_I64(T, precision)           /* ddp_precision */                                                      \
     X##_I64(T, allreduce_precision) /* ddp_allreduce_precision */                                            \

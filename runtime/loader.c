@@ -36,6 +36,17 @@ void ddp_epoch_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int6
     }
 }
 
+void ddp_repeat_order(int64_t n, int64_t repeats, int64_t *order) {
+    /* from the end: entry p reads entry p / repeats, at or before p, still the permutation's */
+    for (int64_t p = n - 1; repeats > 1 && p >= 0; p--)
+        order[p] = order[p / repeats] + p % repeats * n;
+}
+
+void ddp_training_order(const ddp_program *p, uint64_t seed, int64_t epoch, int64_t n, int64_t *order) {
+    ddp_epoch_order(seed, epoch, p->settings.shuffle, n, order);
+    ddp_repeat_order(n, p->settings.augment_repeats, order);
+}
+
 void ddp_shard_range(int64_t count, int64_t parts, int64_t part, int64_t *begin, int64_t *size) {
     int64_t base = count / parts, extra = count % parts;
     *begin = part * base + (part < extra ? part : extra);

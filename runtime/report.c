@@ -378,7 +378,11 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
     ddp_say("  model       %s parameters, %s planned memory\n", grouped(p->param_count), bytes_text(memory));
     if (!cfg->evaluate) {
         describe_rate(cfg, p, rt, line, sizeof line);
-        ddp_say("  run         %s, %s, seed %llu, shuffle %s\n", counted(cfg->epochs, "epoch"), line, (unsigned long long)cfg->seed, s->shuffle ? "on" : "off");
+        ddp_say("  run         %s, %s, seed %llu, shuffle %s", counted(cfg->epochs, "epoch"), line,
+                (unsigned long long)cfg->seed, s->shuffle ? "on" : "off");
+        if (s->augment_repeats > 1)
+            ddp_say(", each sample %lld times in a row, augmented apart", (long long)s->augment_repeats);
+        ddp_say("\n");
     }
     if (cfg->load_path) {
         ddp_say("  parameters  from %s\n", cfg->load_path);

@@ -186,11 +186,12 @@ static inline void ddp_augment_draws(const ddp_draw_key *key, int64_t place, int
                                      uint32_t w[4]) {
     ddp_draw(key->seed, DDP_STREAM_AUGMENT + (uint32_t)place, (uint64_t)sample, element, (uint32_t)key->epoch, w);
 }
-/* Writes samples indices[0..n) as rows 0..n of a batch in the program's layout:
+/* Writes the samples of order entries indices[0..n) (ddp_entry_sample; a repeated
+ * sample's copies draw as their entries) as rows 0..n of a batch in the program's layout:
  * x (n x input elements, the program's dtype, inputs times the dataset's scale, then
  * changed by the dataset's augmentations when augment is given: training, not
  * validation), y (n labels as the program's label_dtype wants them) and ids (the
- * sample indices). */
+ * entries). */
 void ddp_data_batch(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
                     const ddp_draw_key *augment, void *x, void *y, int64_t *ids);
 /* The mean and standard deviation (of the population) at each of `places` places along
@@ -731,6 +732,16 @@ void ddp_nccl_close(ddp_nccl *n);
 /* The order of an epoch's samples (S8): a permutation of [0, n) drawn from (seed,
  * epoch), the same on every worker, or 0..n-1 without shuffling. */
 void ddp_epoch_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order);
+/* augment_repeats: an order's first n / repeats samples, each `repeats` times in a row
+ * (repeated augmentation), the epoch as long as before; copy c of sample s is the
+ * entry s + c n, whose random draws (augmentations, dropout) are its own. */
+void ddp_repeat_order(int64_t n, int64_t repeats, int64_t *order);
+/* A training epoch's order: ddp_epoch_order, repeated as the program says. */
+void ddp_training_order(const ddp_program *p, uint64_t seed, int64_t epoch, int64_t n, int64_t *order);
+/* The dataset's sample of an order's entry (ddp_repeat_order's copies). */
+static inline int64_t ddp_entry_sample(int64_t entry, int64_t samples) {
+    return entry % samples;
+}
 /* Part `part` of `parts` of count items, as even as possible: the first count % parts
  * parts hold one more. */
 void ddp_shard_range(int64_t count, int64_t parts, int64_t part, int64_t *begin, int64_t *size);

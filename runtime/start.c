@@ -435,7 +435,7 @@ static int dump_batch(const ddp_program *p, const ddp_config *cfg) {
     char err[2048], labels_path[4200];
     bool ok = order && ids && x && y && x32;
     if (ok) {
-        ddp_epoch_order(cfg->seed, 0, p->settings.shuffle, d.samples, order);
+        ddp_training_order(p, cfg->seed, 0, d.samples, order);
         ddp_draw_key key = {cfg->seed, 0};
         ddp_data_batch(&d, p, order, n, &key, x, y, ids);
         for (int64_t e = 0; e < n * per; e++) /* the program's inputs, as float32 */
@@ -451,7 +451,8 @@ static int dump_batch(const ddp_program *p, const ddp_config *cfg) {
                            label_size * (size_t)(n * labels), err, sizeof err);
         if (ok)
             printf("%s: %lld samples of %s's first batch of epoch 1 (samples %lld, %lld, ...); their labels: %s\n",
-                   cfg->dump_path, (long long)n, d.where, (long long)ids[0], (long long)(n > 1 ? ids[1] : ids[0]),
+                   cfg->dump_path, (long long)n, d.where, (long long)ddp_entry_sample(ids[0], d.samples),
+                   (long long)ddp_entry_sample(ids[n > 1], d.samples),
                    labels_path);
     } else {
         snprintf(err, sizeof err, "--dump-batch: out of memory");

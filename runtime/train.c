@@ -606,7 +606,7 @@ static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) 
     StepRecord rec = {r->step + 1, epoch, b, r->train_pass.batches, {0}, rt->scalars[DDP_S_LOCAL_BATCH].i, false};
     const int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
     for (int64_t i = 0; i < rec.rows && i < 4; i++)
-        rec.ids[i] = ids[i];
+        rec.ids[i] = ddp_entry_sample(ids[i], r->train->samples);
     rt->scalars[DDP_S_EPOCH].i = epoch;
     ddp_prepare_step(rt, r->step, r->plan.steps);
     t = ddp_trace_clock();
@@ -809,7 +809,7 @@ static bool checkpoint_after_step(Run *r, int64_t epoch, int64_t b, bool epoch_v
  * starts at its beginning (else they are a checkpoint's sums of the epoch so far). */
 static void begin_pass(Run *r, int64_t epoch, int64_t first, ddp_draw_key *augment) {
     Pass *pass = &r->train_pass;
-    ddp_epoch_order(r->cfg->seed, epoch, r->rt->program->settings.shuffle, r->train->samples, pass->order);
+    ddp_training_order(r->rt->program, r->cfg->seed, epoch, r->train->samples, pass->order);
     *augment = (ddp_draw_key){r->cfg->seed, epoch};
     ddp_loader_begin(r->train_loader, pass->order, pass->starts + first, pass->sizes + first, pass->batches - first,
                      augment);

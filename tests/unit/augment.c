@@ -837,6 +837,40 @@ static void test_loader_threads(void) {
     ddp_data_free(&n.d);
 }
 
+/* augment_repeats: the permutation's first samples, each three times in a row, copy c of
+ * sample s the entry s + c n; a copy reads its sample and label, with draws of its own. */
+static void test_repeats(void) {
+    enum { N = 100, R = 3 };
+    int64_t plain[N], repeated[N];
+    ddp_epoch_order(11, 4, true, N, plain);
+    memcpy(repeated, plain, sizeof plain);
+    ddp_repeat_order(N, R, repeated);
+    for (int64_t p = 0; p < N; p++)
+        CHECK(ddp_entry_sample(repeated[p], N) == plain[p / R] && repeated[p] / N == p % R);
+    ddp_repeat_order(N, 1, plain);
+    for (int64_t p = 0; p < N; p++)
+        CHECK(ddp_entry_sample(plain[p], N) == plain[p] && plain[p] < N);
+    static Noise n;
+    if (!open_noise(&n, 2))
+        return;
+    static const int64_t entries[] = {5, 105, 205, 9, 109, 209, 40, 140, 240};
+    static float x[9 * PER], bare[9 * PER];
+    int32_t y[9];
+    int64_t ids[9];
+    ddp_data_batch(&n.d, &n.p, entries, 9, &(ddp_draw_key){1, 2}, x, y, ids);
+    ddp_data_batch(&n.d, &n.p, entries, 9, NULL, bare, y, ids);
+    int apart = 0;
+    for (int s = 0; s < 3; s++) {
+        for (int c = 1; c < R; c++) {
+            CHECK(memcmp(bare + (3 * s + c) * PER, bare + 3 * s * PER, sizeof(float) * PER) == 0);
+            CHECK(y[3 * s + c] == y[3 * s] && ids[3 * s + c] == entries[3 * s + c]);
+            apart += memcmp(x + (3 * s + c) * PER, x + 3 * s * PER, sizeof(float) * PER) != 0;
+        }
+    }
+    CHECK(apart >= 5); /* a copy like its first with probability 1/25 * 1/4 */
+    ddp_data_free(&n.d);
+}
+
 int main(void) {
     test_flip_then_crop();
     test_flip_modes();
@@ -856,6 +890,7 @@ int main(void) {
     test_auto_augment();
     test_batches();
     test_loader_threads();
+    test_repeats();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;
