@@ -105,7 +105,11 @@ static const Param adamw_params[] = {
 static const Param constant_params[] = {REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE)};
 static const Param step_params[] = {
     REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE), NUM("drop", 0.1, P_POSITIVE | P_RUNTIME),
-    DUR("every", 30, UNIT_EPOCHS, P_POSITIVE),
+    DUR("every", 30, UNIT_EPOCHS, P_POSITIVE), DUR("warmup", 0, UNIT_EPOCHS, P_NONNEG),
+};
+static const Param multistep_params[] = {
+    REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE), REQ("milestones", K_DURATIONS, P_POSITIVE),
+    NUM("drop", 0.1, P_POSITIVE | P_RUNTIME), DUR("warmup", 0, UNIT_EPOCHS, P_NONNEG),
 };
 static const Param cosine_params[] = {
     REQ("peak", K_NUM, P_RUNTIME | P_POSITIVE), DUR("warmup", 0, UNIT_EPOCHS, P_NONNEG),
@@ -264,9 +268,11 @@ const Builtin builtins[] = {
     OTHER("adamw", B_OPTIMIZER, DDP_OPT_ADAMW, adamw_params, "Adam with decoupled weight decay"),
 
     OTHER("constant", B_SCHEDULE, DDP_SCHEDULE_CONSTANT, constant_params, "the same rate throughout"),
-    OTHER("step", B_SCHEDULE, DDP_SCHEDULE_STEP, step_params, "multiplied by drop every period"),
+    OTHER("step", B_SCHEDULE, DDP_SCHEDULE_STEP, step_params, "multiplied by drop every period, after a linear warm-up"),
     OTHER("cosine", B_SCHEDULE, DDP_SCHEDULE_COSINE, cosine_params, "linear warm-up, then cosine decay to final"),
     OTHER("linear", B_SCHEDULE, DDP_SCHEDULE_LINEAR, linear_params, "linear warm-up, then linear decay to final"),
+    OTHER("multistep", B_SCHEDULE, DDP_SCHEDULE_MULTISTEP, multistep_params,
+          "multiplied by drop at each milestone, after a linear warm-up"),
 
     OTHER0("accuracy", B_METRIC, DDP_METRIC_ACCURACY, "fraction of samples whose top class is right"),
     OTHER("top_k_accuracy", B_METRIC, DDP_METRIC_TOP_K, top_k_params, "fraction whose class is among the top k"),
@@ -459,12 +465,15 @@ const char *kind_describe(const Param *p) {
         return buf;
     }
     case K_DURATION: return "a duration such as `5 epochs` or `500 steps`";
+    case K_DURATIONS: return "a duration or an ascending list of them in one unit, such as [30 epochs, 60 epochs]";
     case K_SHAPE: return "a shape such as [28, 28, 1]";
     case K_INT_PAIR: return "a positive integer or a pair [height, width]";
     case K_PADDING: return "same, valid, a non-negative integer or a pair [height, width]";
     case K_TENSOR: return "a value of the model";
     case K_LAYER: return "a layer, block or model";
-    case K_LR: return "a positive number or a schedule (constant, step, cosine or linear)";
+    case K_LR:
+        snprintf(buf, sizeof buf, "a positive number or a schedule (%s)", builtins_of_kind(B_SCHEDULE));
+        return buf;
     case K_LOSS:
         snprintf(buf, sizeof buf, "a loss: %s", builtins_of_kind(B_LOSS));
         return buf;

@@ -73,10 +73,19 @@ static ddp_schedule schedule_of(Ddpc *c, Value lr) {
     if (lr.kind != V_OBJECT)
         return (ddp_schedule){.kind = DDP_SCHEDULE_CONSTANT, .rate = rt_expr_of(c, lr), .drop = rt_expr_of(c, none),
                               .final = rt_expr_of(c, none)};
-    int64_t kind = lr.builtin->code;
-    return (ddp_schedule){.kind = kind, .rate = rt_expr_of(c, lr.args[0]), .drop = rt_expr_of(c, object_arg(lr, "drop")),
-                          .final = rt_expr_of(c, object_arg(lr, "final")),
-                          .period = duration_of(object_arg(lr, kind == DDP_SCHEDULE_STEP ? "every" : "warmup"))};
+    ddp_schedule s = {.kind = lr.builtin->code, .rate = rt_expr_of(c, lr.args[0]),
+                      .drop = rt_expr_of(c, object_arg(lr, "drop")), .final = rt_expr_of(c, object_arg(lr, "final")),
+                      .period = duration_of(object_arg(lr, "every")), .warmup = duration_of(object_arg(lr, "warmup"))};
+    Value milestones = object_arg(lr, "milestones");
+    if (milestones.kind == V_LIST) {
+        int64_t *at = arena_alloc(c->arena, sizeof *at * (size_t)milestones.len);
+        for (int i = 0; i < milestones.len; i++)
+            at[i] = duration_of(milestones.items[i]).value;
+        s.milestones = at;
+        s.nmilestones = milestones.len;
+        s.milestone_unit = duration_of(milestones.items[0]).unit;
+    }
+    return s;
 }
 
 /* A group's weight decay: its own where set, else weight_decay's. */

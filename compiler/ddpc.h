@@ -307,6 +307,7 @@ typedef enum {
     K_STR,
     K_WORD,       /* one of param->words */
     K_DURATION,   /* `5 epochs`, `500 steps` */
+    K_DURATIONS,  /* [30 epochs, 60 epochs]: ascending, in one unit */
     K_SHAPE,      /* [d, ...]: positive integers (reshape allows one -1) */
     K_INT_PAIR,   /* n or [h, w] */
     K_PADDING,    /* same, valid, n or [h, w] */

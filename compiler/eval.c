@@ -697,6 +697,23 @@ Value check_value(Ddpc *c, Value v, const Param *p, const char *owner, Loc loc) 
         if (!is_integer(v.num))
             return out_of_range(&k, v, "a whole number of epochs or steps");
         return in_range(&k, v) ? v : poison;
+    case K_DURATIONS: {
+        Param one = *p;
+        one.kind = K_DURATION;
+        if (v.kind == V_DURATION) /* one milestone needs no list */
+            return check_value(c, v, &one, owner, loc).kind == V_POISON ? poison : list_of_one(c, v);
+        if (v.kind != V_LIST || v.len == 0)
+            return wrong_kind(&k, v);
+        for (int i = 0; i < v.len; i++) {
+            if (check_value(c, v.items[i], &one, owner, v.items[i].loc).kind == V_POISON)
+                return poison;
+            if (i > 0 && v.items[i].unit != v.items[0].unit)
+                return out_of_range(&k, v, "in one unit, epochs or steps");
+            if (i > 0 && !(v.items[i].num > v.items[i - 1].num))
+                return out_of_range(&k, v, "ascending");
+        }
+        return v;
+    }
     case K_SHAPE: {
         Value r = check_int_list(&k, v, 0, p->flags & P_INFER);
         if (r.kind == V_LIST && r.len > MAX_RANK) {

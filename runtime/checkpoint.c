@@ -58,6 +58,9 @@ static const char *sub_prefix(char *out, size_t len, const char *prefix, const c
         char sub[256];                                                                                               \
         text_##type(t, sub_prefix(sub, sizeof sub, prefix, #name, i), &v->name[i]);                                  \
     }
+#define TEXT_I64REFS(T, name, count)                                                                                 \
+    for (int64_t i = 0; i < v->count; i++)                                                                           \
+        ddp_text_printf(t, "%s" #name "[%lld] %lld\n", prefix, (long long)i, (long long)v->name[i]);
 #define TEXT_STRREFS(T, name, count)                                                                                 \
     for (int64_t i = 0; i < v->count; i++)                                                                           \
         ddp_text_printf(t, "%s" #name "[%lld] %s\n", prefix, (long long)i, v->name[i]);

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 17
+#define DDP_ABI_VERSION 18
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -341,16 +341,21 @@ enum ddp_unit { DDP_UNIT_EPOCHS = 1, DDP_UNIT_STEPS = 2 };
 DDP_CONTRACT(ddp_duration)
 
 enum ddp_schedule_kind { DDP_SCHEDULE_CONSTANT, DDP_SCHEDULE_STEP, DDP_SCHEDULE_COSINE,
-                         DDP_SCHEDULE_LINEAR };
+                         DDP_SCHEDULE_LINEAR, DDP_SCHEDULE_MULTISTEP };
 
-/* The learning rate of step t: constant `rate`; step: rate * drop^(t / period);
- * cosine and linear: from 0 to rate over `warmup`, then down to `final` at the end. */
+/* The learning rate of step t: constant `rate`; else, over `warmup`, from 0 up to rate
+ * (rate * (t + 1) / warmup), then: step, rate * drop^(t / period); multistep, rate *
+ * drop^(the milestones at or before t); cosine and linear, down to `final` at the end. */
 #define DDP_FIELDS_ddp_schedule(X, T)                                                                        \
     X##_I64(T, kind)                    /* ddp_schedule_kind */                                              \
     X##_SUB(T, ddp_rt_expr, rate)       /* lr or peak */                                                     \
-    X##_SUB(T, ddp_rt_expr, drop)       /* step */                                                           \
+    X##_SUB(T, ddp_rt_expr, drop)       /* step, multistep */                                                \
     X##_SUB(T, ddp_rt_expr, final)      /* cosine, linear */                                                 \
-    X##_SUB(T, ddp_duration, period)    /* step: every; cosine, linear: warmup */
+    X##_SUB(T, ddp_duration, period)    /* step: every */                                                    \
+    X##_SUB(T, ddp_duration, warmup)                                                                         \
+    X##_I64REFS(T, milestones, nmilestones) /* multistep: ascending, in milestone_unit (ddp_unit) */         \
+    X##_I64(T, nmilestones)                                                                                  \
+    X##_I64(T, milestone_unit)
 DDP_CONTRACT(ddp_schedule)
 
 enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };

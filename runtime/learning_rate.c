@@ -33,22 +33,35 @@ static int64_t steps_of(ddp_duration d, int64_t steps_per_epoch) {
     return d.unit == DDP_UNIT_EPOCHS ? d.value * steps_per_epoch : d.value;
 }
 
+/* multistep: the milestones at or before step, counted from the run's start. */
+static int64_t milestones_passed(const ddp_schedule *s, int64_t step, int64_t steps_per_epoch) {
+    int64_t n = 0;
+    while (n < s->nmilestones &&
+           step >= steps_of((ddp_duration){s->milestones[n], s->milestone_unit}, steps_per_epoch))
+        n++;
+    return n;
+}
+
 double ddp_learning_rate(const ddp_program *p, double rate_override, int64_t epochs, int64_t step,
                          int64_t steps_per_epoch, double replicas, double workers, double global_batch) {
     const ddp_schedule *s = &p->settings.optimizer.learning_rate;
     double rate = isnan(rate_override) ? ddp_rt_eval(&s->rate, replicas, workers, global_batch) : rate_override;
     if (s->kind == DDP_SCHEDULE_CONSTANT)
         return rate;
-    int64_t period = steps_of(s->period, steps_per_epoch);
-    if (s->kind == DDP_SCHEDULE_STEP) {
+    int64_t warmup = steps_of(s->warmup, steps_per_epoch);
+    if (step < warmup)
+        return rate * (double)(step + 1) / (double)warmup;
+    if (s->kind == DDP_SCHEDULE_STEP || s->kind == DDP_SCHEDULE_MULTISTEP) {
         double drop = ddp_rt_eval(&s->drop, replicas, workers, global_batch);
-        return rate * pow(drop, (double)(period > 0 ? step / period : 0));
+        int64_t period = steps_of(s->period, steps_per_epoch);
+        int64_t drops = s->kind == DDP_SCHEDULE_MULTISTEP ? milestones_passed(s, step, steps_per_epoch)
+                        : period > 0                      ? step / period
+                                                          : 0;
+        return rate * pow(drop, (double)drops);
     }
     double final = ddp_rt_eval(&s->final, replicas, workers, global_batch);
-    if (step < period)
-        return rate * (double)(step + 1) / (double)period;
     int64_t total = epochs * steps_per_epoch;
-    double progress = total > period ? (double)(step - period) / (double)(total - period) : 1;
+    double progress = total > warmup ? (double)(step - warmup) / (double)(total - warmup) : 1;
     if (progress > 1)
         progress = 1;
     if (s->kind == DDP_SCHEDULE_COSINE)
