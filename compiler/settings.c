@@ -460,12 +460,36 @@ static void check_repeats(Ddpc *c, TrainSpec *spec) {
     diag_note(c, spec->dataset.loc, "give it `augment = [...]`, or leave augment_repeats at 1");
 }
 
+/* ------------------------------------------------------------ schedules */
+
+/* A duration of the schedule in epochs that the run never reaches: a typo, or a
+ * schedule written for a longer run. */
+static void check_past_end(Ddpc *c, Value schedule, Value at, const char *what, const char *effect, Value epochs) {
+    if (at.kind != V_DURATION || at.unit != UNIT_EPOCHS || at.num < epochs.num)
+        return;
+    diag_report(c, W_SCHEDULE_PAST_END, at.loc.file ? at.loc : schedule.loc,
+                "%s's %s %s is at or past the run's end, after %g epoch%s: %s", schedule.builtin->name, what,
+                value_text(c, at), epochs.num, epochs.num == 1 ? "" : "s", effect);
+}
+
+static void check_schedule(Ddpc *c, TrainSpec *spec) {
+    Value lr = object_arg(spec_setting(spec, "optimizer"), "learning_rate"), epochs = spec_setting(spec, "epochs");
+    if (lr.kind != V_OBJECT || lr.builtin->kind != B_SCHEDULE || epochs.kind != V_NUM)
+        return;
+    check_past_end(c, lr, object_arg(lr, "warmup"), "warm-up of", "the rate never leaves it", epochs);
+    check_past_end(c, lr, object_arg(lr, "every"), "period of", "the rate never drops", epochs);
+    Value milestones = object_arg(lr, "milestones");
+    for (int i = 0; milestones.kind == V_LIST && i < milestones.len; i++)
+        check_past_end(c, lr, milestones.items[i], "milestone", "the rate never drops there", epochs);
+}
+
 /* The settings against the trained model, once it is expanded; then the configuration. */
 static void check_train(Ddpc *c, TrainSpec *spec) {
     check_learning_rate(c, spec);
     check_ema_warmup(c, spec);
     check_repeats(c, spec);
     use_one_learning_rate(spec);
+    check_schedule(c, spec);
     if (!spec->graph)
         return;
     Value loss = spec_setting(spec, "loss");
