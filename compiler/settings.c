@@ -460,6 +460,27 @@ static void check_repeats(Ddpc *c, TrainSpec *spec) {
     diag_note(c, spec->dataset.loc, "give it `augment = [...]`, or leave augment_repeats at 1");
 }
 
+/* ------------------------------------------------------------ decay groups */
+
+/* A group's own weight decay on a model without parameters of that group: a mistake,
+ * or a program written for another model. */
+static void check_decay_groups(Ddpc *c, TrainSpec *spec) {
+    Value opt = spec_setting(spec, "optimizer");
+    Value biases = object_arg(opt, "bias_weight_decay"), norms = object_arg(opt, "norm_weight_decay");
+    bool has_biases = false, has_norms = false;
+    for (int i = 0; i < spec->graph->nodes.len; i++) {
+        const GNode *n = spec->graph->nodes.items[i];
+        has_biases |= (n->op == L_DENSE || n->op == L_CONV2D) && n->attrs.bias;
+        has_norms |= n->op == L_BATCHNORM;
+    }
+    if (biases.kind != V_NONE && biases.kind != V_POISON && !has_biases)
+        diag_report(c, W_DECAY_GROUP_EMPTY, biases.loc, "`%s` has no biases (its dense and conv2d layers all have "
+                    "bias = false): bias_weight_decay changes nothing", spec->graph->model);
+    if (norms.kind != V_NONE && norms.kind != V_POISON && !has_norms)
+        diag_report(c, W_DECAY_GROUP_EMPTY, norms.loc, "`%s` has no batchnorm: norm_weight_decay changes nothing",
+                    spec->graph->model);
+}
+
 /* ------------------------------------------------------------ schedules */
 
 /* A duration of the schedule in epochs that the run never reaches: a typo, or a
@@ -492,6 +513,7 @@ static void check_train(Ddpc *c, TrainSpec *spec) {
     check_schedule(c, spec);
     if (!spec->graph)
         return;
+    check_decay_groups(c, spec);
     Value loss = spec_setting(spec, "loss");
     if (loss.kind == V_OBJECT)
         check_loss(c, spec, loss);
