@@ -96,6 +96,9 @@ static XExpr *derive(Ddpc *c, XExpr *e, Tensor *t, Bcast bc) {
         return e->t == t && e->bc == bc ? x_const(c, 1) : NULL;
     case X_CONST: case X_SCALAR: case X_KEEP: case X_GT:
         return NULL;
+    case X_WHEN:
+        db = derive(c, e->b, t, bc);
+        return db ? x_binary(c, X_WHEN, e->a, db) : NULL;
     case X_NEG:
         return neg(c, derive(c, e->a, t, bc));
     case X_ADD:

@@ -70,7 +70,8 @@ static void print_stats(Ddpc *c, FILE *out, Ir *ir, double seconds) {
     fprintf(out, "peak memory per replica (batch %lld, %s%s):\n", (long long)ir->batch,
             bf16 ? "bf16 activations, " : "", bf16 ? "f32 parameters" : dtype_name(ir->dtype));
     fprintf(out, "  parameters       %15s bytes\n", fmt_count(c->arena, p));
-    fprintf(out, "  gradients        %15s bytes%s\n", fmt_count(c->arena, g), g > p ? "  (and their bf16 copy)" : "");
+    const char *extras = gradient_extras(ir);
+    fprintf(out, "  gradients        %15s bytes%s%s\n", fmt_count(c->arena, g), *extras ? "  " : "", extras);
     fprintf(out, "  optimizer state  %15s bytes\n", fmt_count(c->arena, ir->state_vectors * p));
     fprintf(out, "  statistics       %15s bytes\n", fmt_count(c->arena, ir->stats_count * elem));
     if (ir->decay_groups)

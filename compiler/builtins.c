@@ -218,6 +218,7 @@ static const Param slurm_params[] = {
     WORD("communication", communication_words, "auto"),                                 \
     REQ("batch_per_replica", K_INT, P_POSITIVE), INT("gpus_per_worker", 1, P_POSITIVE), \
     INT("seed", 0, P_NONNEG), BOOL("shuffle", 1), INT("augment_repeats", 1, P_POSITIVE), BOOL("drop_remainder", 1), \
+    INT("accumulate_batches", 1, P_POSITIVE),                                            \
     WORD("precision", precision_words, "fp32"), WORD("allreduce_precision", allreduce_words, "fp32")
 #define TRAIN_SETTINGS                                                                  \
     REQ("loss", K_LOSS, 0), REQ("optimizer", K_OPTIMIZER, 0),                           \

@@ -267,6 +267,7 @@ const ddp_settings *config_build(Ddpc *c, const TrainSpec *spec) {
     s->shuffle = int_setting(spec, "shuffle", 1);
     s->augment_repeats = int_setting(spec, "augment_repeats", 1);
     s->drop_remainder = int_setting(spec, "drop_remainder", 1);
+    s->accumulate_batches = int_setting(spec, "accumulate_batches", 1);
     s->precision = word_setting(spec, "precision", precision_words);
     s->allreduce_precision = word_setting(spec, "allreduce_precision", allreduce_words);
     s->epochs = int_setting(spec, "epochs", 1);

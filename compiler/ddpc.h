@@ -677,6 +677,7 @@ typedef enum {
     X_NEG, X_ADD, X_SUB, X_MUL, X_DIV, X_MAX,
     X_EXP, X_LOG, X_TANH, X_ERF, X_SQRT,
     X_GT,        /* a > b ? 1 : 0 */
+    X_WHEN,      /* a != 0 ? b : 0, whatever b is there (a NaN too) */
     X_KEEP,      /* dropout: 1 where the sample's draw keeps the element, else 0 */
 } XKind;
 
@@ -845,6 +846,7 @@ int x_size(const XExpr *e);
 int64_t dtype_size(DType dt);
 int decay_group(const Tensor *t);
 int64_t decay_group_bytes(const Ir *ir);
+const char *gradient_extras(const Ir *ir);
 const char *dtype_name(DType dt);
 const char *op_kind_name(OpKind k);
 

@@ -32,6 +32,17 @@ int64_t decay_group_bytes(const Ir *ir) {
     return ir->decay_groups ? ir->param_count : 0;
 }
 
+/* What the GRADS region holds besides the gradients, for the memory tables: "" or a
+ * parenthesis. */
+const char *gradient_extras(const Ir *ir) {
+    bool sum = ir->config->accumulate_batches > 1;
+    bool wire = ir->config->allreduce_precision == DDP_ALLREDUCE_BF16 && ir->dtype == DT_F32;
+    return sum && wire ? "(and their sum over the step's batches, and their bf16 copy for the all-reduce)"
+           : sum       ? "(and their sum over the step's batches)"
+           : wire      ? "(and their bf16 copy, for the all-reduce)"
+                       : "";
+}
+
 const char *dtype_name(DType dt) {
     static const char *const names[] = {"f32", "f64", "i32", "i64", "bf16", "u8"};
     return names[dt];

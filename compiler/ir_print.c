@@ -23,7 +23,7 @@ static const char *region_names[] = {
 
 static const char *scalar_names[] = {
     [DDP_S_LOCAL_BATCH] = "local_batch", [DDP_S_GLOBAL_BATCH] = "global_batch",
-    [DDP_S_STEP] = "step", [DDP_S_EPOCH] = "epoch", [DDP_S_SEED] = "seed",
+    [DDP_S_STEP] = "step", [DDP_S_EPOCH] = "epoch", [DDP_S_ACCUMULATED] = "accumulated", [DDP_S_SEED] = "seed",
     [DDP_S_LEARNING_RATE] = "learning_rate", [DDP_S_BIAS_CORRECTION1] = "bias_correction1",
     [DDP_S_BIAS_CORRECTION2] = "bias_correction2", [DDP_S_WEIGHT_DECAY] = "weight_decay",
     [DDP_S_EMA_DECAY] = "ema_decay", [DDP_S_EMA_REST] = "ema_rest",
@@ -67,7 +67,7 @@ static int precedence(XKind k) {
 static void expr_to(Ddpc *c, StrBuf *sb, const XExpr *e, int min) {
     static const char *const fn[] = {[X_MAX] = "max", [X_EXP] = "exp", [X_LOG] = "log",
                                      [X_TANH] = "tanh", [X_ERF] = "erf", [X_SQRT] = "sqrt",
-                                     [X_GT] = "gt"};
+                                     [X_GT] = "gt", [X_WHEN] = "when"};
     int prec = precedence(e->kind);
     bool parens = prec < min;
     if (parens)
@@ -242,8 +242,8 @@ void plan_print(Ddpc *c, FILE *out, Ir *ir) {
     int64_t pbytes = ir->param_count * elem;
     fprintf(out, "memory per replica, bytes:\n");
     fprintf(out, "  parameters       %15s\n", fmt_count(c->arena, pbytes));
-    fprintf(out, "  gradients        %15s%s\n", fmt_count(c->arena, ir->grads_bytes),
-            ir->grads_bytes > pbytes ? "   (and their bf16 copy, for the all-reduce)" : "");
+    const char *extras = gradient_extras(ir);
+    fprintf(out, "  gradients        %15s%s%s\n", fmt_count(c->arena, ir->grads_bytes), *extras ? "   " : "", extras);
     fprintf(out, "  optimizer state  %15s   (%d vector%s)\n",
             fmt_count(c->arena, pbytes * ir->state_vectors), ir->state_vectors,
             ir->state_vectors == 1 ? "" : "s");

@@ -139,6 +139,7 @@ static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
         v = sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUGT, a, b, ""), a, b);
         break;
     case X_GT: v = LLVMBuildUIToFP(cg->b, fgt(cg, a, b), cg->real, ""); break;
+    case X_WHEN: v = sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUNE, a, LLVMConstReal(cg->real, 0), ""), b, LLVMConstReal(cg->real, 0)); break;
     case X_EXP: v = cg_exp(cg, a); break;
     case X_LOG: v = cg_log(cg, a); break;
     case X_TANH: v = cg_tanh(cg, a); break;

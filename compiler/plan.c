@@ -159,23 +159,52 @@ static int position_of(const OpList *ops, OpKind kind, int64_t bucket) {
     return 0;
 }
 
+/* Bucket b of a vector in the GRADS region: its elements from `at` on (in its type's
+ * units), the bucket's slice of them. */
+static Tensor *bucket_slice(Ddpc *c, Ir *ir, int b, const char *what, DType dtype, int64_t at) {
+    Bucket k = ir->buckets.items[b];
+    Shape s = {1, {k.end - k.begin}};
+    Tensor *t = ir_tensor(c, ir, arena_printf(c->arena, "%s[%d]", what, b), T_GRAD, dtype, false, &s);
+    t->flat = at + k.begin;
+    return t;
+}
+
+/* accumulate_batches (ddp_abi.h's DDP_S_ACCUMULATED): a step sums the gradients of
+ * several batches. Just before its marker each bucket of gradients becomes the step's
+ * sum so far, its batch's plus the earlier batches' (none on the step's first batch,
+ * whatever the sum's bytes hold then), a sum kept in the GRADS region after the
+ * gradients for the next batch. On the step's last batch the marker hands the whole
+ * sum to the all-reduce; before it the runtime holds the markers back and runs no
+ * optimizer. */
+static void gradient_sum(Ddpc *c, Ir *ir) {
+    ir->grads_bytes = ir->param_count * dtype_size(ir->dtype);
+    if (ir->config->accumulate_batches <= 1)
+        return;
+    for (int b = 0; b < ir->buckets.len; b++) {
+        Tensor *grads = bucket_slice(c, ir, b, "grads", ir->dtype, 0);
+        Tensor *sum = bucket_slice(c, ir, b, "grads:sum", ir->dtype, ir->param_count);
+        IrOp *op = insert_pointwise(c, ir, PH_BACKWARD, position_of(&ir->ops[PH_BACKWARD], OP_BUCKET_READY, b), grads,
+                                    grads);
+        op->expr[0] = x_binary(c, X_ADD, op->expr[0],
+                               x_binary(c, X_WHEN, x_scalar(c, DDP_S_ACCUMULATED), x_load(c, sum, BC_FULL)));
+        op->out[op->nout] = sum;
+        op->expr[op->nout++] = op->expr[0]; /* every value is computed before any is stored */
+    }
+    ir->grads_bytes *= 2;
+}
+
 /* allreduce_precision = bf16 (ddp_abi.h): each bucket rounded into its bf16 copy just
  * before its marker, the sums widened back into the gradients after the wait. The
- * copy sits in the GRADS region after the f32 gradients; as a parameter's gradient is
- * placed at flat times its element size, the copy of element e has flat
- * 2 * param_count + e (its 2-byte elements after the gradients' 4 * param_count bytes). */
+ * copy sits in the GRADS region after the f32 gradients (and their sum), element e at
+ * flat (those bytes) / 2 + e, as ddp_wire_offset says. */
 static void gradient_wire(Ddpc *c, Ir *ir) {
-    ir->grads_bytes = ir->param_count * dtype_size(ir->dtype);
     if (ir->config->allreduce_precision != DDP_ALLREDUCE_BF16 || ir->dtype != DT_F32)
         return;
+    int64_t at = ir->grads_bytes / dtype_size(DT_BF16);
     ir->grads_bytes += ir->param_count * dtype_size(DT_BF16);
     for (int b = 0; b < ir->buckets.len; b++) {
-        Bucket k = ir->buckets.items[b];
-        Shape s = {1, {k.end - k.begin}};
-        Tensor *grads = ir_tensor(c, ir, arena_printf(c->arena, "grads[%d]", b), T_GRAD, ir->dtype, false, &s);
-        Tensor *wire = ir_tensor(c, ir, arena_printf(c->arena, "grads:bf16[%d]", b), T_GRAD, DT_BF16, false, &s);
-        grads->flat = k.begin;
-        wire->flat = 2 * ir->param_count + k.begin;
+        Tensor *grads = bucket_slice(c, ir, b, "grads", ir->dtype, 0);
+        Tensor *wire = bucket_slice(c, ir, b, "grads:bf16", DT_BF16, at);
         insert_pointwise(c, ir, PH_BACKWARD, position_of(&ir->ops[PH_BACKWARD], OP_BUCKET_READY, b), wire, grads);
         insert_pointwise(c, ir, PH_OPTIMIZER, position_of(&ir->ops[PH_OPTIMIZER], OP_WAIT_BUCKETS, -1) + 1, grads,
                          wire);
@@ -370,6 +399,7 @@ static void assign_slots(Ddpc *c, Ir *ir) {
 
 void plan(Ddpc *c, Ir *ir) {
     lay_out_vectors(c, ir);
+    gradient_sum(c, ir);
     gradient_wire(c, ir);
     static const Phase train[] = {PH_FORWARD, PH_BACKWARD, PH_OPTIMIZER};
     static const Phase eval[] = {PH_EVAL};

@@ -479,20 +479,30 @@ static void line_value(const char *text, const char *key, char *out, size_t len)
     }
 }
 
+/* A replica's share of a step from a settings text: "32", or "32 x 4 accumulated". */
+static void replica_batch(const char *settings, char *out, size_t len) {
+    char batch[24], batches[24];
+    line_value(settings, "program.batch_per_replica", batch, sizeof batch);
+    line_value(settings, "program.accumulate_batches", batches, sizeof batches);
+    bool one = !batches[0] || strcmp(batches, "1") == 0; /* a checkpoint from before the setting too */
+    snprintf(out, len, "%s%s%s%s", batch, one ? "" : " x ", one ? "" : batches, one ? "" : " accumulated");
+}
+
 /* Settings that may differ without changing the run: where the job listens, and
  * the checkpoints' own cadence. */
 static bool free_to_differ(const char *key) {
     static const char *const free_keys[] = {"program.cluster ", "program.port_base ", "program.port_range",
                                             "program.communication ", "program.checkpoint_", "program.epochs ",
                                             "program.steps_per_epoch ", "program.seed ",
-                                            "program.batch_per_replica "};
+                                            "program.batch_per_replica ", "program.accumulate_batches "};
     for (size_t i = 0; i < sizeof free_keys / sizeof *free_keys; i++)
         if (strncmp(key, free_keys[i], strlen(free_keys[i])) == 0)
             return true;
     return false;
 }
 
-/* Each line of then that now differs on (or lacks), as "key: then -> now; " into out. */
+/* Each line of then that now differs on (or lacks), appended to out as "key then -> now",
+ * separated by "; ". */
 static int differences(const char *then, const char *now, bool program, char *out, size_t len) {
     int count = 0;
     size_t used = strlen(out);
@@ -505,7 +515,7 @@ static int differences(const char *then, const char *now, bool program, char *ou
             snprintf(was, sizeof was, "%.*s", (int)(line + n - space - 1), space + 1);
             line_value(now, key, is, sizeof is);
             if (strcmp(was, is) != 0 && used < len) {
-                used += (size_t)snprintf(out + used, len - used, "%s%s %s -> %s", count ? "; " : "", key, was,
+                used += (size_t)snprintf(out + used, len - used, "%s%s %s -> %s", used ? "; " : "", key, was,
                                          is[0] ? is : "(none)");
                 count++;
             }
@@ -656,12 +666,12 @@ bool ddp_checkpoint_resume(ddp_runtime *rt, ddp_ring *ring, const ddp_checkpoint
         return ddp_fail(err, errlen, "%s: its metadata lacks the settings it was written with", path);
     }
     /* what changed: the run's settings, the program's, and its hash where the
-     * per-replica batch (which changes the whole plan) did not change */
-    char diff[2048] = "", mine[32], bpr_then[64], bpr_now[64];
+     * per-replica batch and the batches a step (which change the whole plan) did not */
+    char diff[2048] = "", mine[32], bpr_then[80], bpr_now[80];
     int n = differences(then_run, c->run_settings, false, diff, sizeof diff);
     n += differences(then_program, c->program_settings, true, diff, sizeof diff);
-    line_value(then_program, "program.batch_per_replica", bpr_then, sizeof bpr_then);
-    line_value(c->program_settings, "program.batch_per_replica", bpr_now, sizeof bpr_now);
+    replica_batch(then_program, bpr_then, sizeof bpr_then);
+    replica_batch(c->program_settings, bpr_now, sizeof bpr_now);
     snprintf(mine, sizeof mine, "%016llx", (unsigned long long)rt->program->hash);
     if (strcmp(hash, mine) != 0 && strcmp(bpr_then, bpr_now) == 0) {
         size_t used = strlen(diff);

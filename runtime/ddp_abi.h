@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 18
+#define DDP_ABI_VERSION 19
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -105,6 +105,7 @@ enum ddp_scalar_slot {
     DDP_S_GLOBAL_BATCH,     /* i: live samples in the global batch */
     DDP_S_STEP,             /* i: optimizer steps taken before this one */
     DDP_S_EPOCH,            /* i: the epoch, from 0 */
+    DDP_S_ACCUMULATED,      /* i: accumulate_batches: the step's batches before this one */
     DDP_S_SEED,             /* i: the program's seed */
     DDP_S_LEARNING_RATE,    /* f: the rate for this step, schedule and scalars applied */
     DDP_S_BIAS_CORRECTION1, /* f: adam: 1 - beta1^(step + 1) */
@@ -501,6 +502,7 @@ enum ddp_allreduce_precision { DDP_ALLREDUCE_FP32, DDP_ALLREDUCE_BF16 };
     X##_I64(T, shuffle)                                                                                      \
     X##_I64(T, augment_repeats)     /* each drawn sample this many times in a row (copy c of sample s: s + c n) */ \
     X##_I64(T, drop_remainder)                                                                               \
+    X##_I64(T, accumulate_batches)  /* batches whose gradients each optimizer step sums */                   \
     X##_I64(T, precision)           /* ddp_precision */                                                      \
     X##_I64(T, allreduce_precision) /* ddp_allreduce_precision */                                            \
     X##_I64(T, epochs)                                                                                       \

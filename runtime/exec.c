@@ -393,7 +393,7 @@ static void run_step(ddp_runtime *rt, int phase, int64_t i) {
         break;
     }
     case DDP_STEP_BUCKET_READY:
-        if (rt->hooks.bucket_ready)
+        if (rt->hooks.bucket_ready && !rt->holding_gradients)
             rt->hooks.bucket_ready(rt->hooks.ctx, s->index);
         break;
     case DDP_STEP_WAIT_BUCKETS:

@@ -439,6 +439,12 @@ static bool summing(const ddp_gpu *g) {
     return g->nccl || g->staged;
 }
 
+/* Whether backward's markers hand its buckets on: summing, and not on a batch before
+ * a step's last (accumulate_batches), whose gradients go no further than their sum. */
+static bool markers_act(const ddp_runtime *rt) {
+    return summing(rt->gpu) && !rt->holding_gradients;
+}
+
 bool ddp_gpu_sum_with_nccl(ddp_runtime *rt, ddp_nccl *n) {
     ddp_gpu *g = rt->gpu;
     g->nccl = n;
@@ -544,7 +550,7 @@ static bool queue_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count
             ok = queue_gemm(rt, &rt->program->gemms[s->index]);
         else if (ours && s->kind == DDP_STEP_CONV)
             ok = queue_conv(rt, &rt->program->convs[s->index]);
-        else if (s->kind == DDP_STEP_BUCKET_READY && summing(rt->gpu) && !rt->gpu->whole)
+        else if (s->kind == DDP_STEP_BUCKET_READY && markers_act(rt) && !rt->gpu->whole)
             ok = bucket_ready(rt, s->index);
         /* WAIT_BUCKETS: NCCL's is queued before the optimizer phase; the ring's
          * gradients are summed and uploaded before it (train.c) */
@@ -565,9 +571,9 @@ static bool queue_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count
  * a full batch, and nothing that needs each step apart (poisoning). */
 static bool graph_fits(const ddp_runtime *rt, int phase, int64_t first, int64_t count) {
     const ddp_program *p = rt->program;
-    bool markers_act = phase == DDP_PHASE_BACKWARD && summing(rt->gpu) && !rt->gpu->whole;
+    bool markers_on = phase == DDP_PHASE_BACKWARD && markers_act(rt) && !rt->gpu->whole;
     return !rt->options.no_graphs && !rt->options.poison && !timed(rt, phase) && rt->gpu->dev->ops->capture_begin &&
-           !markers_act && first == 0 &&
+           !markers_on && first == 0 &&
            count >= p->phases[phase].count && rt->scalars[DDP_S_LOCAL_BATCH].i == p->settings.batch_per_replica;
 }
 
@@ -641,7 +647,7 @@ bool ddp_gpu_run_steps(ddp_runtime *rt, int phase, int64_t first, int64_t count,
     ddp_device *d = g->dev;
     if (rt->options.step_graph && phase != DDP_PHASE_EVAL && graph_fits(rt, phase, first, count))
         return run_in_step_graph(rt, phase, sequence, position);
-    bool backward = phase == DDP_PHASE_BACKWARD && summing(g) && first == 0;
+    bool backward = phase == DDP_PHASE_BACKWARD && markers_act(rt) && first == 0;
     if (backward) {
         g->nmarked = g->handed = 0;
         g->step = rt->scalars[DDP_S_STEP].i;

@@ -72,7 +72,7 @@ double ddp_learning_rate(const ddp_program *p, double rate_override, int64_t epo
 void ddp_prepare_step(ddp_runtime *rt, int64_t step, int64_t steps_per_epoch) {
     const ddp_program *p = rt->program;
     double replicas = rt->replicas, workers = rt->workers;
-    double global = (double)p->settings.batch_per_replica * replicas; /* the run-time scalar */
+    double global = (double)ddp_step_samples(p, rt->replicas); /* the run-time scalar */
     const ddp_optimizer *o = &p->settings.optimizer;
     rt->scalars[DDP_S_STEP].i = step;
     rt->scalars[DDP_S_LEARNING_RATE].f =

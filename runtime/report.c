@@ -271,7 +271,7 @@ static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp
     static const char *const schedules[] = {"constant", "step", "cosine", "linear", "multistep"};
     const ddp_optimizer *o = &p->settings.optimizer;
     double replicas = rt->replicas, workers = rt->workers;
-    double global = (double)p->settings.batch_per_replica * replicas;
+    double global = (double)ddp_step_samples(p, rt->replicas);
     double rate = isnan(cfg->learning_rate) ? ddp_rt_eval(&o->learning_rate.rate, replicas, workers, global)
                                             : cfg->learning_rate;
     double decay = ddp_rt_eval(&o->weight_decay, replicas, workers, global);
@@ -367,8 +367,11 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
                    s->validate_every.unit == DDP_UNIT_STEPS ? "step" : "epoch", s->validate_every.value == 1 ? "" : "s");
         ddp_say("\n");
     }
-    ddp_say("  batch       %lld per replica x %d replica%s = %lld global", (long long)s->batch_per_replica,
-           rt->replicas, rt->replicas == 1 ? "" : "s", (long long)s->batch_per_replica * rt->replicas);
+    ddp_say("  batch       %lld per replica x %d replica%s", (long long)s->batch_per_replica, rt->replicas,
+            rt->replicas == 1 ? "" : "s");
+    if (s->accumulate_batches > 1)
+        ddp_say(" x %lld accumulated", (long long)s->accumulate_batches);
+    ddp_say(" = %lld global", (long long)ddp_step_samples(p, rt->replicas));
     if (plan && !cfg->evaluate)
         ddp_say("; %s per epoch, %s dropped per epoch", counted(plan->steps, "step"), counted(plan->dropped, "sample"));
     ddp_say("\n");
@@ -409,7 +412,7 @@ void ddp_report_banner(ddp_report *r, const ddp_runtime *rt, const ddp_data *tra
  * a rate is known. Validations are not counted. */
 static void eta_text(const ddp_report *r, int64_t epoch, int64_t step, int64_t steps, double sps, char *out,
                      size_t len) {
-    double global = (double)(r->program->settings.batch_per_replica * r->cfg->cluster.world);
+    double global = (double)ddp_step_samples(r->program, r->cfg->cluster.world);
     int64_t later = r->cfg->epochs - epoch;
     out[0] = 0;
     if (!(sps > 0))

@@ -135,7 +135,13 @@ static inline int64_t ddp_wire_dtype(const ddp_program *p) {
     return p->settings.allreduce_precision == DDP_ALLREDUCE_BF16 && p->dtype == DDP_F32 ? DDP_BF16 : p->dtype;
 }
 static inline int64_t ddp_wire_offset(const ddp_program *p, int64_t e) {
-    return ddp_wire_dtype(p) == DDP_BF16 ? 4 * p->param_count + 2 * e : e * ddp_dtype_size(p->dtype);
+    int64_t vectors = p->settings.accumulate_batches > 1 ? 2 : 1; /* the gradients, and their sum */
+    return ddp_wire_dtype(p) == DDP_BF16 ? vectors * 4 * p->param_count + 2 * e : e * ddp_dtype_size(p->dtype);
+}
+/* The samples of an optimizer step over the whole job: batch_per_replica from each
+ * replica, accumulate_batches times. */
+static inline int64_t ddp_step_samples(const ddp_program *p, int64_t replicas) {
+    return p->settings.batch_per_replica * replicas * p->settings.accumulate_batches;
 }
 /* An IEEE half-precision number's value. */
 double ddp_half_to_double(uint16_t h);
@@ -365,6 +371,8 @@ typedef struct ddp_runtime {
     double sweep[2];               /* --find-lr: step t's rate rises geometrically from sweep[0] ... */
     int64_t sweep_steps;           /* ... to sweep[1] at step sweep_steps - 1; 0: the schedule's */
     struct ddp_gpu *gpu;           /* the GPU that runs the schedule (gpu.c); NULL: the CPU */
+    bool holding_gradients;        /* accumulate_batches: a batch before its step's last, whose
+                                      markers hand nothing to the all-reduce */
     ddp_profile *profile;          /* --profile: told each schedule step's time; NULL: off */
     char device_error[2048];       /* why the GPU failed */
 } ddp_runtime;

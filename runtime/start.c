@@ -46,7 +46,7 @@ static bool open_dataset(const ddp_config *cfg, const ddp_program *p, const ddp_
  * epochs (at least 65536, or steps_per_epoch global batches). */
 static const ddp_dataset *synthetic_like(const ddp_program *p, const ddp_config *cfg, ddp_dataset *d) {
     int64_t batches = cfg->steps_per_epoch > 0 ? cfg->steps_per_epoch : 0;
-    int64_t samples = batches * p->settings.batch_per_replica * cfg->cluster.world;
+    int64_t samples = batches * ddp_step_samples(p, cfg->cluster.world);
     memset(d, 0, sizeof *d);
     d->name = "synthetic";
     d->kind = DDP_DATA_SYNTHETIC;
@@ -508,8 +508,9 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
     if ((!cfg.evaluate && !open_dataset(&cfg, p, train_spec, &train, &job)) ||
         (has_validation && !open_dataset(&cfg, p, validation_spec, &validation, &job)))
         goto done;
-    /* several workers, or NCCL: the gradients are summed between backward and optimizer */
-    cfg.exec.step_graph = c->world == 1 && !cfg.nccl;
+    /* several workers, or NCCL: the gradients are summed between backward and optimizer;
+     * accumulate_batches: a step runs forward and backward on several batches */
+    cfg.exec.step_graph = c->world == 1 && !cfg.nccl && p->settings.accumulate_batches == 1;
     if (!(rt = ddp_open(p, &cfg.exec, err, sizeof err))) {
         fail(&job, err);
         goto done;

@@ -47,10 +47,14 @@ typedef struct StepRecord {
     bool pending;
 } StepRecord;
 
-/* The batches of one pass over a dataset, as this worker's shards of global batches. */
+/* One pass over a dataset: its steps (global batches), and the batches the loader
+ * gives, this worker's shards of them: step b's are batches parts[b] to parts[b + 1] - 1,
+ * more than one under accumulate_batches. */
 typedef struct Pass {
-    int64_t *order, *starts, *sizes, *global_sizes;
-    int64_t batches;
+    int64_t *order;
+    int64_t *starts, *sizes;    /* by the loader's batch: its samples' place in order, their count */
+    int64_t *parts, *global_sizes; /* by step: its first batch, and its samples over the job */
+    int64_t batches;            /* steps */
 } Pass;
 
 typedef struct Run {
@@ -201,39 +205,48 @@ static void profile_part(Run *r, int part, double begin) {
 
 /* ------------------------------------------------------------------ passes */
 
-static bool pass_alloc(Pass *pass, int64_t samples, int64_t batches) {
+static bool pass_alloc(Pass *pass, int64_t samples, int64_t steps, int64_t parts) {
+    size_t loads = (size_t)(steps * parts + 1), cuts = (size_t)(steps + 1);
     pass->order = malloc(sizeof(int64_t) * (size_t)(samples + 1));
-    pass->starts = malloc(sizeof(int64_t) * (size_t)(batches + 1));
-    pass->sizes = malloc(sizeof(int64_t) * (size_t)(batches + 1));
-    pass->global_sizes = malloc(sizeof(int64_t) * (size_t)(batches + 1));
-    pass->batches = batches;
-    return pass->order && pass->starts && pass->sizes && pass->global_sizes;
+    pass->starts = malloc(sizeof(int64_t) * loads);
+    pass->sizes = malloc(sizeof(int64_t) * loads);
+    pass->parts = malloc(sizeof(int64_t) * cuts);
+    pass->global_sizes = malloc(sizeof(int64_t) * cuts);
+    pass->batches = steps;
+    return pass->order && pass->starts && pass->sizes && pass->parts && pass->global_sizes;
 }
 
 static void pass_free(Pass *pass) {
     free(pass->order);
     free(pass->starts);
     free(pass->sizes);
+    free(pass->parts);
     free(pass->global_sizes);
 }
 
-/* Batch b of the pass is this worker's shard of global batch b of the plan. */
-static void cut_pass(Run *r, Pass *pass, const ddp_epoch_plan *plan) {
+/* Step b of the pass is global batch b of the plan, cut into batches of `part` samples
+ * over the job (the last may hold fewer), each of which this worker loads its shard of. */
+static void cut_pass(Run *r, Pass *pass, const ddp_epoch_plan *plan, int64_t part) {
+    int64_t load = 0;
     for (int64_t b = 0; b < pass->batches; b++) {
         int64_t begin, size, offset, mine;
         ddp_batch_span(plan, b, &begin, &size);
-        ddp_shard_range(size, r->workers, r->rank, &offset, &mine);
-        pass->starts[b] = begin + offset;
-        pass->sizes[b] = mine;
+        pass->parts[b] = load;
         pass->global_sizes[b] = size;
+        for (int64_t at = 0; at < size; at += part, load++) {
+            ddp_shard_range(size - at < part ? size - at : part, r->workers, r->rank, &offset, &mine);
+            pass->starts[load] = begin + at + offset;
+            pass->sizes[load] = mine;
+        }
     }
+    pass->parts[pass->batches] = load;
 }
 
 /* The most samples a batch of the pass holds on this worker (at least 1): what its
  * loader's buffers are sized for. */
 static int64_t largest_shard(const Pass *pass) {
     int64_t most = 1;
-    for (int64_t b = 0; b < pass->batches; b++)
+    for (int64_t b = 0; b < pass->parts[pass->batches]; b++)
         most = pass->sizes[b] > most ? pass->sizes[b] : most;
     return most;
 }
@@ -588,38 +601,58 @@ static bool run_phase(Run *r, int phase, int64_t epoch, int64_t b, const char *d
     return false;
 }
 
-static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
+/* Batch `part` of step b (0, or more under accumulate_batches) through forward and
+ * backward. Its gradients, the step's earlier batches' added in, go on to the
+ * all-reduce once it is the step's last; until then the markers hold them back. The
+ * step's record is made at its first batch. */
+static bool forward_backward(Run *r, int64_t epoch, int64_t b, int64_t part, bool last, StepRecord *rec, char *why,
+                             size_t len) {
     ddp_runtime *rt = r->rt;
     const ddp_program *p = rt->program;
-    int64_t global = r->train_pass.global_sizes[b];
-    if (r->test_signal && r->step + 1 == r->test_step)
-        raise(r->test_signal);
-    ddp_link_at_step(r->job->link, r->step + 1);
     char lost[768];
     double t = ddp_trace_clock();
-    if (!next_batch(r, r->train_loader, global, "data wait", lost, sizeof lost)) {
+    if (!next_batch(r, r->train_loader, r->train_pass.global_sizes[b], "data wait", lost, sizeof lost)) {
         say_where(r, epoch, b, false, "reading the batch", lost, why, len);
         return false;
     }
     profile_part(r, DDP_PROFILE_DATA, t);
     ddp_profile_local_batch(r->profile, rt->scalars[DDP_S_LOCAL_BATCH].i);
-    StepRecord rec = {r->step + 1, epoch, b, r->train_pass.batches, {0}, rt->scalars[DDP_S_LOCAL_BATCH].i, false};
-    const int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
-    for (int64_t i = 0; i < rec.rows && i < 4; i++)
-        rec.ids[i] = ddp_entry_sample(ids[i], r->train->samples);
+    if (part == 0) {
+        *rec = (StepRecord){r->step + 1, epoch, b, r->train_pass.batches, {0}, rt->scalars[DDP_S_LOCAL_BATCH].i, false};
+        const int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);
+        for (int64_t i = 0; i < rec->rows && i < 4; i++)
+            rec->ids[i] = ddp_entry_sample(ids[i], r->train->samples);
+    }
     rt->scalars[DDP_S_EPOCH].i = epoch;
+    rt->scalars[DDP_S_ACCUMULATED].i = part;
+    rt->holding_gradients = !last;
     ddp_prepare_step(rt, r->step, r->plan.steps);
     t = ddp_trace_clock();
     if (!run_phase(r, DDP_PHASE_FORWARD, epoch, b, "forward", why, len))
         return false;
     span(r, "forward", t);
-    if (r->comm)
+    if (r->comm && last)
         ddp_comm_begin_step(r->comm, r->step);
     t = ddp_trace_clock();
-    if (!run_phase(r, DDP_PHASE_BACKWARD, epoch, b, "backward", why, len))
-        return false;
-    span(r, "backward", t);
-    t = ddp_trace_clock();
+    bool ran = run_phase(r, DDP_PHASE_BACKWARD, epoch, b, "backward", why, len);
+    rt->holding_gradients = false;
+    if (ran)
+        span(r, "backward", t);
+    return ran;
+}
+
+static bool train_step(Run *r, int64_t epoch, int64_t b, char *why, size_t len) {
+    const Pass *pass = &r->train_pass;
+    int64_t global = pass->global_sizes[b], parts = pass->parts[b + 1] - pass->parts[b];
+    if (r->test_signal && r->step + 1 == r->test_step)
+        raise(r->test_signal);
+    ddp_link_at_step(r->job->link, r->step + 1);
+    StepRecord rec;
+    for (int64_t part = 0; part < parts; part++)
+        if (!forward_backward(r, epoch, b, part, part + 1 == parts, &rec, why, len))
+            return false;
+    char lost[768];
+    double t = ddp_trace_clock();
     bool summed = sum_gradients(r, lost, sizeof lost);
     span(r, "gradient wait", t);
     profile_part(r, DDP_PROFILE_COMMUNICATION, t);
@@ -811,8 +844,9 @@ static void begin_pass(Run *r, int64_t epoch, int64_t first, ddp_draw_key *augme
     Pass *pass = &r->train_pass;
     ddp_training_order(r->rt->program, r->cfg->seed, epoch, r->train->samples, pass->order);
     *augment = (ddp_draw_key){r->cfg->seed, epoch};
-    ddp_loader_begin(r->train_loader, pass->order, pass->starts + first, pass->sizes + first, pass->batches - first,
-                     augment);
+    int64_t load = pass->parts[first];
+    ddp_loader_begin(r->train_loader, pass->order, pass->starts + load, pass->sizes + load,
+                     pass->parts[pass->batches] - load, augment);
     if (first == 0)
         ddp_zero_accumulators(r->rt);
 }
@@ -899,15 +933,15 @@ static bool run_epoch(Run *r, int64_t epoch, int64_t first, char *why, size_t le
 
 /* A dataset's epochs: their plan (global batches, the last dropped or kept), this
  * worker's shards of them, and a loader with buffers for the largest shard. */
-static bool prepare_pass(Run *r, const ddp_data *d, bool drop_remainder, int64_t steps_per_epoch,
+static bool prepare_pass(Run *r, const ddp_data *d, bool drop_remainder, int64_t steps_per_epoch, int64_t parts,
                          ddp_epoch_plan *plan, Pass *pass, ddp_loader **loader, char *err, size_t len) {
-    int64_t global = r->rt->program->settings.batch_per_replica * r->rt->replicas;
+    int64_t part = r->rt->program->settings.batch_per_replica * r->rt->replicas;
     char why[512];
-    if (!ddp_plan_epoch(d->samples, global, drop_remainder, steps_per_epoch, plan, why, sizeof why))
+    if (!ddp_plan_epoch(d->samples, part * parts, drop_remainder, steps_per_epoch, plan, why, sizeof why))
         return ddp_fail(err, len, "%s: %s", d->spec->name, why);
-    if (!pass_alloc(pass, d->samples, plan->steps))
+    if (!pass_alloc(pass, d->samples, plan->steps, parts))
         return ddp_fail(err, len, "out of memory");
-    cut_pass(r, pass, plan);
+    cut_pass(r, pass, plan, part);
     if (!(*loader = ddp_loader_new(d, r->rt->program, largest_shard(pass), r->cfg->loader_threads)))
         return ddp_fail(err, len, "cannot start the loader threads of %s", d->spec->name);
     return true;
@@ -915,15 +949,16 @@ static bool prepare_pass(Run *r, const ddp_data *d, bool drop_remainder, int64_t
 
 /* Validation passes over every sample in the file's order, the last batch kept. */
 static bool prepare_validation(Run *r, char *err, size_t len) {
-    if (!prepare_pass(r, r->validation, false, -1, &r->validation_plan, &r->validation_pass, &r->validation_loader,
-                      err, len))
+    if (!prepare_pass(r, r->validation, false, -1, 1, &r->validation_plan, &r->validation_pass,
+                      &r->validation_loader, err, len))
         return false;
     ddp_epoch_order(0, 0, false, r->validation->samples, r->validation_pass.order);
     return true;
 }
 
 static bool prepare_training(Run *r, char *err, size_t len) {
-    return prepare_pass(r, r->train, r->rt->program->settings.drop_remainder, r->cfg->steps_per_epoch, &r->plan,
+    const ddp_settings *s = &r->rt->program->settings;
+    return prepare_pass(r, r->train, s->drop_remainder, r->cfg->steps_per_epoch, s->accumulate_batches, &r->plan,
                         &r->train_pass, &r->train_loader, err, len);
 }
 

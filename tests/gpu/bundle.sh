@@ -26,6 +26,8 @@ sed "s|\"$data/|\"fashion-mnist/|" "$source/samples/fashion.ddp" > "$stage/fashi
 sgd="-Doptimizer=sgd(learning_rate = 0.05)"
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd" "$sgd"
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_nccl" "$sgd" -Dcommunication=nccl
+"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_accumulate" "$sgd" -Dbatch_per_replica=16 \
+    -Daccumulate_batches=4
 for batch in 8 16 32; do
     "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_nccl_b$batch" "$sgd" -Dcommunication=nccl \
         -Dbatch_per_replica=$batch
