@@ -24,6 +24,8 @@
  * phases, so its whole training step is one graph: the capture begun with the
  * forward phase ends with the optimizer's, and from then on the forward phase's call
  * launches the whole step and the two calls after it have nothing left to queue.
+ * Under accumulate_batches the batches a step sums before its last (forward and
+ * backward, no optimizer) are a second such graph.
  *
  * With several workers the gradients are summed bucket by bucket as backward marks
  * them final (the schedule's markers): through NCCL on the communication stream, each
@@ -66,7 +68,9 @@ struct ddp_gpu {
     char no_library[1024];      /* the banner's line when the library's convolutions were given up, or "" */
     int64_t full_runs[DDP_PHASE_COUNT]; /* runs of each phase whole on a full batch */
     bool captured[DDP_PHASE_COUNT]; /* graph `phase` holds the phase */
-    int step_graph;             /* STEP_*: where the lone worker's whole-step graph stands */
+    int step_graph[2];          /* STEP_*: where the lone worker's step graphs stand: the whole
+                                   step's, and a held batch's (below) */
+    int64_t step_runs[2];       /* runs of each on a full batch */
     ddp_scalar step_scalars[DDP_S_COUNT]; /* the scalars the step's graph was given */
     ddp_nccl *nccl;             /* the buckets' all-reduce through NCCL; NULL: none */
     bool staged;                /* the buckets copied into the pinned gradient mirror for the ring */
@@ -79,7 +83,9 @@ struct ddp_gpu {
 /* The whole-step graph: none yet, being captured (forward queued, the rest to come),
  * captured, or launched for this step (backward and optimizer are in it). */
 enum { STEP_NONE, STEP_CAPTURING, STEP_CAPTURED, STEP_LAUNCHED };
-enum { GRAPH_STEP = DDP_PHASE_COUNT }; /* the slot of the whole-step graph */
+/* The slots of the whole step's graph, and of a held batch's: under accumulate_batches
+ * a step's batches before its last run forward and backward alone, a graph of their own. */
+enum { GRAPH_STEP = DDP_PHASE_COUNT, GRAPH_HELD_BATCH };
 
 bool ddp_device_fail(ddp_device *d, const char *fmt, ...) {
     va_list ap;
@@ -598,46 +604,53 @@ static bool run_graph(ddp_runtime *rt, int phase, int64_t sequence, int64_t posi
 
 /* A training phase of a lone worker on a full batch: run step by step in the first
  * step (the warm-up), captured into the whole-step graph in the second, a part of
- * that graph from then on (the forward phase's call launches it). */
+ * that graph from then on (the forward phase's call launches it). A held batch
+ * (accumulate_batches) is a step of forward and backward alone, with a graph of its
+ * own, met the same way. */
 static bool run_in_step_graph(ddp_runtime *rt, int phase, int64_t sequence, int64_t position) {
     ddp_gpu *g = rt->gpu;
     ddp_device *d = g->dev;
+    int held = rt->holding_gradients, *state = &g->step_graph[held], slot = held ? GRAPH_HELD_BATCH : GRAPH_STEP;
     int64_t count = rt->program->phases[phase].count;
     if (phase == DDP_PHASE_FORWARD) {
         memcpy(g->step_scalars, rt->scalars, sizeof rt->scalars);
         if (!d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars))
             return failed(rt, "copying the step's scalars to the GPU");
-        if (g->step_graph == STEP_CAPTURED) {
-            g->step_graph = STEP_LAUNCHED;
-            return d->ops->graph_launch(d, DDP_STREAM_COMPUTE, GRAPH_STEP) ||
+        if (*state == STEP_CAPTURED) {
+            *state = STEP_LAUNCHED;
+            return d->ops->graph_launch(d, DDP_STREAM_COMPUTE, slot) ||
                    failed(rt, "launching the step's CUDA graph (--no-cuda-graphs runs without)");
         }
-        if (g->full_runs[phase]++ == 0) /* the warm-up */
+        if (g->step_runs[held]++ == 0) /* the warm-up */
             return queue_steps(rt, phase, 0, count, sequence, position);
-        g->step_graph = STEP_CAPTURING;
+        *state = STEP_CAPTURING;
         return (d->ops->capture_begin(d, DDP_STREAM_COMPUTE) ||
                 failed(rt, "capturing the step's CUDA graph (--no-cuda-graphs runs without)")) &&
                queue_steps(rt, phase, 0, count, sequence, position);
     }
-    if (g->step_graph == STEP_NONE || g->step_graph == STEP_CAPTURED) /* the warm-up */
+    if (*state == STEP_NONE || *state == STEP_CAPTURED) /* the warm-up */
         return (d->ops->upload(d, DDP_STREAM_COMPUTE, g->scalars, rt->scalars, sizeof rt->scalars) ||
                 failed(rt, "copying the step's scalars to the GPU")) &&
                queue_steps(rt, phase, 0, count, sequence, position);
     if (memcmp(g->step_scalars, rt->scalars, sizeof rt->scalars) != 0)
         return ddp_device_fail(d, "they changed between its phases, which its CUDA graph cannot follow (run with "
                                   "--no-cuda-graphs)") || failed(rt, "the step's scalars");
-    bool capturing = g->step_graph == STEP_CAPTURING;
+    bool capturing = *state == STEP_CAPTURING;
     bool ok = !capturing || queue_steps(rt, phase, 0, count, sequence, position);
-    if (phase != DDP_PHASE_OPTIMIZER)
+    if (phase != (held ? DDP_PHASE_BACKWARD : DDP_PHASE_OPTIMIZER))
         return ok;
-    g->step_graph = STEP_CAPTURED;
+    *state = STEP_CAPTURED;
     if (!capturing)
         return ok;
-    bool ended = d->ops->capture_end(d, DDP_STREAM_COMPUTE, GRAPH_STEP);
-    if (!ok || !ended || !d->ops->graph_launch(d, DDP_STREAM_COMPUTE, GRAPH_STEP))
+    bool ended = d->ops->capture_end(d, DDP_STREAM_COMPUTE, slot);
+    if (!ok || !ended || !d->ops->graph_launch(d, DDP_STREAM_COMPUTE, slot))
         return ok ? failed(rt, "capturing the step's CUDA graph (--no-cuda-graphs runs without)") : false;
-    ddp_log_only("GPU: the whole training step runs as a CUDA graph from its step %lld on\n",
-                 (long long)g->full_runs[DDP_PHASE_FORWARD]);
+    if (held)
+        ddp_log_only("GPU: each batch a step sums before its last (accumulate_batches) runs as one CUDA graph from "
+                     "the second on\n");
+    else
+        ddp_log_only("GPU: the whole training step runs as a CUDA graph from its step %lld on\n",
+                     (long long)g->step_runs[0]);
     return true;
 }
 

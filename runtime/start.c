@@ -508,9 +508,8 @@ static int run_worker(const ddp_program *p, ddp_config cfg) {
     if ((!cfg.evaluate && !open_dataset(&cfg, p, train_spec, &train, &job)) ||
         (has_validation && !open_dataset(&cfg, p, validation_spec, &validation, &job)))
         goto done;
-    /* several workers, or NCCL: the gradients are summed between backward and optimizer;
-     * accumulate_batches: a step runs forward and backward on several batches */
-    cfg.exec.step_graph = c->world == 1 && !cfg.nccl && p->settings.accumulate_batches == 1;
+    /* several workers, or NCCL: the gradients are summed between backward and optimizer */
+    cfg.exec.step_graph = c->world == 1 && !cfg.nccl;
     if (!(rt = ddp_open(p, &cfg.exec, err, sizeof err))) {
         fail(&job, err);
         goto done;

@@ -11,8 +11,9 @@ worker of batch 16 (`big`), the saved parameters within 1e-5 of the norm:
   rate sees the step's global batch of 16);
 - 2 workers of batch 2 summing 4 (DDPRUN), whose buckets go to the ring on a step's last
   batch alone;
-- the emulated GPU alone (its phases CUDA graphs, no whole-step graph), and 2 workers of
-  2 with the stand-in NCCL in STANDIN and with the staged ring;
+- the emulated GPU alone (the batches before a step's last one CUDA graph, the whole
+  step another; the same bytes without graphs), and 2 workers of 2 with the stand-in NCCL in STANDIN and with the
+  staged ring;
 - allreduce_precision = bf16, 2 workers: within 5e-3, not the same (the wire copy sits
   after the gradients' sum);
 - a run stopped by SIGUSR1 after step 3 and resumed ends with the uninterrupted run's
@@ -112,8 +113,11 @@ def main():
     saved, _ = train(summed, "summed_emulated", extra=["--device", "emulated"])
     log = open(os.path.join(root, "summed_emulated_run", "log.txt")).read()
     d = apart(big, saved)
-    check(d <= 1e-5 and "the backward phase runs as a CUDA graph" in log and "whole training step" not in log,
-          "the emulated GPU, 4 batches a step, its phases CUDA graphs: %.2e of the norm" % d)
+    check(d <= 1e-5 and "the whole training step runs as a CUDA graph from its step 2 on" in log and
+          "each batch a step sums before its last (accumulate_batches) runs as one CUDA graph" in log,
+          "the emulated GPU, 4 batches a step, the held batches and the whole step CUDA graphs: %.2e of the norm" % d)
+    eager, _ = train(summed, "summed_eager", extra=["--device", "emulated", "--no-cuda-graphs"])
+    check(flat(eager)[1].tobytes() == flat(saved)[1].tobytes(), "with --no-cuda-graphs: the same bytes")
     env = dict(os.environ, DDP_CUDA_LIBRARY_PATH=standin)
     for transport in ("nccl", "ring"):
         program = build(ddpc, root, "two_" + transport, 2, 4, communication=transport)
