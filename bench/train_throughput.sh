@@ -61,6 +61,6 @@ for model in mlp cnn; do
         printf '%-5s %7d %14.0f %14s %8s %14s %8s\n' "$model" "$t" "$ours" "$numpy" "$(ratio "$ours" "$numpy")" \
             "$torch" "$(ratio "$ours" "$torch")"
         t=$((t * 2))
-        [ "$t" -gt "$cpus" ] && [ "$((t / 2))" -lt "$cpus" ] && t=$cpus
+        if [ "$t" -gt "$cpus" ] && [ "$((t / 2))" -lt "$cpus" ]; then t=$cpus; fi
     done
 done

@@ -125,6 +125,8 @@ static XExpr *derive(Ddpc *c, XExpr *e, Tensor *t, Bcast bc) {
     case X_LOG:
         da = derive(c, e->a, t, bc);
         return da ? x_binary(c, X_DIV, da, e->a) : NULL;
+    case X_SIGMOID:
+        return mul(c, x_binary(c, X_MUL, e, x_binary(c, X_SUB, x_const(c, 1), e)), derive(c, e->a, t, bc));
     case X_TANH:
         return mul(c, x_binary(c, X_SUB, x_const(c, 1), x_binary(c, X_MUL, e, e)),
                    derive(c, e->a, t, bc));

@@ -63,7 +63,7 @@ static bool run(char *const argv[]) {
 static void print_stats(Ddpc *c, FILE *out, Ir *ir, double seconds) {
     int64_t elem = dtype_size(ir->dtype), p = ir->param_count * elem;
     int64_t g = ir->grads_bytes; /* with their bf16 copy under allreduce_precision = bf16 */
-    int64_t fixed = p + g + ir->state_vectors * p + ir->stats_count * elem + decay_group_bytes(ir) + ir->input_bytes;
+    int64_t fixed = p + g + ir->state_vectors * p + ir->stats_count * elem + constant_bytes(ir) + ir->input_bytes;
     int64_t total = fixed + ir->arena_bytes + ir->workspace_bytes;
     int64_t apart = fixed + ir->no_reuse_arena_bytes + ir->no_reuse_workspace_bytes;
     bool bf16 = ir->input->dtype == DT_BF16; /* precision = bf16: activations in bf16, the master copy f32 */
@@ -74,8 +74,8 @@ static void print_stats(Ddpc *c, FILE *out, Ir *ir, double seconds) {
     fprintf(out, "  gradients        %15s bytes%s%s\n", fmt_count(c->arena, g), *extras ? "  " : "", extras);
     fprintf(out, "  optimizer state  %15s bytes\n", fmt_count(c->arena, ir->state_vectors * p));
     fprintf(out, "  statistics       %15s bytes\n", fmt_count(c->arena, ir->stats_count * elem));
-    if (ir->decay_groups)
-        fprintf(out, "  decay groups     %15s bytes\n", fmt_count(c->arena, decay_group_bytes(ir)));
+    if (constant_bytes(ir))
+        fprintf(out, "  %s %15s bytes\n", constants_label(ir), fmt_count(c->arena, constant_bytes(ir)));
     fprintf(out, "  activations      %15s bytes  (%s without reuse)\n", fmt_count(c->arena, ir->arena_bytes),
             fmt_count(c->arena, ir->no_reuse_arena_bytes));
     fprintf(out, "  workspace        %15s bytes  (%s without reuse)\n", fmt_count(c->arena, ir->workspace_bytes),

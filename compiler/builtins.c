@@ -11,7 +11,7 @@
 
 /* Words that cross into the program are listed by the contract's codes, so a word's
  * index is its code (word_code). */
-const char *const activation_words[] = {"relu", "gelu", "sigmoid", "tanh", "softmax", "identity", NULL};
+const char *const activation_words[] = {"relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "identity", NULL};
 const char *const init_words[] = {
     [DDP_INIT_GLOROT_UNIFORM] = "glorot_uniform", [DDP_INIT_GLOROT_NORMAL] = "glorot_normal",
     [DDP_INIT_HE_NORMAL] = "he_normal", [DDP_INIT_HE_UNIFORM] = "he_uniform",
@@ -100,6 +100,14 @@ static const Param adamw_params[] = {
     LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
     NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME), DECAYS,
     OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
+};
+
+/* timm's Lars (after NVIDIA's LARC and MLPerf's): SGD with each parameter's step scaled */
+static const Param lars_params[] = {
+    LR("learning_rate", 0.1), NUM("momentum", 0.9, P_FRACTION), BOOL("nesterov", 0),
+    NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), DECAYS, NUM("trust_coefficient", 0.001, P_POSITIVE),
+    NUM("epsilon", 1e-8, P_NONNEG), OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
+    BOOL("ema_warmup", 0),
 };
 
 static const Param constant_params[] = {REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE)};
@@ -254,6 +262,7 @@ const Builtin builtins[] = {
     LAYER("concat", concat_params, L_CONCAT, "the current value and others joined along an axis"),
     LAYER0("relu", L_RELU, "max(x, 0)"),
     LAYER0("gelu", L_GELU, "x * Phi(x)"),
+    LAYER0("silu", L_SILU, "x * sigmoid(x) (swish)"),
     LAYER0("sigmoid", L_SIGMOID, "1 / (1 + exp(-x))"),
     LAYER0("tanh", L_TANH, "hyperbolic tangent"),
     LAYER("softmax", softmax_params, L_SOFTMAX, "exp(x) / sum(exp(x)) along an axis"),
@@ -267,6 +276,9 @@ const Builtin builtins[] = {
     OTHER("sgd", B_OPTIMIZER, DDP_OPT_SGD, sgd_params, "stochastic gradient descent with momentum"),
     OTHER("adam", B_OPTIMIZER, DDP_OPT_ADAM, adam_params, "Adam; weight decay added to the gradient"),
     OTHER("adamw", B_OPTIMIZER, DDP_OPT_ADAMW, adamw_params, "Adam with decoupled weight decay"),
+    OTHER("lars", B_OPTIMIZER, DDP_OPT_LARS, lars_params,
+          "SGD whose step for each parameter with weight decay is scaled by trust_coefficient x its norm / (its "
+          "gradient's + weight_decay x its norm) (LARS, for large global batches)"),
 
     OTHER("constant", B_SCHEDULE, DDP_SCHEDULE_CONSTANT, constant_params, "the same rate throughout"),
     OTHER("step", B_SCHEDULE, DDP_SCHEDULE_STEP, step_params, "multiplied by drop every period, after a linear warm-up"),

@@ -104,13 +104,15 @@ static ddp_optimizer optimizer_of(Ddpc *c, Value opt) {
                        .beta1 = num_arg(opt, "beta1", 0),
                        .beta2 = num_arg(opt, "beta2", 0),
                        .epsilon = num_arg(opt, "epsilon", 0),
+                       .trust_coefficient = num_arg(opt, "trust_coefficient", 0),
                        .nesterov = (int64_t)num_arg(opt, "nesterov", 0),
                        .clip_norm = num_arg(opt, "clip_norm", 0),
                        .ema = num_arg(opt, "ema", 0),
                        .ema_warmup = num_arg(opt, "ema_warmup", 0) != 0};
-    /* sgd keeps a velocity only with momentum; adam and adamw their two moments; ema
-     * its average after them */
-    o.state_vectors = (o.kind != DDP_OPT_SGD ? 2 : o.momentum > 0 ? 1 : 0) + (o.ema > 0);
+    /* sgd and lars keep a velocity only with momentum; adam and adamw their two moments;
+     * ema its average after them */
+    bool adam = o.kind == DDP_OPT_ADAM || o.kind == DDP_OPT_ADAMW;
+    o.state_vectors = (adam ? 2 : o.momentum > 0 ? 1 : 0) + (o.ema > 0);
     o.bias_weight_decay = group_decay(c, opt, "bias_weight_decay", &o.decay_groups);
     o.norm_weight_decay = group_decay(c, opt, "norm_weight_decay", &o.decay_groups);
     return o;

@@ -360,7 +360,7 @@ typedef enum {
 typedef enum {
     L_INPUT, L_DENSE, L_CONV2D, L_MAXPOOL, L_AVGPOOL, L_GLOBAL_AVGPOOL,
     L_BATCHNORM, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
-    L_RELU, L_GELU, L_SIGMOID, L_TANH, L_SOFTMAX, L_IDENTITY,
+    L_RELU, L_GELU, L_SILU, L_SIGMOID, L_TANH, L_SOFTMAX, L_IDENTITY,
     L_NONE,
 } LayerOp;
 
@@ -676,6 +676,7 @@ typedef enum {
     X_SCALAR,    /* a run-time scalar (ddp_scalar_slot), as a number */
     X_NEG, X_ADD, X_SUB, X_MUL, X_DIV, X_MAX,
     X_EXP, X_LOG, X_TANH, X_ERF, X_SQRT,
+    X_SIGMOID,   /* 1 / (1 + exp(-a)), whose derivative s (1 - s) stays finite where exp(-a) does not */
     X_GT,        /* a > b ? 1 : 0 */
     X_WHEN,      /* a != 0 ? b : 0, whatever b is there (a NaN too) */
     X_KEEP,      /* dropout: 1 where the sample's draw keeps the element, else 0 */
@@ -724,6 +725,7 @@ typedef enum {
     OP_FIND_NONFINITE, /* grads -> out [chunks]: each chunk's first NaN or infinity, + 1 (0: none) */
     OP_NONFINITE_FLAG, /* chunks, accumulators -> the step's non-finite flag (ir->nonfinite) */
     OP_GRAD_SQUARES,  /* grads -> out [chunks]: each chunk's sum of squares, in f64 */
+    OP_TRUST_RATIO,   /* lars: params, grads, spans -> out [parameters]: each one's step scale, in f64 */
     OP_CLIP_FACTOR,   /* chunks -> ir->clip: the gradients' scale, min(1, clip_norm / (norm + 1e-6)) */
     OP_OPTIMIZER,     /* params, grads, state -> updated, over a range of the flat vector */
     OP_BUCKET_READY,  /* marker: a gradient bucket is final */
@@ -803,6 +805,8 @@ typedef struct Ir {
     int64_t grads_bytes;      /* the GRADS region: the gradients, and their bf16 copy (allreduce_precision) */
     Tensor *all_params, *all_grads, *states[3]; /* the flat vectors, for the optimizer */
     Tensor *decay_groups;     /* each parameter element's ddp_decay_group, where the groups' decays differ */
+    Tensor *parameter_numbers, *parameter_spans, *trust; /* lars: each element's parameter, each parameter's
+                                                            (first, count), its step's scale (f64) */
     /* the memory plan */
     int64_t arena_bytes, workspace_bytes;                 /* peaks, planned */
     int64_t no_reuse_arena_bytes, no_reuse_workspace_bytes; /* each tensor apart */
@@ -845,7 +849,8 @@ XExpr *x_rewrite_loads(Ddpc *c, XExpr *e, XExpr *(*replace)(XExpr *load, void *a
 int x_size(const XExpr *e);
 int64_t dtype_size(DType dt);
 int decay_group(const Tensor *t);
-int64_t decay_group_bytes(const Ir *ir);
+int64_t constant_bytes(const Ir *ir);
+const char *constants_label(const Ir *ir);
 const char *gradient_extras(const Ir *ir);
 const char *dtype_name(DType dt);
 const char *op_kind_name(OpKind k);

@@ -27,9 +27,14 @@ int decay_group(const Tensor *t) {
     return t->shape.rank == 1 ? DDP_DECAY_BIASES : DDP_DECAY_WEIGHTS;
 }
 
-/* The bytes of the parameters' decay groups: one each where the optimizer reads them. */
-int64_t decay_group_bytes(const Ir *ir) {
-    return ir->decay_groups ? ir->param_count : 0;
+/* The memory tables' name for the CONSTANTS region, 16 wide. */
+const char *constants_label(const Ir *ir) {
+    return ir->trust ? "parameter table " : "decay groups    ";
+}
+
+/* The bytes of the CONSTANTS region (ddp_abi.h). */
+int64_t constant_bytes(const Ir *ir) {
+    return ddp_constants_bytes(ir->param_count, ir->params.len, ir->decay_groups != NULL, ir->trust != NULL);
 }
 
 /* What the GRADS region holds besides the gradients, for the memory tables: "" or a
@@ -59,7 +64,7 @@ const char *op_kind_name(OpKind k) {
         [OP_CONCAT] = "concat", [OP_SPLIT] = "split", [OP_LOSS] = "loss",
         [OP_METRIC] = "metric", [OP_ACCUMULATE] = "accumulate", [OP_FILL] = "fill",
         [OP_FIND_NONFINITE] = "find_nonfinite", [OP_NONFINITE_FLAG] = "nonfinite_flag", [OP_OPTIMIZER] = "optimizer",
-        [OP_GRAD_SQUARES] = "grad_squares", [OP_CLIP_FACTOR] = "clip_factor",
+        [OP_GRAD_SQUARES] = "grad_squares", [OP_TRUST_RATIO] = "trust_ratio", [OP_CLIP_FACTOR] = "clip_factor",
         [OP_BUCKET_READY] = "bucket_ready", [OP_WAIT_BUCKETS] = "wait_buckets",
         [OP_METRICS_READY] = "metrics_ready",
     };
@@ -259,8 +264,9 @@ static XExpr *activate(Ddpc *c, const char *act, XExpr *x) {
     if (strcmp(act, "relu") == 0)
         return x_binary(c, X_MAX, x, x_const(c, 0));
     if (strcmp(act, "sigmoid") == 0)
-        return x_binary(c, X_DIV, x_const(c, 1),
-                        x_binary(c, X_ADD, x_const(c, 1), x_unary(c, X_EXP, x_unary(c, X_NEG, x))));
+        return x_unary(c, X_SIGMOID, x);
+    if (strcmp(act, "silu") == 0) /* x * sigmoid(x), the swish of Ramachandran et al. */
+        return x_binary(c, X_MUL, x, x_unary(c, X_SIGMOID, x));
     if (strcmp(act, "tanh") == 0)
         return x_unary(c, X_TANH, x);
     if (strcmp(act, "gelu") == 0) /* x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 */
@@ -587,7 +593,7 @@ static void lower_node(Lower *L, GNode *n) {
     case L_ADD: lower_add(L, n); break;
     case L_CONCAT: lower_concat(L, n); break;
     case L_SOFTMAX: lower_softmax(L, n); break;
-    case L_RELU: case L_GELU: case L_SIGMOID: case L_TANH: lower_activation(L, n); break;
+    case L_RELU: case L_GELU: case L_SILU: case L_SIGMOID: case L_TANH: lower_activation(L, n); break;
     case L_NONE: break;
     }
 }
@@ -707,6 +713,35 @@ Ir *ir_lower(Ddpc *c, Graph *g, const ddp_settings *config, DType dtype, int64_t
     return ir;
 }
 
+/* What an update reads beside the flat vectors, where the program has it: clip_norm's
+ * scale and the decay groups. */
+static void add_update_constants(IrOp *op, const Ir *ir) {
+    if (ir->clip)
+        add_in(op, ir->clip);
+    if (ir->decay_groups)
+        add_in(op, ir->decay_groups);
+}
+
+/* lars: each parameter's step scale from its norm and its gradient's, one index per
+ * parameter (its span read from the constants; its threads on a GPU as many as the
+ * largest parameter can use), before the optimizer, which reads its element's. */
+static void lower_trust_ratio(Ddpc *c, Ir *ir) {
+    Shape flat = {0, {0}}, spans = {1, {2 * (int64_t)ir->params.len}}, each = {1, {ir->params.len}};
+    ir->parameter_numbers = ir_tensor(c, ir, "parameter_numbers", T_CONST, DT_I32, false, &flat);
+    ir->parameter_spans = ir_tensor(c, ir, "parameter_spans", T_CONST, DT_I64, false, &spans);
+    ir->trust = ir_tensor(c, ir, "trust", T_WORK, DT_F64, false, &each);
+    IrOp *op = ir_op(c, ir, PH_OPTIMIZER, OP_TRUST_RATIO);
+    add_in(op, ir->all_params);
+    add_in(op, ir->all_grads);
+    add_in(op, ir->parameter_spans);
+    add_update_constants(op, ir);
+    add_out(op, ir->trust);
+    op->range = dim_fixed(ir->params.len);
+    for (int i = 0; i < ir->params.len; i++)
+        if (ir->params.items[i]->elems > op->channels)
+            op->channels = ir->params.items[i]->elems; /* the longest sum, for a GPU block's threads */
+}
+
 void ir_lower_update(Ddpc *c, Ir *ir) {
     Lower *L = ir->lowering;
     const ddp_optimizer *o = &ir->config->optimizer;
@@ -737,6 +772,10 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
         add_out(factor, ir->clip);
         factor->range = dim_fixed(1);
     }
+    if (o->decay_groups)
+        ir->decay_groups = ir_tensor(c, ir, "decay_groups", T_CONST, DT_U8, false, &flat);
+    if (o->kind == DDP_OPT_LARS)
+        lower_trust_ratio(c, ir);
     IrOp *op = ir_op(c, ir, PH_OPTIMIZER, OP_OPTIMIZER);
     op->code = o->kind;
     op->what = builtin_of(B_OPTIMIZER, o->kind)->name;
@@ -744,11 +783,10 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
     add_out(op, ir->all_params);
     add_in(op, ir->all_grads);
     add_in(op, ir->nonfinite);
-    if (ir->clip)
-        add_in(op, ir->clip);
-    if (o->decay_groups) {
-        ir->decay_groups = ir_tensor(c, ir, "decay_groups", T_CONST, DT_U8, false, &flat);
-        add_in(op, ir->decay_groups);
+    add_update_constants(op, ir);
+    if (ir->trust) {
+        add_in(op, ir->parameter_numbers);
+        add_in(op, ir->trust);
     }
     for (int i = 0; i < ir->state_vectors; i++) {
         bool average = o->ema > 0 && i == ir->state_vectors - 1; /* ema's, after the optimizer's own */

@@ -66,7 +66,7 @@ static int precedence(XKind k) {
 
 static void expr_to(Ddpc *c, StrBuf *sb, const XExpr *e, int min) {
     static const char *const fn[] = {[X_MAX] = "max", [X_EXP] = "exp", [X_LOG] = "log",
-                                     [X_TANH] = "tanh", [X_ERF] = "erf", [X_SQRT] = "sqrt",
+                                     [X_TANH] = "tanh", [X_ERF] = "erf", [X_SQRT] = "sqrt", [X_SIGMOID] = "sigmoid",
                                      [X_GT] = "gt", [X_WHEN] = "when"};
     int prec = precedence(e->kind);
     bool parens = prec < min;
@@ -248,8 +248,8 @@ void plan_print(Ddpc *c, FILE *out, Ir *ir) {
             fmt_count(c->arena, pbytes * ir->state_vectors), ir->state_vectors,
             ir->state_vectors == 1 ? "" : "s");
     fprintf(out, "  statistics       %15s\n", fmt_count(c->arena, ir->stats_count * elem));
-    if (ir->decay_groups)
-        fprintf(out, "  decay groups     %15s\n", fmt_count(c->arena, decay_group_bytes(ir)));
+    if (constant_bytes(ir))
+        fprintf(out, "  %s %15s\n", constants_label(ir), fmt_count(c->arena, constant_bytes(ir)));
     fprintf(out, "  activations      %15s   (without reuse: %s)\n",
             fmt_count(c->arena, ir->arena_bytes), fmt_count(c->arena, ir->no_reuse_arena_bytes));
     fprintf(out, "  workspace        %15s   (without reuse: %s)\n",

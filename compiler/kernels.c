@@ -143,6 +143,7 @@ static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
     case X_EXP: v = cg_exp(cg, a); break;
     case X_LOG: v = cg_log(cg, a); break;
     case X_TANH: v = cg_tanh(cg, a); break;
+    case X_SIGMOID: v = fdiv(cg, LLVMConstReal(cg->real, 1), fadd(cg, LLVMConstReal(cg->real, 1), cg_exp(cg, LLVMBuildFNeg(cg->b, a, "")))); break;
     case X_ERF: v = cg_erf(cg, a); break;
     case X_SQRT: v = cg_sqrt(cg, a); break;
     case X_KEEP: v = keep_draw(cg, e, i, m); break;
@@ -1579,32 +1580,75 @@ static void block_nonfinite_flag(Cg *cg, IrOp *op, LLVMValueRef i) {
     cg_if_end(cg, &f);
 }
 
+/* ------------------------------------------------ the optimizer's scalars */
+
+/* A constant and a run-time scalar in the program's float type, or another. */
+static LLVMValueRef R(Cg *cg, double v) {
+    return LLVMConstReal(cg->real, v);
+}
+
+static LLVMValueRef scalar_as(Cg *cg, int slot, LLVMTypeRef type) {
+    return cg_from_f64(cg, cg_scalar_f64(cg, slot), type);
+}
+
+static LLVMValueRef scalar_real(Cg *cg, int slot) {
+    return scalar_as(cg, slot, cg->real);
+}
+
+/* Element i's weight decay in type: its group's (ddp_decay_group) where the groups
+ * differ, as a sum of the three decays each times 1 or 0, which is exact: selects
+ * would be moved before the scalars' conversion from f64, into the loop. */
+static LLVMValueRef element_decay(Cg *cg, LLVMValueRef i, LLVMTypeRef type) {
+    LLVMValueRef wd = scalar_as(cg, DDP_S_WEIGHT_DECAY, type);
+    if (!cg->ir->decay_groups)
+        return wd;
+    LLVMValueRef group = cg_load(cg, cg->ir->decay_groups, i), sum = NULL;
+    static const int slots[] = {[DDP_DECAY_WEIGHTS] = DDP_S_WEIGHT_DECAY, [DDP_DECAY_BIASES] = DDP_S_BIAS_WEIGHT_DECAY,
+                                [DDP_DECAY_NORMS] = DDP_S_NORM_WEIGHT_DECAY};
+    for (int g = DDP_DECAY_WEIGHTS; g <= DDP_DECAY_NORMS; g++) {
+        LLVMValueRef is = LLVMBuildICmp(cg->b, LLVMIntEQ, group, LLVMConstInt(cg->i8, (unsigned long long)g, 0), "");
+        LLVMValueRef part = fmul(cg, LLVMBuildUIToFP(cg->b, is, type, ""), scalar_as(cg, slots[g], type));
+        sum = sum ? fadd(cg, sum, part) : part;
+    }
+    return sum;
+}
+
 /* ------------------------------------------------------------ clip_norm */
 
-/* Chunk c's sum of squared gradient elements, in f64: four sums of every fourth
- * element, so that the additions overlap, then added pairwise (a fixed order: the
- * same bits every step and any thread count). */
-static void gen_grad_squares(Cg *cg, IrOp *op, LLVMValueRef c) {
-    Tensor *g = op->in[0];
-    LLVMValueRef lo, n = chunk_rows(cg, g, c, &lo);
-    LLVMValueRef acc[4];
-    for (int k = 0; k < 4; k++) {
-        acc[k] = cg_var(cg, cg->f64, F(cg, 0), "squares");
-        set_var(cg, acc[k], F(cg, 0)); /* each chunk afresh */
-    }
-    Loop quads = cg_loop_begin(cg, I(cg, 0), divs(cg, n, I(cg, 4)), "q");
+/* The sums of squares of n tensors' elements [lo, lo + count), in f64, into sums: for
+ * each, four sums of every fourth element, so that the additions overlap, then added
+ * pairwise (a fixed order: the same bits every step and any thread count). */
+static void sums_of_squares(Cg *cg, Tensor *const *t, int n, LLVMValueRef lo, LLVMValueRef count,
+                            LLVMValueRef *sums) {
+    LLVMValueRef acc[2][4];
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < 4; k++) {
+            acc[j][k] = cg_var(cg, cg->f64, F(cg, 0), "squares");
+            set_var(cg, acc[j][k], F(cg, 0)); /* each index afresh */
+        }
+    Loop quads = cg_loop_begin(cg, I(cg, 0), divs(cg, count, I(cg, 4)), "q");
     LLVMValueRef at = add(cg, lo, mul(cg, cg_loop_index(cg, &quads), I(cg, 4)));
-    for (int k = 0; k < 4; k++) {
-        LLVMValueRef v = load_f64(cg, g, add(cg, at, I(cg, k)));
-        set_var(cg, acc[k], fadd(cg, load_var(cg, acc[k], cg->f64), fmul(cg, v, v)));
-    }
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < 4; k++) {
+            LLVMValueRef v = load_f64(cg, t[j], add(cg, at, I(cg, k)));
+            set_var(cg, acc[j][k], fadd(cg, load_var(cg, acc[j][k], cg->f64), fmul(cg, v, v)));
+        }
     cg_loop_end(cg, &quads);
-    Loop tail = cg_loop_begin(cg, add(cg, lo, mul(cg, divs(cg, n, I(cg, 4)), I(cg, 4))), add(cg, lo, n), "t");
-    LLVMValueRef v = load_f64(cg, g, cg_loop_index(cg, &tail));
-    set_var(cg, acc[0], fadd(cg, load_var(cg, acc[0], cg->f64), fmul(cg, v, v)));
+    Loop tail = cg_loop_begin(cg, add(cg, lo, mul(cg, divs(cg, count, I(cg, 4)), I(cg, 4))), add(cg, lo, count), "t");
+    for (int j = 0; j < n; j++) {
+        LLVMValueRef v = load_f64(cg, t[j], cg_loop_index(cg, &tail));
+        set_var(cg, acc[j][0], fadd(cg, load_var(cg, acc[j][0], cg->f64), fmul(cg, v, v)));
+    }
     cg_loop_end(cg, &tail);
-    LLVMValueRef sum = fadd(cg, fadd(cg, load_var(cg, acc[0], cg->f64), load_var(cg, acc[1], cg->f64)),
-                            fadd(cg, load_var(cg, acc[2], cg->f64), load_var(cg, acc[3], cg->f64)));
+    for (int j = 0; j < n; j++)
+        sums[j] = fadd(cg, fadd(cg, load_var(cg, acc[j][0], cg->f64), load_var(cg, acc[j][1], cg->f64)),
+                       fadd(cg, load_var(cg, acc[j][2], cg->f64), load_var(cg, acc[j][3], cg->f64)));
+}
+
+/* Chunk c's sum of squared gradient elements. */
+static void gen_grad_squares(Cg *cg, IrOp *op, LLVMValueRef c) {
+    LLVMValueRef lo, n = chunk_rows(cg, op->in[0], c, &lo), sum;
+    sums_of_squares(cg, &op->in[0], 1, lo, n, &sum);
     store_f64(cg, op->out[0], c, sum, false);
 }
 
@@ -1625,26 +1669,42 @@ static void gen_clip_factor(Cg *cg, IrOp *op, LLVMValueRef i) {
     store_clip_factor(cg, op, load_var(cg, sum, cg->f64));
 }
 
-/* On a GPU, a block's share of squares (of gradient elements, or of chunks' sums). */
+/* On a GPU, a block's share of squares (of gradient elements, or of chunks' sums), of
+ * one or two tensors at once. */
 typedef struct Squares {
-    LLVMValueRef sum;
-    Tensor *t;
+    LLVMValueRef sum[2];
+    Tensor *t[2];
+    int n;
     LLVMValueRef base;
-    bool square;                /* t holds gradients to square, not sums */
+    bool square;                /* t holds values to square, not sums */
 } Squares;
 
 static void squares_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
     (void)op;
     Squares *s = arg;
-    LLVMValueRef v = load_f64(cg, s->t, add(cg, s->base, row));
-    set_var(cg, s->sum, fadd(cg, load_var(cg, s->sum, cg->f64), s->square ? fmul(cg, v, v) : v));
+    for (int j = 0; j < s->n; j++) {
+        LLVMValueRef v = load_f64(cg, s->t[j], add(cg, s->base, row));
+        set_var(cg, s->sum[j], fadd(cg, load_var(cg, s->sum[j], cg->f64), s->square ? fmul(cg, v, v) : v));
+    }
+}
+
+/* The block's sums over rows [0, rows) of n tensors from base on, squared or not, into
+ * sums (shared-memory slot j for tensor j). */
+static void block_sums_of(Cg *cg, IrOp *op, Block *k, Tensor *const *t, int n, LLVMValueRef base, LLVMValueRef rows,
+                          bool square, LLVMValueRef *sums) {
+    Squares s = {{NULL, NULL}, {t[0], n > 1 ? t[1] : NULL}, n, base, square};
+    for (int j = 0; j < n; j++)
+        s.sum[j] = cg_var(cg, cg->f64, F(cg, 0), "sum");
+    strided_rows(cg, op, k, rows, squares_visit, &s);
+    for (int j = 0; j < n; j++)
+        sums[j] = block_sum(cg, k, load_var(cg, s.sum[j], cg->f64), j);
 }
 
 /* The block's sum over rows [0, rows) of the op's input from base on, squared or not. */
 static LLVMValueRef block_squares(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, LLVMValueRef rows, bool square) {
-    Squares s = {cg_var(cg, cg->f64, F(cg, 0), "sum"), op->in[0], base, square};
-    strided_rows(cg, op, k, rows, squares_visit, &s);
-    return block_sum(cg, k, load_var(cg, s.sum, cg->f64), 0);
+    LLVMValueRef sum;
+    block_sums_of(cg, op, k, &op->in[0], 1, base, rows, square, &sum);
+    return sum;
 }
 
 static void block_grad_squares(Cg *cg, IrOp *op, LLVMValueRef c) {
@@ -1662,34 +1722,49 @@ static void block_clip_factor(Cg *cg, IrOp *op, LLVMValueRef i) {
     cg_if_end(cg, &f);
 }
 
+/* ---------------------------------------------------------------- lars */
+
+/* Parameter t's span in the flat vectors: its first element and its count. */
+static LLVMValueRef parameter_span(Cg *cg, LLVMValueRef t, LLVMValueRef *count) {
+    Tensor *spans = cg->ir->parameter_spans;
+    *count = cg_load(cg, spans, add(cg, mul(cg, t, I(cg, 2)), I(cg, 1)));
+    return cg_load(cg, spans, mul(cg, t, I(cg, 2)));
+}
+
+/* Parameter t's step scale from its squares' sums (timm's Lars, after NVIDIA's LARC):
+ * trust_coefficient |w| / (|g| + wd |w| + epsilon) where its weight decay wd, |w| and
+ * |g| are all nonzero, else 1; |g| the norm of the gradients the optimizer takes
+ * (clip_norm's scale applied), wd its group's. */
+static void store_trust(Cg *cg, IrOp *op, LLVMValueRef t, LLVMValueRef first, LLVMValueRef w2, LLVMValueRef g2) {
+    const ddp_optimizer *o = &cg->ir->config->optimizer;
+    LLVMValueRef w = cg_sqrt(cg, w2), g = cg_sqrt(cg, g2), wd = element_decay(cg, first, cg->f64);
+    if (cg->ir->clip)
+        g = fmul(cg, g, load_f64(cg, cg->ir->clip, I(cg, 0)));
+    LLVMValueRef ratio = fdiv(cg, fmul(cg, F(cg, o->trust_coefficient), w),
+                              fadd(cg, fadd(cg, g, fmul(cg, wd, w)), F(cg, o->epsilon)));
+    LLVMValueRef adapt = and_(cg, fcmp(cg, LLVMRealONE, wd, F(cg, 0)),
+                              and_(cg, fgt(cg, w, F(cg, 0)), fgt(cg, g, F(cg, 0))));
+    store_f64(cg, op->out[0], t, sel(cg, adapt, ratio, F(cg, 1)), false);
+}
+
+static void gen_trust_ratio(Cg *cg, IrOp *op, LLVMValueRef t) {
+    LLVMValueRef count, first = parameter_span(cg, t, &count), sums[2];
+    Tensor *both[] = {cg->ir->all_params, cg->ir->all_grads};
+    sums_of_squares(cg, both, 2, first, count, sums);
+    store_trust(cg, op, t, first, sums[0], sums[1]);
+}
+
+static void block_trust_ratio(Cg *cg, IrOp *op, LLVMValueRef t) {
+    Block k = block_of(cg, op);
+    LLVMValueRef count, first = parameter_span(cg, t, &count), sums[2];
+    Tensor *both[] = {cg->ir->all_params, cg->ir->all_grads};
+    block_sums_of(cg, op, &k, both, 2, first, count, true, sums);
+    If f = first_thread(cg, &k);
+    store_trust(cg, op, t, first, sums[0], sums[1]);
+    cg_if_end(cg, &f);
+}
+
 /* ---------------------------------------------------------------- optimizer */
-
-/* A constant and a run-time scalar in the program's float type. */
-static LLVMValueRef R(Cg *cg, double v) {
-    return LLVMConstReal(cg->real, v);
-}
-
-static LLVMValueRef scalar_real(Cg *cg, int slot) {
-    return cg_from_f64(cg, cg_scalar_f64(cg, slot), cg->real);
-}
-
-/* Element i's weight decay: its group's (ddp_decay_group) where the groups differ, as
- * a sum of the three decays each times 1 or 0, which is exact: selects would be moved
- * before the scalars' conversion from f64, into the loop. */
-static LLVMValueRef element_decay(Cg *cg, LLVMValueRef i) {
-    LLVMValueRef wd = scalar_real(cg, DDP_S_WEIGHT_DECAY);
-    if (!cg->ir->decay_groups)
-        return wd;
-    LLVMValueRef group = cg_load(cg, cg->ir->decay_groups, i), sum = NULL;
-    static const int slots[] = {[DDP_DECAY_WEIGHTS] = DDP_S_WEIGHT_DECAY, [DDP_DECAY_BIASES] = DDP_S_BIAS_WEIGHT_DECAY,
-                                [DDP_DECAY_NORMS] = DDP_S_NORM_WEIGHT_DECAY};
-    for (int g = DDP_DECAY_WEIGHTS; g <= DDP_DECAY_NORMS; g++) {
-        LLVMValueRef is = LLVMBuildICmp(cg->b, LLVMIntEQ, group, LLVMConstInt(cg->i8, (unsigned long long)g, 0), "");
-        LLVMValueRef part = fmul(cg, LLVMBuildUIToFP(cg->b, is, cg->real, ""), scalar_real(cg, slots[g]));
-        sum = sum ? fadd(cg, sum, part) : part;
-    }
-    return sum;
-}
 
 /* One element of the flat vectors, after every worker's gradients are summed, in the
  * program's float type as PyTorch and TensorFlow do it (f32 division and square root
@@ -1697,14 +1772,18 @@ static LLVMValueRef element_decay(Cg *cg, LLVMValueRef i) {
 static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     Ir *ir = cg->ir;
     LLVMValueRef p = cg_load(cg, ir->all_params, i), g = cg_load(cg, ir->all_grads, i);
-    LLVMValueRef lr = scalar_real(cg, DDP_S_LEARNING_RATE), wd = element_decay(cg, i);
+    LLVMValueRef lr = scalar_real(cg, DDP_S_LEARNING_RATE), wd = element_decay(cg, i, cg->real);
     if (cg->grad_scale) /* scaled before anything else sees them, weight decay included */
         g = fmul(cg, g, cg->grad_scale);
     const ddp_optimizer *o = &ir->config->optimizer;
     LLVMValueRef average = o->ema > 0 ? cg_load(cg, ir->states[ir->state_vectors - 1], i) : NULL;
     LLVMValueRef upd;
-    if (op->code == DDP_OPT_SGD) {
+    if (op->code == DDP_OPT_SGD || op->code == DDP_OPT_LARS) {
         LLVMValueRef gw = fadd(cg, g, fmul(cg, wd, p));
+        if (op->code == DDP_OPT_LARS) { /* scaled by its parameter's trust ratio */
+            LLVMValueRef t = LLVMBuildSExt(cg->b, cg_load(cg, ir->parameter_numbers, i), cg->i64, "");
+            gw = fmul(cg, gw, cg_from_f64(cg, load_f64(cg, ir->trust, t), cg->real));
+        }
         upd = gw;
         if (o->momentum > 0) { /* its velocity the first state vector */
             LLVMValueRef mu = R(cg, o->momentum);
@@ -1750,6 +1829,7 @@ static int64_t reduced_length(const IrOp *op) {
     case OP_GAP: return op->in[0]->shape.dim[0] * op->in[0]->shape.dim[1];
     case OP_ACCUMULATE: return op->in[0]->elems;
     case OP_FIND_NONFINITE: case OP_GRAD_SQUARES: return NONFINITE_CHUNK;
+    case OP_TRUST_RATIO: return op->channels; /* the largest parameter */
     case OP_NONFINITE_FLAG: case OP_CLIP_FACTOR: return op->in[0]->elems;
     default: return 0;
     }
@@ -1757,7 +1837,7 @@ static int64_t reduced_length(const IrOp *op) {
 
 /* Shared memory a block uses: a slot of one f64 per thread for each sum it forms at once. */
 static int64_t reduced_slots(const IrOp *op) {
-    return op->kind == OP_REDUCE_ROWS ? op->nout : op->kind == OP_BN_STATS ? 2 : 1;
+    return op->kind == OP_REDUCE_ROWS ? op->nout : op->kind == OP_BN_STATS || op->kind == OP_TRUST_RATIO ? 2 : 1;
 }
 
 /* An index launch's blocks: 256 threads, the grid's threads a multiple of the
@@ -1807,6 +1887,7 @@ static IndexBody body_of(OpKind kind) {
     case OP_FIND_NONFINITE: return gen_find_nonfinite;
     case OP_NONFINITE_FLAG: return gen_nonfinite_flag;
     case OP_GRAD_SQUARES: return gen_grad_squares;
+    case OP_TRUST_RATIO: return gen_trust_ratio;
     case OP_CLIP_FACTOR: return gen_clip_factor;
     case OP_OPTIMIZER: return gen_optimizer;
     default: return NULL;
@@ -1823,6 +1904,7 @@ static IndexBody block_body_of(OpKind kind) {
     case OP_FIND_NONFINITE: return block_find_nonfinite;
     case OP_NONFINITE_FLAG: return block_nonfinite_flag;
     case OP_GRAD_SQUARES: return block_grad_squares;
+    case OP_TRUST_RATIO: return block_trust_ratio;
     case OP_CLIP_FACTOR: return block_clip_factor;
     default: return NULL;
     }

@@ -92,8 +92,9 @@ static void lay_out_vectors(Ddpc *c, Ir *ir) {
         offset += ir->stats.items[i]->elems;
     }
     ir->stats_count = offset;
-    Tensor *whole[] = {ir->all_params, ir->all_grads, ir->states[0], ir->states[1], ir->states[2], ir->decay_groups};
-    for (int i = 0; i < 6; i++)
+    Tensor *whole[] = {ir->all_params, ir->all_grads,    ir->states[0],          ir->states[1],
+                       ir->states[2],    ir->decay_groups, ir->parameter_numbers};
+    for (int i = 0; i < 7; i++)
         if (whole[i])
             whole[i]->elems = ir->param_count;
     int64_t chunks = (ir->param_count + NONFINITE_CHUNK - 1) / NONFINITE_CHUNK;
@@ -370,6 +371,13 @@ static void place_small_regions(Ir *ir) {
         }
     if (ir->decay_groups)
         ir->decay_groups->region = DDP_REGION_CONSTANTS, ir->decay_groups->offset = 0;
+    if (ir->trust) {
+        bool groups = ir->decay_groups != NULL;
+        ir->parameter_numbers->region = DDP_REGION_CONSTANTS;
+        ir->parameter_numbers->offset = ddp_parameter_numbers_at(ir->param_count, groups);
+        ir->parameter_spans->region = DDP_REGION_CONSTANTS;
+        ir->parameter_spans->offset = ddp_parameter_spans_at(ir->param_count, groups);
+    }
 }
 
 /* The buffer table: the batch's and the accumulators' first (the runtime fills and

@@ -312,7 +312,7 @@ static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const c
         [DDP_REGION_STATE] = c->config->optimizer.state_vectors * ir->param_count * elem,
         [DDP_REGION_STATS] = ir->stats_count * elem, [DDP_REGION_ARENA] = ir->arena_bytes,
         [DDP_REGION_WORKSPACE] = ir->workspace_bytes, [DDP_REGION_INPUT] = ir->input_bytes,
-        [DDP_REGION_ACCUM] = ir->accum_bytes, [DDP_REGION_CONSTANTS] = decay_group_bytes(ir),
+        [DDP_REGION_ACCUM] = ir->accum_bytes, [DDP_REGION_CONSTANTS] = constant_bytes(ir),
     };
     memcpy(p.region_bytes, regions, sizeof regions);
     p.params = params_table(c, ir);

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 19
+#define DDP_ABI_VERSION 20
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -176,9 +176,25 @@ enum ddp_region {
     DDP_REGION_INPUT,   /* the batch: inputs, labels, global sample indices */
     DDP_REGION_ACCUM,   /* loss and metric sums, f64 */
     DDP_REGION_CONSTANTS, /* what the runtime derives from the program at start and never changes:
-                           * each parameter element's ddp_decay_group (u8), where the groups' decays differ */
+                           * each parameter element's ddp_decay_group (u8), where the groups' decays differ;
+                           * with lars, each element's parameter (i32) and each parameter's span (below) */
     DDP_REGION_COUNT
 };
+
+/* The CONSTANTS region's parts, in bytes from its start, for a program of param_count
+ * parameter elements in `params` parameters (the flat vector's, in its order): the decay
+ * groups (param_count bytes, where the optimizer has them), then under lars each
+ * element's parameter number (i32) and each parameter's first element and element count
+ * (i64 pairs), each part 8-byte aligned. */
+static inline int64_t ddp_parameter_numbers_at(int64_t param_count, int64_t decay_groups) {
+    return decay_groups ? (param_count + 7) / 8 * 8 : 0;
+}
+static inline int64_t ddp_parameter_spans_at(int64_t param_count, int64_t decay_groups) {
+    return ddp_parameter_numbers_at(param_count, decay_groups) + (4 * param_count + 7) / 8 * 8;
+}
+static inline int64_t ddp_constants_bytes(int64_t param_count, int64_t params, int64_t decay_groups, int64_t lars) {
+    return lars ? ddp_parameter_spans_at(param_count, decay_groups) + 16 * params : decay_groups ? param_count : 0;
+}
 
 /* Arena and workspace buffers carry the steps that first and last use them, counted
  * over the training sequence (forward, backward, optimizer) or, for evaluation's own
@@ -359,7 +375,7 @@ enum ddp_schedule_kind { DDP_SCHEDULE_CONSTANT, DDP_SCHEDULE_STEP, DDP_SCHEDULE_
     X##_I64(T, milestone_unit)
 DDP_CONTRACT(ddp_schedule)
 
-enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };
+enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW, DDP_OPT_LARS };
 
 #define DDP_FIELDS_ddp_optimizer(X, T)                                                                       \
     X##_I64(T, kind)        /* ddp_optimizer_kind */                                                         \
@@ -372,6 +388,7 @@ enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW };
     X##_F64(T, beta1)                                                                                        \
     X##_F64(T, beta2)                                                                                        \
     X##_F64(T, epsilon)                                                                                      \
+    X##_F64(T, trust_coefficient) /* lars: a parameter's step scaled by this x its norm / its gradient's */     \
     X##_I64(T, nesterov)                                                                                     \
     X##_F64(T, clip_norm)     /* the gradients' largest global L2 norm, scaled down to it past it; 0: none */ \
     X##_F64(T, ema)           /* the parameters' moving average's decay, its vector the last state; 0: none */ \

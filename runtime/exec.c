@@ -71,12 +71,25 @@ static int cpu_conv_path(const ddp_program *p) {
  * program's optimizer reads them. */
 static void fill_constants(ddp_runtime *rt) {
     const ddp_program *p = rt->program;
-    uint8_t *groups = rt->region[DDP_REGION_CONSTANTS];
-    if (p->region_bytes[DDP_REGION_CONSTANTS] < p->param_count)
-        return;
-    for (int64_t i = 0; i < p->nparams; i++)
-        if (p->params[i].region == DDP_REGION_PARAMS)
-            memset(groups + p->params[i].offset, (int)p->params[i].decay, (size_t)p->params[i].count);
+    const ddp_optimizer *o = &p->settings.optimizer;
+    char *constants = rt->region[DDP_REGION_CONSTANTS];
+    int32_t *numbers = (int32_t *)(constants + ddp_parameter_numbers_at(p->param_count, o->decay_groups));
+    int64_t *spans = (int64_t *)(constants + ddp_parameter_spans_at(p->param_count, o->decay_groups));
+    int32_t number = 0;
+    for (int64_t i = 0; i < p->nparams; i++) {
+        const ddp_param *q = &p->params[i];
+        if (q->region != DDP_REGION_PARAMS)
+            continue;
+        if (o->decay_groups)
+            memset(constants + q->offset, (int)q->decay, (size_t)q->count);
+        if (o->kind != DDP_OPT_LARS)
+            continue;
+        for (int64_t e = 0; e < q->count; e++)
+            numbers[q->offset + e] = number;
+        spans[2 * number] = q->offset;
+        spans[2 * number + 1] = q->count;
+        number++;
+    }
 }
 
 /* ddp_open's failure: what it made is freed. */

@@ -267,7 +267,7 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
  * workers or global_batch evaluated for this job, as ddp_prepare_step does. */
 static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp_runtime *rt, char *out,
                           size_t len) {
-    static const char *const optimizers[] = {"sgd", "adam", "adamw"};
+    static const char *const optimizers[] = {"sgd", "adam", "adamw", "lars"};
     static const char *const schedules[] = {"constant", "step", "cosine", "linear", "multistep"};
     const ddp_optimizer *o = &p->settings.optimizer;
     double replicas = rt->replicas, workers = rt->workers;
@@ -278,8 +278,12 @@ static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp
     double biases = ddp_rt_eval(&o->bias_weight_decay, replicas, workers, global);
     double norms = ddp_rt_eval(&o->norm_weight_decay, replicas, workers, global);
     int n = snprintf(out, len, "%s", optimizers[o->kind]);
-    if (o->kind == DDP_OPT_SGD && o->momentum > 0)
-        n += snprintf(out + n, len - (size_t)n, " (momentum %g%s)", o->momentum, o->nesterov ? ", nesterov" : "");
+    if (o->kind == DDP_OPT_LARS)
+        n += snprintf(out + n, len - (size_t)n, " (trust coefficient %g%s", o->trust_coefficient,
+                      o->momentum > 0 ? ", " : ")");
+    if ((o->kind == DDP_OPT_SGD || o->kind == DDP_OPT_LARS) && o->momentum > 0)
+        n += snprintf(out + n, len - (size_t)n, "%smomentum %g%s)", o->kind == DDP_OPT_SGD ? " (" : "", o->momentum,
+                      o->nesterov ? ", nesterov" : "");
     n += snprintf(out + n, len - (size_t)n, ", learning rate %g", rate);
     if (o->learning_rate.kind != DDP_SCHEDULE_CONSTANT)
         n += snprintf(out + n, len - (size_t)n, " (%s schedule's peak)", schedules[o->learning_rate.kind]);

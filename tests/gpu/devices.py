@@ -7,7 +7,8 @@ final parameters must agree within the tolerance of their precision, as distance
 relative to the parameters' norm: f32 with SGD 1e-5 after 20 steps, the CNN with Adam
 1e-4 (Adam divides small gradients by their own size), f64 1e-12; the MLP with
 precision = tf32 between 1e-5 and 1e-2 (the emulated tensor cores round factors, the
-CPU does not). ResNet-50 is
+CPU does not); lars (each parameter's norms one block's sums on the device) in f64
+and, clipped, in f32. ResNet-50 is
 compared in f64, one step: at the small batches a test can afford it amplifies
 rounding some 10^4 times a step (batch normalisation of a few values): in f32 one step
 differs from the same step in f64 by 2e-3 of the norm on the CPU alone, and in f64 a
@@ -69,6 +70,14 @@ CASES = [
     ("decay_groups_f64", os.path.join(GRADCHECK, "batchnorm_residual.ddp"), "f64",
      ["-Doptimizer=sgd(learning_rate = 0.1, momentum = 0.9, weight_decay = 0.05, bias_weight_decay = 0.01, "
       "norm_weight_decay = 0)"], [], 3, 1e-12),
+    # lars: each parameter's trust ratio, one block per parameter on the device, its
+    # norms summed in another order than the CPU's; with clip_norm in f32
+    ("lars_f64", os.path.join(GRADCHECK, "batchnorm_residual.ddp"), "f64",
+     ["-Doptimizer=lars(learning_rate = 2, momentum = 0.9, weight_decay = 0.01, bias_weight_decay = 0, "
+      "norm_weight_decay = 0)"], [], 3, 1e-12),
+    ("fashion_mlp_lars", os.path.join(SAMPLES, "fashion_mlp.ddp"), "f32",
+     ["-Dbatch_per_replica=16", "-Doptimizer=lars(learning_rate = 3, weight_decay = 1e-4, clip_norm = 1)"], SYNTHETIC,
+     20, 1e-5),
 ] + [("gradcheck_" + f[:-4], os.path.join(GRADCHECK, f), "f64", [], [], 3, 1e-12)
      for f in sorted(os.listdir(GRADCHECK)) if f.endswith(".ddp") and f not in TARGETS_NOT_CLASSES]
 

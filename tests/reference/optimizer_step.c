@@ -3,10 +3,12 @@
  * Three steps of the linked model; before each optimizer phase the parameters and
  * the summed gradients are copied, and the update is computed here from the program's
  * settings (learning rate, momentum, Nesterov, betas, epsilon, weight decay inside the
- * optimizer), keeping this test's own momentum and moment vectors. Every parameter
+ * optimizer, clip_norm's scale), keeping this test's own momentum and moment vectors. Every parameter
  * must agree to 1e-12 relative. Each parameter takes its group's weight decay, the
  * group told here from its name (a batchnorm layer's: the normalisations'; another
- * vector: a bias) and held against the program's table. */
+ * vector: a bias) and held against the program's table. lars is SGD with each
+ * parameter's step scaled by its trust ratio, computed here from its norm and its
+ * gradient's as timm's Lars does. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,25 @@ static bool element_decays(ddp_runtime *rt, double *decay) {
     return true;
 }
 
+/* lars: each element's scale, its parameter's trust ratio (timm's Lars): trust_coefficient
+ * |w| / (|g| + wd |w| + epsilon) where wd, |w| and |g| are nonzero, else 1. */
+static void trust_ratios(const ddp_program *p, const double *w, const double *g, const double *decay, double *trust) {
+    const ddp_optimizer *opt = &p->settings.optimizer;
+    for (int64_t k = 0; k < p->nparams; k++) {
+        const ddp_param *q = &p->params[k];
+        if (q->region != DDP_REGION_PARAMS)
+            continue;
+        double w2 = 0, g2 = 0, wd = decay[q->offset];
+        for (int64_t e = q->offset; e < q->offset + q->count; e++)
+            w2 += w[e] * w[e], g2 += g[e] * g[e];
+        double wn = sqrt(w2), gn = sqrt(g2), ratio = 1;
+        if (opt->kind == DDP_OPT_LARS && wd != 0 && wn > 0 && gn > 0)
+            ratio = opt->trust_coefficient * wn / (gn + wd * wn + opt->epsilon);
+        for (int64_t e = q->offset; e < q->offset + q->count; e++)
+            trust[e] = ratio;
+    }
+}
+
 int main(void) {
     const ddp_program *p = &ddp_program_desc;
     ddp_options o = {.threads = 1};
@@ -56,7 +77,7 @@ int main(void) {
     ddp_set_batch(rt, batch, batch);
     double *params = rt->region[DDP_REGION_PARAMS], *grads = rt->region[DDP_REGION_GRADS];
     double *before = calloc((size_t)n, 8), *m = calloc((size_t)n, 8), *v = calloc((size_t)n, 8);
-    double *decay = calloc((size_t)n, 8);
+    double *decay = calloc((size_t)n, 8), *trust = calloc((size_t)n, 8);
     const ddp_optimizer *opt = &p->settings.optimizer;
     double worst = 0;
     for (int step = 0; step < 3; step++) {
@@ -68,10 +89,18 @@ int main(void) {
         double lr = rt->scalars[DDP_S_LEARNING_RATE].f;
         if (!element_decays(rt, decay))
             return 1;
+        double squares = 0, scale = 1; /* clip_norm: the gradients scaled to it, as PyTorch's clip_grad_norm_ */
+        for (int64_t i = 0; i < n; i++)
+            squares += grads[i] * grads[i];
+        if (opt->clip_norm > 0 && opt->clip_norm / (sqrt(squares) + 1e-6) < 1)
+            scale = opt->clip_norm / (sqrt(squares) + 1e-6);
+        for (int64_t i = 0; i < n; i++)
+            grads[i] *= scale;
+        trust_ratios(p, before, grads, decay, trust);
         for (int64_t i = 0; i < n; i++) {
             double w = before[i], g = grads[i], wd = decay[i], expect;
-            if (opt->kind == DDP_OPT_SGD) {
-                double gw = g + wd * w, update = gw;
+            if (opt->kind == DDP_OPT_SGD || opt->kind == DDP_OPT_LARS) {
+                double gw = (g + wd * w) * trust[i], update = gw;
                 if (opt->state_vectors) {
                     m[i] = opt->momentum * m[i] + gw;
                     update = opt->nesterov ? gw + opt->momentum * m[i] : m[i];
@@ -92,14 +121,16 @@ int main(void) {
                 worst = e;
         }
     }
-    static const char *const names[] = {"sgd", "adam", "adamw"};
+    static const char *const names[] = {"sgd", "adam", "adamw", "lars"};
     bool ok = worst <= 1e-12;
     printf("optimizer_step %s%s, weight decays %g, biases %g, normalisations %g: largest relative difference %.2e "
            "over 3 steps: %s\n", names[opt->kind],
-           opt->state_vectors && opt->kind == DDP_OPT_SGD ? (opt->nesterov ? " (nesterov)" : " (momentum)") : "",
+           opt->state_vectors && opt->kind != DDP_OPT_ADAM && opt->kind != DDP_OPT_ADAMW
+               ? (opt->nesterov ? " (nesterov)" : " (momentum)") : "",
            rt->scalars[DDP_S_WEIGHT_DECAY].f, rt->scalars[DDP_S_BIAS_WEIGHT_DECAY].f,
            rt->scalars[DDP_S_NORM_WEIGHT_DECAY].f, worst, ok ? "ok" : "FAIL");
     free(decay);
+    free(trust);
     free(before);
     free(m);
     free(v);
