@@ -28,6 +28,8 @@ sgd="-Doptimizer=sgd(learning_rate = 0.05)"
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_nccl" "$sgd" -Dcommunication=nccl
 "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_accumulate" "$sgd" -Dbatch_per_replica=16 \
     -Daccumulate_batches=4
+"$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_lars" \
+    "-Doptimizer=lars(learning_rate = 1, weight_decay = 1e-4, bias_weight_decay = 0)"
 for batch in 8 16 32; do
     "$build/ddpc" build "$stage/fashion.ddp" -o "$stage/bin/fashion_sgd_nccl_b$batch" "$sgd" -Dcommunication=nccl \
         -Dbatch_per_replica=$batch

@@ -18,7 +18,8 @@
 #   steps.txt      fashion.ddp with SGD (fashion_sgd), 5 steps on the GPU and on the
 #                  CPU from the same seed: the parameters within 2e-4 of their norm
 #                  (f32; why SGD and 2e-4 below); and on the GPU, 4 batches of 16
-#                  a step (accumulate_batches) against the 5 steps of 64
+#                  a step (accumulate_batches) against the 5 steps of 64; lars on
+#                  both, 2e-4
 #   epoch.txt      fashion.ddp, one epoch on each: val_accuracy within 0.5 point
 #   predict.txt    --predict with the GPU epoch's parameters, on the GPU and on the CPU:
 #                  every test sample's outputs within 1e-3 of their norm
@@ -145,6 +146,14 @@ timeout 60 "$bin/fashion_sgd_accumulate" --device $device $few_steps --save "$wo
     > "$results/steps_accumulate.log" 2>&1 || status=FAIL
 [ $status = ok ] && { printf '4 batches of 16 a step against 64: ' >> "$results/steps.txt"
     python3 "$here/compare.py" "$work/steps_$device.safetensors" "$work/accumulate.safetensors" 2e-4 \
+        >> "$results/steps.txt" 2>&1 || status=FAIL; }
+# lars (each parameter's norms a block's sums on the GPU): the GPU against the CPU
+for on in cpu $device; do
+    timeout 60 "$bin/fashion_lars" --device $on $few_steps --save "$work/lars_$on.safetensors" \
+        > "$results/steps_lars_$on.log" 2>&1 || status=FAIL
+done
+[ $status = ok ] && { printf 'lars against the CPU: ' >> "$results/steps.txt"
+    python3 "$here/compare.py" "$work/lars_cpu.safetensors" "$work/lars_$device.safetensors" 2e-4 \
         >> "$results/steps.txt" 2>&1 || status=FAIL; }
 stage steps $status "$(tr '\n' ' ' < "$results/steps.txt" 2>/dev/null || tail -n 1 "$results/steps_$device.log")"
 
