@@ -110,6 +110,13 @@ static const Param lars_params[] = {
     BOOL("ema_warmup", 0),
 };
 
+/* timm's Lamb, its weight decay decoupled as adamw's */
+static const Param lamb_params[] = {
+    LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
+    NUM("epsilon", 1e-6, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME), DECAYS,
+    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
+};
+
 static const Param constant_params[] = {REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE)};
 static const Param step_params[] = {
     REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE), NUM("drop", 0.1, P_POSITIVE | P_RUNTIME),
@@ -279,6 +286,9 @@ const Builtin builtins[] = {
     OTHER("lars", B_OPTIMIZER, DDP_OPT_LARS, lars_params,
           "SGD whose step for each parameter with weight decay is scaled by trust_coefficient x its norm / (its "
           "gradient's + weight_decay x its norm) (LARS, for large global batches)"),
+    OTHER("lamb", B_OPTIMIZER, DDP_OPT_LAMB, lamb_params,
+          "adamw whose step for each parameter with weight decay is scaled by its norm / the step's (LAMB, for large "
+          "global batches)"),
 
     OTHER("constant", B_SCHEDULE, DDP_SCHEDULE_CONSTANT, constant_params, "the same rate throughout"),
     OTHER("step", B_SCHEDULE, DDP_SCHEDULE_STEP, step_params, "multiplied by drop every period, after a linear warm-up"),

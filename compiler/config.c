@@ -109,9 +109,9 @@ static ddp_optimizer optimizer_of(Ddpc *c, Value opt) {
                        .clip_norm = num_arg(opt, "clip_norm", 0),
                        .ema = num_arg(opt, "ema", 0),
                        .ema_warmup = num_arg(opt, "ema_warmup", 0) != 0};
-    /* sgd and lars keep a velocity only with momentum; adam and adamw their two moments;
+    /* sgd and lars keep a velocity only with momentum; adam, adamw and lamb two moments;
      * ema its average after them */
-    bool adam = o.kind == DDP_OPT_ADAM || o.kind == DDP_OPT_ADAMW;
+    bool adam = o.kind == DDP_OPT_ADAM || o.kind == DDP_OPT_ADAMW || o.kind == DDP_OPT_LAMB;
     o.state_vectors = (adam ? 2 : o.momentum > 0 ? 1 : 0) + (o.ema > 0);
     o.bias_weight_decay = group_decay(c, opt, "bias_weight_decay", &o.decay_groups);
     o.norm_weight_decay = group_decay(c, opt, "norm_weight_decay", &o.decay_groups);

@@ -722,10 +722,10 @@ static void add_update_constants(IrOp *op, const Ir *ir) {
         add_in(op, ir->decay_groups);
 }
 
-/* lars: each parameter's step scale from its norm and its gradient's, one index per
- * parameter (its span read from the constants; its threads on a GPU as many as the
+/* lars, lamb: each parameter's step scale from its norm and its gradient's (lamb: its
+ * step's, Adam's moments read), one index per parameter (its span read from the constants; its threads on a GPU as many as the
  * largest parameter can use), before the optimizer, which reads its element's. */
-static void lower_trust_ratio(Ddpc *c, Ir *ir) {
+static void lower_trust_ratio(Ddpc *c, Ir *ir, bool moments) {
     Shape flat = {0, {0}}, spans = {1, {2 * (int64_t)ir->params.len}}, each = {1, {ir->params.len}};
     ir->parameter_numbers = ir_tensor(c, ir, "parameter_numbers", T_CONST, DT_I32, false, &flat);
     ir->parameter_spans = ir_tensor(c, ir, "parameter_spans", T_CONST, DT_I64, false, &spans);
@@ -735,6 +735,8 @@ static void lower_trust_ratio(Ddpc *c, Ir *ir) {
     add_in(op, ir->all_grads);
     add_in(op, ir->parameter_spans);
     add_update_constants(op, ir);
+    for (int i = 0; moments && i < 2; i++) /* lamb's: the step it is held against is Adam's */
+        add_in(op, ir->states[i]);
     add_out(op, ir->trust);
     op->range = dim_fixed(ir->params.len);
     for (int i = 0; i < ir->params.len; i++)
@@ -774,12 +776,17 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
     }
     if (o->decay_groups)
         ir->decay_groups = ir_tensor(c, ir, "decay_groups", T_CONST, DT_U8, false, &flat);
-    if (o->kind == DDP_OPT_LARS)
-        lower_trust_ratio(c, ir);
+    ir->state_vectors = (int)o->state_vectors;
+    for (int i = 0; i < ir->state_vectors; i++) {
+        bool average = o->ema > 0 && i == ir->state_vectors - 1; /* ema's, after the optimizer's own */
+        ir->states[i] = ir_tensor(c, ir, average ? "average" : arena_printf(c->arena, "state%d", i), T_STATE, dtype,
+                                  false, &flat);
+    }
+    if (o->kind == DDP_OPT_LARS || o->kind == DDP_OPT_LAMB)
+        lower_trust_ratio(c, ir, o->kind == DDP_OPT_LAMB);
     IrOp *op = ir_op(c, ir, PH_OPTIMIZER, OP_OPTIMIZER);
     op->code = o->kind;
     op->what = builtin_of(B_OPTIMIZER, o->kind)->name;
-    ir->state_vectors = (int)o->state_vectors;
     add_out(op, ir->all_params);
     add_in(op, ir->all_grads);
     add_in(op, ir->nonfinite);
@@ -788,12 +795,8 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
         add_in(op, ir->parameter_numbers);
         add_in(op, ir->trust);
     }
-    for (int i = 0; i < ir->state_vectors; i++) {
-        bool average = o->ema > 0 && i == ir->state_vectors - 1; /* ema's, after the optimizer's own */
-        ir->states[i] = ir_tensor(c, ir, average ? "average" : arena_printf(c->arena, "state%d", i), T_STATE, dtype,
-                                  false, &flat);
+    for (int i = 0; i < ir->state_vectors; i++)
         add_out(op, ir->states[i]);
-    }
 
     lower_pass(L, PH_EVAL);
     ir->eval_output = L->value[ir->graph->output->id];

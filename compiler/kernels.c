@@ -1615,10 +1615,19 @@ static LLVMValueRef element_decay(Cg *cg, LLVMValueRef i, LLVMTypeRef type) {
 
 /* ------------------------------------------------------------ clip_norm */
 
-/* The sums of squares of n tensors' elements [lo, lo + count), in f64, into sums: for
- * each, four sums of every fourth element, so that the additions overlap, then added
- * pairwise (a fixed order: the same bits every step and any thread count). */
-static void sums_of_squares(Cg *cg, Tensor *const *t, int n, LLVMValueRef lo, LLVMValueRef count,
+/* Term j (of one or two) of a sum of squares at element `index`, in f64: a tensor's
+ * element, or a value made from several (lars's and lamb's). */
+typedef LLVMValueRef (*Term)(Cg *cg, IrOp *op, int j, LLVMValueRef index);
+
+static LLVMValueRef input_term(Cg *cg, IrOp *op, int j, LLVMValueRef index) {
+    (void)j;
+    return load_f64(cg, op->in[0], index);
+}
+
+/* The sums of squares of n terms over elements [lo, lo + count), in f64, into sums:
+ * for each, four sums of every fourth element, so that the additions overlap, then
+ * added pairwise (a fixed order: the same bits every step and any thread count). */
+static void sums_of_squares(Cg *cg, IrOp *op, Term term, int n, LLVMValueRef lo, LLVMValueRef count,
                             LLVMValueRef *sums) {
     LLVMValueRef acc[2][4];
     for (int j = 0; j < n; j++)
@@ -1630,13 +1639,13 @@ static void sums_of_squares(Cg *cg, Tensor *const *t, int n, LLVMValueRef lo, LL
     LLVMValueRef at = add(cg, lo, mul(cg, cg_loop_index(cg, &quads), I(cg, 4)));
     for (int j = 0; j < n; j++)
         for (int k = 0; k < 4; k++) {
-            LLVMValueRef v = load_f64(cg, t[j], add(cg, at, I(cg, k)));
+            LLVMValueRef v = term(cg, op, j, add(cg, at, I(cg, k)));
             set_var(cg, acc[j][k], fadd(cg, load_var(cg, acc[j][k], cg->f64), fmul(cg, v, v)));
         }
     cg_loop_end(cg, &quads);
     Loop tail = cg_loop_begin(cg, add(cg, lo, mul(cg, divs(cg, count, I(cg, 4)), I(cg, 4))), add(cg, lo, count), "t");
     for (int j = 0; j < n; j++) {
-        LLVMValueRef v = load_f64(cg, t[j], cg_loop_index(cg, &tail));
+        LLVMValueRef v = term(cg, op, j, cg_loop_index(cg, &tail));
         set_var(cg, acc[j][0], fadd(cg, load_var(cg, acc[j][0], cg->f64), fmul(cg, v, v)));
     }
     cg_loop_end(cg, &tail);
@@ -1648,7 +1657,7 @@ static void sums_of_squares(Cg *cg, Tensor *const *t, int n, LLVMValueRef lo, LL
 /* Chunk c's sum of squared gradient elements. */
 static void gen_grad_squares(Cg *cg, IrOp *op, LLVMValueRef c) {
     LLVMValueRef lo, n = chunk_rows(cg, op->in[0], c, &lo), sum;
-    sums_of_squares(cg, &op->in[0], 1, lo, n, &sum);
+    sums_of_squares(cg, op, input_term, 1, lo, n, &sum);
     store_f64(cg, op->out[0], c, sum, false);
 }
 
@@ -1670,29 +1679,28 @@ static void gen_clip_factor(Cg *cg, IrOp *op, LLVMValueRef i) {
 }
 
 /* On a GPU, a block's share of squares (of gradient elements, or of chunks' sums), of
- * one or two tensors at once. */
+ * one or two terms at once. */
 typedef struct Squares {
     LLVMValueRef sum[2];
-    Tensor *t[2];
+    Term term;
     int n;
     LLVMValueRef base;
-    bool square;                /* t holds values to square, not sums */
+    bool square;                /* the terms are values to square, not sums */
 } Squares;
 
 static void squares_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
-    (void)op;
     Squares *s = arg;
     for (int j = 0; j < s->n; j++) {
-        LLVMValueRef v = load_f64(cg, s->t[j], add(cg, s->base, row));
+        LLVMValueRef v = s->term(cg, op, j, add(cg, s->base, row));
         set_var(cg, s->sum[j], fadd(cg, load_var(cg, s->sum[j], cg->f64), s->square ? fmul(cg, v, v) : v));
     }
 }
 
-/* The block's sums over rows [0, rows) of n tensors from base on, squared or not, into
- * sums (shared-memory slot j for tensor j). */
-static void block_sums_of(Cg *cg, IrOp *op, Block *k, Tensor *const *t, int n, LLVMValueRef base, LLVMValueRef rows,
+/* The block's sums over rows [0, rows) of n terms from base on, squared or not, into
+ * sums (shared-memory slot j for term j). */
+static void block_sums_of(Cg *cg, IrOp *op, Block *k, Term term, int n, LLVMValueRef base, LLVMValueRef rows,
                           bool square, LLVMValueRef *sums) {
-    Squares s = {{NULL, NULL}, {t[0], n > 1 ? t[1] : NULL}, n, base, square};
+    Squares s = {{NULL, NULL}, term, n, base, square};
     for (int j = 0; j < n; j++)
         s.sum[j] = cg_var(cg, cg->f64, F(cg, 0), "sum");
     strided_rows(cg, op, k, rows, squares_visit, &s);
@@ -1703,7 +1711,7 @@ static void block_sums_of(Cg *cg, IrOp *op, Block *k, Tensor *const *t, int n, L
 /* The block's sum over rows [0, rows) of the op's input from base on, squared or not. */
 static LLVMValueRef block_squares(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, LLVMValueRef rows, bool square) {
     LLVMValueRef sum;
-    block_sums_of(cg, op, k, &op->in[0], 1, base, rows, square, &sum);
+    block_sums_of(cg, op, k, input_term, 1, base, rows, square, &sum);
     return sum;
 }
 
@@ -1722,7 +1730,7 @@ static void block_clip_factor(Cg *cg, IrOp *op, LLVMValueRef i) {
     cg_if_end(cg, &f);
 }
 
-/* ---------------------------------------------------------------- lars */
+/* ------------------------------------------------------------ lars, lamb */
 
 /* Parameter t's span in the flat vectors: its first element and its count. */
 static LLVMValueRef parameter_span(Cg *cg, LLVMValueRef t, LLVMValueRef *count) {
@@ -1731,34 +1739,56 @@ static LLVMValueRef parameter_span(Cg *cg, LLVMValueRef t, LLVMValueRef *count) 
     return cg_load(cg, spans, mul(cg, t, I(cg, 2)));
 }
 
-/* Parameter t's step scale from its squares' sums (timm's Lars, after NVIDIA's LARC):
- * trust_coefficient |w| / (|g| + wd |w| + epsilon) where its weight decay wd, |w| and
- * |g| are all nonzero, else 1; |g| the norm of the gradients the optimizer takes
- * (clip_norm's scale applied), wd its group's. */
-static void store_trust(Cg *cg, IrOp *op, LLVMValueRef t, LLVMValueRef first, LLVMValueRef w2, LLVMValueRef g2) {
+static LLVMValueRef adam_step(Cg *cg, LLVMValueRef i, LLVMValueRef p, LLVMValueRef g, LLVMValueRef wd,
+                              LLVMValueRef *m, LLVMValueRef *v);
+
+/* Element i's gradient as the optimizer takes it: clip_norm's scale applied. */
+static LLVMValueRef optimizer_gradient(Cg *cg, LLVMValueRef i) {
+    LLVMValueRef g = cg_load(cg, cg->ir->all_grads, i);
+    return cg->grad_scale ? fmul(cg, g, cg->grad_scale) : g;
+}
+
+/* The two terms of a trust ratio at element i: the parameter, and what its norm is
+ * held against: lars's gradient, lamb's whole step (Adam's, with its weight decay, the
+ * moments made as the optimizer will make them, not stored). */
+static LLVMValueRef trust_term(Cg *cg, IrOp *op, int j, LLVMValueRef i) {
+    (void)op;
+    Ir *ir = cg->ir;
+    if (j == 0)
+        return load_f64(cg, ir->all_params, i);
+    LLVMValueRef g = optimizer_gradient(cg, i), m, v;
+    if (ir->config->optimizer.kind == DDP_OPT_LARS)
+        return cg_to_f64(cg, g);
+    LLVMValueRef p = cg_load(cg, ir->all_params, i);
+    return cg_to_f64(cg, adam_step(cg, i, p, g, element_decay(cg, i, cg->real), &m, &v));
+}
+
+/* Parameter t's step scale from its terms' sums of squares, where its weight decay wd
+ * (its group's), |w| and |u| are all nonzero, else 1: lars's (timm's Lars, after
+ * NVIDIA's LARC) trust_coefficient |w| / (|g| + wd |w| + epsilon), lamb's (timm's
+ * Lamb) |w| / |step|. */
+static void store_trust(Cg *cg, IrOp *op, LLVMValueRef t, LLVMValueRef first, LLVMValueRef w2, LLVMValueRef u2) {
     const ddp_optimizer *o = &cg->ir->config->optimizer;
-    LLVMValueRef w = cg_sqrt(cg, w2), g = cg_sqrt(cg, g2), wd = element_decay(cg, first, cg->f64);
-    if (cg->ir->clip)
-        g = fmul(cg, g, load_f64(cg, cg->ir->clip, I(cg, 0)));
-    LLVMValueRef ratio = fdiv(cg, fmul(cg, F(cg, o->trust_coefficient), w),
-                              fadd(cg, fadd(cg, g, fmul(cg, wd, w)), F(cg, o->epsilon)));
+    LLVMValueRef w = cg_sqrt(cg, w2), u = cg_sqrt(cg, u2), wd = element_decay(cg, first, cg->f64);
+    LLVMValueRef ratio = o->kind == DDP_OPT_LAMB
+                             ? fdiv(cg, w, u)
+                             : fdiv(cg, fmul(cg, F(cg, o->trust_coefficient), w),
+                                    fadd(cg, fadd(cg, u, fmul(cg, wd, w)), F(cg, o->epsilon)));
     LLVMValueRef adapt = and_(cg, fcmp(cg, LLVMRealONE, wd, F(cg, 0)),
-                              and_(cg, fgt(cg, w, F(cg, 0)), fgt(cg, g, F(cg, 0))));
+                              and_(cg, fgt(cg, w, F(cg, 0)), fgt(cg, u, F(cg, 0))));
     store_f64(cg, op->out[0], t, sel(cg, adapt, ratio, F(cg, 1)), false);
 }
 
 static void gen_trust_ratio(Cg *cg, IrOp *op, LLVMValueRef t) {
     LLVMValueRef count, first = parameter_span(cg, t, &count), sums[2];
-    Tensor *both[] = {cg->ir->all_params, cg->ir->all_grads};
-    sums_of_squares(cg, both, 2, first, count, sums);
+    sums_of_squares(cg, op, trust_term, 2, first, count, sums);
     store_trust(cg, op, t, first, sums[0], sums[1]);
 }
 
 static void block_trust_ratio(Cg *cg, IrOp *op, LLVMValueRef t) {
     Block k = block_of(cg, op);
     LLVMValueRef count, first = parameter_span(cg, t, &count), sums[2];
-    Tensor *both[] = {cg->ir->all_params, cg->ir->all_grads};
-    block_sums_of(cg, op, &k, both, 2, first, count, true, sums);
+    block_sums_of(cg, op, &k, trust_term, 2, first, count, true, sums);
     If f = first_thread(cg, &k);
     store_trust(cg, op, t, first, sums[0], sums[1]);
     cg_if_end(cg, &f);
@@ -1766,24 +1796,44 @@ static void block_trust_ratio(Cg *cg, IrOp *op, LLVMValueRef t) {
 
 /* ---------------------------------------------------------------- optimizer */
 
+/* Adam's step at element i for gradient g: mhat / (sqrt(vhat) + epsilon), the weight
+ * decay added to the gradient (adam) or to the step (adamw, lamb); the new moments
+ * into m and v, for the caller to store or not. */
+static LLVMValueRef adam_step(Cg *cg, LLVMValueRef i, LLVMValueRef p, LLVMValueRef g, LLVMValueRef wd,
+                              LLVMValueRef *m, LLVMValueRef *v) {
+    Ir *ir = cg->ir;
+    const ddp_optimizer *o = &ir->config->optimizer;
+    bool decoupled = o->kind != DDP_OPT_ADAM;
+    LLVMValueRef b1 = R(cg, o->beta1), b2 = R(cg, o->beta2);
+    LLVMValueRef gw = decoupled ? g : fadd(cg, g, fmul(cg, wd, p));
+    *m = fadd(cg, fmul(cg, b1, cg_load(cg, ir->states[0], i)), fmul(cg, fsub(cg, R(cg, 1), b1), gw));
+    *v = fadd(cg, fmul(cg, b2, cg_load(cg, ir->states[1], i)), fmul(cg, fsub(cg, R(cg, 1), b2), fmul(cg, gw, gw)));
+    LLVMValueRef mhat = fdiv(cg, *m, scalar_real(cg, DDP_S_BIAS_CORRECTION1));
+    LLVMValueRef vhat = fdiv(cg, *v, scalar_real(cg, DDP_S_BIAS_CORRECTION2));
+    LLVMValueRef upd = fdiv(cg, mhat, fadd(cg, cg_sqrt(cg, vhat), R(cg, o->epsilon)));
+    return decoupled ? fadd(cg, upd, fmul(cg, wd, p)) : upd;
+}
+
+/* Element i's trust ratio (lars, lamb): its parameter's. */
+static LLVMValueRef element_trust(Cg *cg, LLVMValueRef i) {
+    LLVMValueRef t = LLVMBuildSExt(cg->b, cg_load(cg, cg->ir->parameter_numbers, i), cg->i64, "");
+    return cg_from_f64(cg, load_f64(cg, cg->ir->trust, t), cg->real);
+}
+
 /* One element of the flat vectors, after every worker's gradients are summed, in the
  * program's float type as PyTorch and TensorFlow do it (f32 division and square root
  * are several times cheaper than f64's, and this kernel runs over every parameter). */
 static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
     Ir *ir = cg->ir;
-    LLVMValueRef p = cg_load(cg, ir->all_params, i), g = cg_load(cg, ir->all_grads, i);
+    LLVMValueRef p = cg_load(cg, ir->all_params, i), g = optimizer_gradient(cg, i);
     LLVMValueRef lr = scalar_real(cg, DDP_S_LEARNING_RATE), wd = element_decay(cg, i, cg->real);
-    if (cg->grad_scale) /* scaled before anything else sees them, weight decay included */
-        g = fmul(cg, g, cg->grad_scale);
     const ddp_optimizer *o = &ir->config->optimizer;
     LLVMValueRef average = o->ema > 0 ? cg_load(cg, ir->states[ir->state_vectors - 1], i) : NULL;
     LLVMValueRef upd;
     if (op->code == DDP_OPT_SGD || op->code == DDP_OPT_LARS) {
         LLVMValueRef gw = fadd(cg, g, fmul(cg, wd, p));
-        if (op->code == DDP_OPT_LARS) { /* scaled by its parameter's trust ratio */
-            LLVMValueRef t = LLVMBuildSExt(cg->b, cg_load(cg, ir->parameter_numbers, i), cg->i64, "");
-            gw = fmul(cg, gw, cg_from_f64(cg, load_f64(cg, ir->trust, t), cg->real));
-        }
+        if (op->code == DDP_OPT_LARS)
+            gw = fmul(cg, gw, element_trust(cg, i));
         upd = gw;
         if (o->momentum > 0) { /* its velocity the first state vector */
             LLVMValueRef mu = R(cg, o->momentum);
@@ -1792,19 +1842,12 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
             upd = o->nesterov ? fadd(cg, gw, fmul(cg, mu, v)) : v;
         }
     } else {
-        bool decoupled = op->code == DDP_OPT_ADAMW;
-        LLVMValueRef b1 = R(cg, o->beta1), b2 = R(cg, o->beta2);
-        LLVMValueRef gw = decoupled ? g : fadd(cg, g, fmul(cg, wd, p));
-        LLVMValueRef m = fadd(cg, fmul(cg, b1, cg_load(cg, ir->states[0], i)), fmul(cg, fsub(cg, R(cg, 1), b1), gw));
-        LLVMValueRef v = fadd(cg, fmul(cg, b2, cg_load(cg, ir->states[1], i)),
-                              fmul(cg, fsub(cg, R(cg, 1), b2), fmul(cg, gw, gw)));
+        LLVMValueRef m, v;
+        upd = adam_step(cg, i, p, g, wd, &m, &v);
         cg_store(cg, ir->states[0], i, m);
         cg_store(cg, ir->states[1], i, v);
-        LLVMValueRef mhat = fdiv(cg, m, scalar_real(cg, DDP_S_BIAS_CORRECTION1));
-        LLVMValueRef vhat = fdiv(cg, v, scalar_real(cg, DDP_S_BIAS_CORRECTION2));
-        upd = fdiv(cg, mhat, fadd(cg, cg_sqrt(cg, vhat), R(cg, o->epsilon)));
-        if (decoupled)
-            upd = fadd(cg, upd, fmul(cg, wd, p));
+        if (op->code == DDP_OPT_LAMB)
+            upd = fmul(cg, upd, element_trust(cg, i));
     }
     LLVMValueRef next = fsub(cg, p, fmul(cg, lr, upd));
     cg_store(cg, ir->all_params, i, next);
@@ -1967,7 +2010,7 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
     If update = {0};
     if (op->kind == OP_OPTIMIZER)
         update = cg_if_begin(cg, fcmp(cg, LLVMRealOEQ, load_f64(cg, cg->ir->nonfinite, I(cg, 0)), F(cg, 0)));
-    if (op->kind == OP_OPTIMIZER && cg->ir->clip) /* once: the loop's stores could alias it */
+    if ((op->kind == OP_OPTIMIZER || op->kind == OP_TRUST_RATIO) && cg->ir->clip) /* once: stores could alias it */
         cg->grad_scale = cg_from_f64(cg, load_f64(cg, cg->ir->clip, I(cg, 0)), cg->real);
     if (cg->target == TARGET_GPU && kernel_launch(op).kind == DDP_LAUNCH_BLOCK)
         cg_kernel_blocks(cg, op, block_body_of(op->kind));

@@ -481,11 +481,13 @@ static void check_decay_groups(Ddpc *c, TrainSpec *spec) {
                     spec->graph->model);
 }
 
-/* lars adapts the step of a parameter with weight decay alone (timm's rule, which keeps
- * biases and normalisations out by their decay of 0): with every decay 0 it is SGD. */
-static void check_lars_decay(Ddpc *c, TrainSpec *spec) {
+/* lars and lamb adapt the step of a parameter with weight decay alone (timm's rule,
+ * which keeps biases and normalisations out by their decay of 0): with every decay 0
+ * they are sgd and adamw. */
+static void check_trust_decay(Ddpc *c, TrainSpec *spec) {
     Value opt = spec_setting(spec, "optimizer");
-    if (opt.kind != V_OBJECT || opt.builtin->kind != B_OPTIMIZER || opt.builtin->code != DDP_OPT_LARS)
+    if (opt.kind != V_OBJECT || opt.builtin->kind != B_OPTIMIZER ||
+        (opt.builtin->code != DDP_OPT_LARS && opt.builtin->code != DDP_OPT_LAMB))
         return;
     static const char *const decays[] = {"weight_decay", "bias_weight_decay", "norm_weight_decay"};
     for (int i = 0; i < 3; i++) {
@@ -494,8 +496,9 @@ static void check_lars_decay(Ddpc *c, TrainSpec *spec) {
             return; /* a decay that is not 0, or not known until the job starts */
     }
     Value momentum = object_arg(opt, "momentum");
-    diag_report(c, W_LARS_WITHOUT_DECAY, opt.loc, "lars with every weight decay 0 adapts no parameter's step: "
-                "it trains as sgd(momentum = %g)", momentum.kind == V_NUM ? momentum.num : 0);
+    const char *as = opt.builtin->code == DDP_OPT_LAMB ? "adamw" : momentum.num > 0 ? "sgd with momentum" : "sgd";
+    diag_report(c, W_TRUST_WITHOUT_DECAY, opt.loc, "%s with every weight decay 0 adapts no parameter's step: it "
+                "trains as %s", opt.builtin->name, as);
     diag_note(c, opt.loc, "give it `weight_decay = ...` (with `bias_weight_decay = 0, norm_weight_decay = 0` "
               "to keep biases and normalisations out, as usual)");
 }
@@ -533,7 +536,7 @@ static void check_train(Ddpc *c, TrainSpec *spec) {
     if (!spec->graph)
         return;
     check_decay_groups(c, spec);
-    check_lars_decay(c, spec);
+    check_trust_decay(c, spec);
     Value loss = spec_setting(spec, "loss");
     if (loss.kind == V_OBJECT)
         check_loss(c, spec, loss);

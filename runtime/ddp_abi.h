@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 20
+#define DDP_ABI_VERSION 21
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -177,13 +177,13 @@ enum ddp_region {
     DDP_REGION_ACCUM,   /* loss and metric sums, f64 */
     DDP_REGION_CONSTANTS, /* what the runtime derives from the program at start and never changes:
                            * each parameter element's ddp_decay_group (u8), where the groups' decays differ;
-                           * with lars, each element's parameter (i32) and each parameter's span (below) */
+                           * with lars or lamb, each element's parameter (i32) and each parameter's span (below) */
     DDP_REGION_COUNT
 };
 
 /* The CONSTANTS region's parts, in bytes from its start, for a program of param_count
  * parameter elements in `params` parameters (the flat vector's, in its order): the decay
- * groups (param_count bytes, where the optimizer has them), then under lars each
+ * groups (param_count bytes, where the optimizer has them), then under lars and lamb each
  * element's parameter number (i32) and each parameter's first element and element count
  * (i64 pairs), each part 8-byte aligned. */
 static inline int64_t ddp_parameter_numbers_at(int64_t param_count, int64_t decay_groups) {
@@ -375,7 +375,7 @@ enum ddp_schedule_kind { DDP_SCHEDULE_CONSTANT, DDP_SCHEDULE_STEP, DDP_SCHEDULE_
     X##_I64(T, milestone_unit)
 DDP_CONTRACT(ddp_schedule)
 
-enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW, DDP_OPT_LARS };
+enum ddp_optimizer_kind { DDP_OPT_SGD, DDP_OPT_ADAM, DDP_OPT_ADAMW, DDP_OPT_LARS, DDP_OPT_LAMB };
 
 #define DDP_FIELDS_ddp_optimizer(X, T)                                                                       \
     X##_I64(T, kind)        /* ddp_optimizer_kind */                                                         \

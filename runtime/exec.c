@@ -82,7 +82,7 @@ static void fill_constants(ddp_runtime *rt) {
             continue;
         if (o->decay_groups)
             memset(constants + q->offset, (int)q->decay, (size_t)q->count);
-        if (o->kind != DDP_OPT_LARS)
+        if (o->kind != DDP_OPT_LARS && o->kind != DDP_OPT_LAMB)
             continue;
         for (int64_t e = 0; e < q->count; e++)
             numbers[q->offset + e] = number;

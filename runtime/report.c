@@ -267,7 +267,7 @@ static void describe_augments(const ddp_dataset *spec, char *out, size_t len) {
  * workers or global_batch evaluated for this job, as ddp_prepare_step does. */
 static void describe_rate(const ddp_config *cfg, const ddp_program *p, const ddp_runtime *rt, char *out,
                           size_t len) {
-    static const char *const optimizers[] = {"sgd", "adam", "adamw", "lars"};
+    static const char *const optimizers[] = {"sgd", "adam", "adamw", "lars", "lamb"};
     static const char *const schedules[] = {"constant", "step", "cosine", "linear", "multistep"};
     const ddp_optimizer *o = &p->settings.optimizer;
     double replicas = rt->replicas, workers = rt->workers;

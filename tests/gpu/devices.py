@@ -7,8 +7,8 @@ final parameters must agree within the tolerance of their precision, as distance
 relative to the parameters' norm: f32 with SGD 1e-5 after 20 steps, the CNN with Adam
 1e-4 (Adam divides small gradients by their own size), f64 1e-12; the MLP with
 precision = tf32 between 1e-5 and 1e-2 (the emulated tensor cores round factors, the
-CPU does not); lars (each parameter's norms one block's sums on the device) in f64
-and, clipped, in f32. ResNet-50 is
+CPU does not); lars and lamb (each parameter's norms one block's sums on the device) in
+f64 and, clipped, in f32 (lamb, as Adam, 1e-4). ResNet-50 is
 compared in f64, one step: at the small batches a test can afford it amplifies
 rounding some 10^4 times a step (batch normalisation of a few values): in f32 one step
 differs from the same step in f64 by 2e-3 of the norm on the CPU alone, and in f64 a
@@ -78,6 +78,14 @@ CASES = [
     ("fashion_mlp_lars", os.path.join(SAMPLES, "fashion_mlp.ddp"), "f32",
      ["-Dbatch_per_replica=16", "-Doptimizer=lars(learning_rate = 3, weight_decay = 1e-4, clip_norm = 1)"], SYNTHETIC,
      20, 1e-5),
+    # lamb: each parameter's Adam steps summed on the device before the update makes them;
+    # Adam divides each gradient by its own size, so the devices' other orders of
+    # summation in backward come out some 1e-13 apart after 3 steps (6e-13 here): far
+    # below a wrong ratio's effect (reference/optimizer_lamb: 1% off is 2e-2 of an element)
+    ("lamb_f64", os.path.join(GRADCHECK, "batchnorm_residual.ddp"), "f64",
+     ["-Doptimizer=lamb(learning_rate = 0.01, weight_decay = 0.01, norm_weight_decay = 0)"], [], 3, 1e-10),
+    ("fashion_mlp_lamb", os.path.join(SAMPLES, "fashion_mlp.ddp"), "f32",
+     ["-Dbatch_per_replica=16", "-Doptimizer=lamb(learning_rate = 0.005, clip_norm = 1)"], SYNTHETIC, 20, 1e-4),
 ] + [("gradcheck_" + f[:-4], os.path.join(GRADCHECK, f), "f64", [], [], 3, 1e-12)
      for f in sorted(os.listdir(GRADCHECK)) if f.endswith(".ddp") and f not in TARGETS_NOT_CLASSES]
 

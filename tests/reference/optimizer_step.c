@@ -8,7 +8,8 @@
  * group told here from its name (a batchnorm layer's: the normalisations'; another
  * vector: a bias) and held against the program's table. lars is SGD with each
  * parameter's step scaled by its trust ratio, computed here from its norm and its
- * gradient's as timm's Lars does. */
+ * gradient's as timm's Lars does; lamb is adamw with each parameter's step scaled by
+ * its norm / the step's, as timm's Lamb does. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +38,9 @@ static bool element_decays(ddp_runtime *rt, double *decay) {
     return true;
 }
 
-/* lars: each element's scale, its parameter's trust ratio (timm's Lars): trust_coefficient
- * |w| / (|g| + wd |w| + epsilon) where wd, |w| and |g| are nonzero, else 1. */
+/* lars and lamb: each element's scale, its parameter's trust ratio, where wd, |w| and |u|
+ * are nonzero, else 1: timm's Lars trust_coefficient |w| / (|u| + wd |w| + epsilon), u
+ * the gradient; timm's Lamb |w| / |u|, u the Adam step. */
 static void trust_ratios(const ddp_program *p, const double *w, const double *g, const double *decay, double *trust) {
     const ddp_optimizer *opt = &p->settings.optimizer;
     for (int64_t k = 0; k < p->nparams; k++) {
@@ -51,6 +53,8 @@ static void trust_ratios(const ddp_program *p, const double *w, const double *g,
         double wn = sqrt(w2), gn = sqrt(g2), ratio = 1;
         if (opt->kind == DDP_OPT_LARS && wd != 0 && wn > 0 && gn > 0)
             ratio = opt->trust_coefficient * wn / (gn + wd * wn + opt->epsilon);
+        if (opt->kind == DDP_OPT_LAMB && wd != 0 && wn > 0 && gn > 0)
+            ratio = wn / gn;
         for (int64_t e = q->offset; e < q->offset + q->count; e++)
             trust[e] = ratio;
     }
@@ -77,7 +81,7 @@ int main(void) {
     ddp_set_batch(rt, batch, batch);
     double *params = rt->region[DDP_REGION_PARAMS], *grads = rt->region[DDP_REGION_GRADS];
     double *before = calloc((size_t)n, 8), *m = calloc((size_t)n, 8), *v = calloc((size_t)n, 8);
-    double *decay = calloc((size_t)n, 8), *trust = calloc((size_t)n, 8);
+    double *decay = calloc((size_t)n, 8), *trust = calloc((size_t)n, 8), *steps = calloc((size_t)n, 8);
     const ddp_optimizer *opt = &p->settings.optimizer;
     double worst = 0;
     for (int step = 0; step < 3; step++) {
@@ -96,41 +100,43 @@ int main(void) {
             scale = opt->clip_norm / (sqrt(squares) + 1e-6);
         for (int64_t i = 0; i < n; i++)
             grads[i] *= scale;
-        trust_ratios(p, before, grads, decay, trust);
+        bool sgd = opt->kind == DDP_OPT_SGD || opt->kind == DDP_OPT_LARS;
+        for (int64_t i = 0; !sgd && i < n; i++) { /* Adam's steps, before lamb's ratios of them */
+            double w = before[i], g = grads[i], wd = decay[i];
+            double gw = opt->kind == DDP_OPT_ADAM ? g + wd * w : g;
+            m[i] = opt->beta1 * m[i] + (1 - opt->beta1) * gw;
+            v[i] = opt->beta2 * v[i] + (1 - opt->beta2) * gw * gw;
+            double mhat = m[i] / (1 - pow(opt->beta1, step + 1)), vhat = v[i] / (1 - pow(opt->beta2, step + 1));
+            steps[i] = mhat / (sqrt(vhat) + opt->epsilon) + (opt->kind == DDP_OPT_ADAM ? 0 : wd * w);
+        }
+        trust_ratios(p, before, sgd ? grads : steps, decay, trust);
         for (int64_t i = 0; i < n; i++) {
-            double w = before[i], g = grads[i], wd = decay[i], expect;
-            if (opt->kind == DDP_OPT_SGD || opt->kind == DDP_OPT_LARS) {
-                double gw = (g + wd * w) * trust[i], update = gw;
+            double w = before[i], g = grads[i], wd = decay[i], update = steps[i] * trust[i];
+            if (sgd) {
+                double gw = (g + wd * w) * trust[i];
+                update = gw;
                 if (opt->state_vectors) {
                     m[i] = opt->momentum * m[i] + gw;
                     update = opt->nesterov ? gw + opt->momentum * m[i] : m[i];
                 }
-                expect = w - lr * update;
-            } else {
-                double gw = opt->kind == DDP_OPT_ADAM ? g + wd * w : g;
-                m[i] = opt->beta1 * m[i] + (1 - opt->beta1) * gw;
-                v[i] = opt->beta2 * v[i] + (1 - opt->beta2) * gw * gw;
-                double mhat = m[i] / (1 - pow(opt->beta1, step + 1)), vhat = v[i] / (1 - pow(opt->beta2, step + 1));
-                double update = mhat / (sqrt(vhat) + opt->epsilon);
-                if (opt->kind == DDP_OPT_ADAMW)
-                    update += wd * w;
-                expect = w - lr * update;
             }
+            double expect = w - lr * update;
             double e = fabs(params[i] - expect) / fmax(fabs(expect), 1e-12);
             if (e > worst)
                 worst = e;
         }
     }
-    static const char *const names[] = {"sgd", "adam", "adamw", "lars"};
+    static const char *const names[] = {"sgd", "adam", "adamw", "lars", "lamb"};
     bool ok = worst <= 1e-12;
     printf("optimizer_step %s%s, weight decays %g, biases %g, normalisations %g: largest relative difference %.2e "
            "over 3 steps: %s\n", names[opt->kind],
-           opt->state_vectors && opt->kind != DDP_OPT_ADAM && opt->kind != DDP_OPT_ADAMW
+           opt->state_vectors && (opt->kind == DDP_OPT_SGD || opt->kind == DDP_OPT_LARS)
                ? (opt->nesterov ? " (nesterov)" : " (momentum)") : "",
            rt->scalars[DDP_S_WEIGHT_DECAY].f, rt->scalars[DDP_S_BIAS_WEIGHT_DECAY].f,
            rt->scalars[DDP_S_NORM_WEIGHT_DECAY].f, worst, ok ? "ok" : "FAIL");
     free(decay);
     free(trust);
+    free(steps);
     free(before);
     free(m);
     free(v);
