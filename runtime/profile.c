@@ -254,9 +254,13 @@ static void table_heading(ddp_text *t, const ddp_profile *pf, const Summary *s, 
     ddp_text_printf(t, "profile of `%s`", pf->program->name);
     if (src->workers > 1)
         ddp_text_printf(t, ", worker %lld of %lld", (long long)src->rank, (long long)src->workers);
-    ddp_text_printf(t, " (%s): %lld step%s averaged after %d warm-up step%s, %lld samples a step on this worker\n",
+    int64_t batches = pf->program->settings.accumulate_batches;
+    ddp_text_printf(t, " (%s): %lld step%s averaged after %d warm-up step%s, %lld samples a %s on this worker",
                     src->device, (long long)s->steps, s->steps == 1 ? "" : "s", DDP_PROFILE_WARMUP_STEPS,
-                    DDP_PROFILE_WARMUP_STEPS == 1 ? "" : "s", (long long)s->local_batch);
+                    DDP_PROFILE_WARMUP_STEPS == 1 ? "" : "s", (long long)s->local_batch, batches > 1 ? "batch" : "step");
+    if (batches > 1) /* accumulate_batches: the times are a step's, its calls each batch's */
+        ddp_text_printf(t, ", %lld batches a step", (long long)batches);
+    ddp_text_printf(t, "\n");
     ddp_text_printf(t, "\n  a step           %9.3f ms  100.0%%\n", s->step_ms);
     for (int k = 0; k < SHARES; k++)
         ddp_text_printf(t, "    %-14s %9.3f ms  %5.1f%%\n", share_names[k], s->share[k], percent(s, s->share[k]));
