@@ -19,7 +19,8 @@ worker of batch 16 (`big`), the saved parameters within 1e-5 of the norm:
 - a run stopped by SIGUSR1 after step 3 and resumed ends with the uninterrupted run's
   bytes; its checkpoint resumed by `big` (the same global batch cut otherwise) needs no
   --resume-changed and ends within 1e-5.
-The banner says the accumulation, and the step count is the optimizer's (4 an epoch)."""
+The banner says the accumulation, and the step count is the optimizer's (4 an epoch);
+--profile's heading the samples a batch and the batches a step."""
 import os
 import shutil
 import subprocess
@@ -104,6 +105,9 @@ def main():
     check("done: 2 epochs, 8 steps, 100 samples" in out, "8 optimizer steps over 100 samples")
     d = apart(big, one)
     check(d <= 1e-5, "1 worker x 4, 4 batches a step, against 1 x 16: %.2e of the norm" % d)
+    _, out = train(summed, "profiled", extra=["--profile"])
+    check("7 steps averaged after 1 warm-up step, 4 samples a batch on this worker, 4 batches a step" in out,
+          "--profile says the batches a step")
 
     two = build(ddpc, root, "two", 2, 4)
     saved, _ = train(two, "two", with_port([ddprun, "-n"], 2) + ["2"])
