@@ -36,6 +36,8 @@ typedef struct Cg {
     LLVMBasicBlockRef entry;
     void *hoisted;                 /* what an index prologue computed for the body (kernels.c) */
     LLVMValueRef grad_scale;       /* the optimizer's clip_norm scale, loaded once before its loop */
+    LLVMValueRef trust;            /* lars, lamb on a CPU: the trust ratio of the parameter walked */
+    LLVMValueRef terms[2];         /* lamb on a CPU: a run of the trust ratio's terms (kernels.c) */
     /* helper functions, made on first use */
     LLVMValueRef math[16];
 } Cg;

@@ -791,8 +791,9 @@ void ir_lower_update(Ddpc *c, Ir *ir) {
     add_in(op, ir->all_grads);
     add_in(op, ir->nonfinite);
     add_update_constants(op, ir);
-    if (ir->trust) {
+    if (ir->trust) { /* with the spans, which a CPU walks by */
         add_in(op, ir->parameter_numbers);
+        add_in(op, ir->parameter_spans);
         add_in(op, ir->trust);
     }
     for (int i = 0; i < ir->state_vectors; i++)

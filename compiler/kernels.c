@@ -1624,10 +1624,46 @@ static LLVMValueRef input_term(Cg *cg, IrOp *op, int j, LLVMValueRef index) {
     return load_f64(cg, op->in[0], index);
 }
 
+/* The four running sums of squares of each term (acc[j][k] takes the elements 4q + k
+ * of a run of quads from `at` on): a fixed order, the same bits every step and any
+ * thread count. */
+static void add_quads(Cg *cg, IrOp *op, Term term, int n, LLVMValueRef at, LLVMValueRef quads, LLVMValueRef acc[2][4]) {
+    Loop q = cg_loop_begin(cg, I(cg, 0), quads, "q");
+    LLVMValueRef base = add(cg, at, mul(cg, cg_loop_index(cg, &q), I(cg, 4)));
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < 4; k++) {
+            LLVMValueRef v = term(cg, op, j, add(cg, base, I(cg, k)));
+            set_var(cg, acc[j][k], fadd(cg, load_var(cg, acc[j][k], cg->f64), fmul(cg, v, v)));
+        }
+    cg_loop_end(cg, &q);
+}
+
+/* The rest of a span after its quads, into each term's first sum. */
+static void add_tail(Cg *cg, IrOp *op, Term term, int n, LLVMValueRef from, LLVMValueRef to, LLVMValueRef acc[2][4]) {
+    Loop t = cg_loop_begin(cg, from, to, "t");
+    for (int j = 0; j < n; j++) {
+        LLVMValueRef v = term(cg, op, j, cg_loop_index(cg, &t));
+        set_var(cg, acc[j][0], fadd(cg, load_var(cg, acc[j][0], cg->f64), fmul(cg, v, v)));
+    }
+    cg_loop_end(cg, &t);
+}
+
+/* A CPU's runs of terms that cost more than a load (lamb's steps): each run of
+ * TERMS_AT_ONCE made into a buffer by a loop that vectorises, then squared and added
+ * from it in the very order of add_quads and add_tail over the whole span. */
+enum { TERMS_AT_ONCE = 256 };
+
+static LLVMValueRef buffered_term(Cg *cg, IrOp *op, int j, LLVMValueRef k) {
+    (void)op;
+    LLVMValueRef at[] = {I(cg, 0), k};
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(cg->b, LLVMArrayType(cg->f64, TERMS_AT_ONCE), cg->terms[j], at, 2, "");
+    return LLVMBuildLoad2(cg->b, cg->f64, p, "");
+}
+
 /* The sums of squares of n terms over elements [lo, lo + count), in f64, into sums:
  * for each, four sums of every fourth element, so that the additions overlap, then
- * added pairwise (a fixed order: the same bits every step and any thread count). */
-static void sums_of_squares(Cg *cg, IrOp *op, Term term, int n, LLVMValueRef lo, LLVMValueRef count,
+ * added pairwise. */
+static void sums_of_squares(Cg *cg, IrOp *op, Term term, int n, bool buffered, LLVMValueRef lo, LLVMValueRef count,
                             LLVMValueRef *sums) {
     LLVMValueRef acc[2][4];
     for (int j = 0; j < n; j++)
@@ -1635,20 +1671,31 @@ static void sums_of_squares(Cg *cg, IrOp *op, Term term, int n, LLVMValueRef lo,
             acc[j][k] = cg_var(cg, cg->f64, F(cg, 0), "squares");
             set_var(cg, acc[j][k], F(cg, 0)); /* each index afresh */
         }
-    Loop quads = cg_loop_begin(cg, I(cg, 0), divs(cg, count, I(cg, 4)), "q");
-    LLVMValueRef at = add(cg, lo, mul(cg, cg_loop_index(cg, &quads), I(cg, 4)));
-    for (int j = 0; j < n; j++)
-        for (int k = 0; k < 4; k++) {
-            LLVMValueRef v = term(cg, op, j, add(cg, at, I(cg, k)));
-            set_var(cg, acc[j][k], fadd(cg, load_var(cg, acc[j][k], cg->f64), fmul(cg, v, v)));
+    if (!buffered) {
+        LLVMValueRef quads = divs(cg, count, I(cg, 4));
+        add_quads(cg, op, term, n, lo, quads, acc);
+        add_tail(cg, op, term, n, add(cg, lo, mul(cg, quads, I(cg, 4))), add(cg, lo, count), acc);
+    } else {
+        for (int j = 0; j < n; j++)
+            cg->terms[j] = cg_var(cg, LLVMArrayType(cg->f64, TERMS_AT_ONCE), NULL, "terms");
+        Loop r = cg_loop_begin(cg, I(cg, 0), divs(cg, add(cg, count, I(cg, TERMS_AT_ONCE - 1)), I(cg, TERMS_AT_ONCE)),
+                               "run");
+        LLVMValueRef base = mul(cg, cg_loop_index(cg, &r), I(cg, TERMS_AT_ONCE));
+        LLVMValueRef len = smin(cg, I(cg, TERMS_AT_ONCE), sub(cg, count, base));
+        Loop e = cg_loop_begin(cg, I(cg, 0), len, "e");
+        LLVMValueRef k = cg_loop_index(cg, &e);
+        for (int j = 0; j < n; j++) {
+            LLVMValueRef at[] = {I(cg, 0), k};
+            LLVMBuildStore(cg->b, term(cg, op, j, add(cg, lo, add(cg, base, k))),
+                           LLVMBuildInBoundsGEP2(cg->b, LLVMArrayType(cg->f64, TERMS_AT_ONCE), cg->terms[j], at, 2,
+                                                 ""));
         }
-    cg_loop_end(cg, &quads);
-    Loop tail = cg_loop_begin(cg, add(cg, lo, mul(cg, divs(cg, count, I(cg, 4)), I(cg, 4))), add(cg, lo, count), "t");
-    for (int j = 0; j < n; j++) {
-        LLVMValueRef v = term(cg, op, j, cg_loop_index(cg, &tail));
-        set_var(cg, acc[j][0], fadd(cg, load_var(cg, acc[j][0], cg->f64), fmul(cg, v, v)));
+        cg_loop_end(cg, &e);
+        LLVMValueRef quads = divs(cg, len, I(cg, 4)); /* whole in every run but the last */
+        add_quads(cg, op, buffered_term, n, I(cg, 0), quads, acc);
+        add_tail(cg, op, buffered_term, n, mul(cg, quads, I(cg, 4)), len, acc);
+        cg_loop_end(cg, &r);
     }
-    cg_loop_end(cg, &tail);
     for (int j = 0; j < n; j++)
         sums[j] = fadd(cg, fadd(cg, load_var(cg, acc[j][0], cg->f64), load_var(cg, acc[j][1], cg->f64)),
                        fadd(cg, load_var(cg, acc[j][2], cg->f64), load_var(cg, acc[j][3], cg->f64)));
@@ -1657,7 +1704,7 @@ static void sums_of_squares(Cg *cg, IrOp *op, Term term, int n, LLVMValueRef lo,
 /* Chunk c's sum of squared gradient elements. */
 static void gen_grad_squares(Cg *cg, IrOp *op, LLVMValueRef c) {
     LLVMValueRef lo, n = chunk_rows(cg, op->in[0], c, &lo), sum;
-    sums_of_squares(cg, op, input_term, 1, lo, n, &sum);
+    sums_of_squares(cg, op, input_term, 1, false, lo, n, &sum);
     store_f64(cg, op->out[0], c, sum, false);
 }
 
@@ -1781,7 +1828,8 @@ static void store_trust(Cg *cg, IrOp *op, LLVMValueRef t, LLVMValueRef first, LL
 
 static void gen_trust_ratio(Cg *cg, IrOp *op, LLVMValueRef t) {
     LLVMValueRef count, first = parameter_span(cg, t, &count), sums[2];
-    sums_of_squares(cg, op, trust_term, 2, first, count, sums);
+    bool steps = cg->ir->config->optimizer.kind == DDP_OPT_LAMB; /* terms dearer than loads */
+    sums_of_squares(cg, op, trust_term, 2, steps, first, count, sums);
     store_trust(cg, op, t, first, sums[0], sums[1]);
 }
 
@@ -1816,6 +1864,8 @@ static LLVMValueRef adam_step(Cg *cg, LLVMValueRef i, LLVMValueRef p, LLVMValueR
 
 /* Element i's trust ratio (lars, lamb): its parameter's. */
 static LLVMValueRef element_trust(Cg *cg, LLVMValueRef i) {
+    if (cg->trust) /* the CPU's walk by parameter loaded it */
+        return cg->trust;
     LLVMValueRef t = LLVMBuildSExt(cg->b, cg_load(cg, cg->ir->parameter_numbers, i), cg->i64, "");
     return cg_from_f64(cg, load_f64(cg, cg->ir->trust, t), cg->real);
 }
@@ -1855,6 +1905,28 @@ static void gen_optimizer(Cg *cg, IrOp *op, LLVMValueRef i) {
         cg_store(cg, ir->states[ir->state_vectors - 1], i,
                  fadd(cg, fmul(cg, scalar_real(cg, DDP_S_EMA_DECAY), average),
                       fmul(cg, scalar_real(cg, DDP_S_EMA_REST), next)));
+}
+
+/* The CPU's optimizer under lars and lamb: its range walked parameter by parameter, the
+ * trust ratio loaded once for each run of its elements, so that the loop over them
+ * vectorises as adamw's does (a ratio fetched through each element's parameter number
+ * is a gather, which keeps the loop scalar: several times slower). */
+static void gen_optimizer_by_parameter(Cg *cg, IrOp *op) {
+    Ir *ir = cg->ir;
+    If some = cg_if_begin(cg, lt(cg, cg->begin, cg->end));
+    LLVMValueRef first = LLVMBuildSExt(cg->b, cg_load(cg, ir->parameter_numbers, cg->begin), cg->i64, "");
+    LLVMValueRef last = LLVMBuildSExt(cg->b, cg_load(cg, ir->parameter_numbers, sub(cg, cg->end, I(cg, 1))), cg->i64,
+                                      "");
+    Loop params = cg_loop_begin(cg, first, add(cg, last, I(cg, 1)), "parameter");
+    LLVMValueRef t = cg_loop_index(cg, &params), count, lo = parameter_span(cg, t, &count);
+    LLVMValueRef hi = smin(cg, cg->end, add(cg, lo, count));
+    cg->trust = cg_from_f64(cg, load_f64(cg, ir->trust, t), cg->real);
+    Loop elements = cg_loop_begin(cg, smax(cg, cg->begin, lo), hi, "i");
+    gen_optimizer(cg, op, cg_loop_index(cg, &elements));
+    cg_loop_end(cg, &elements);
+    cg->trust = NULL;
+    cg_loop_end(cg, &params);
+    cg_if_end(cg, &some);
 }
 
 /* ------------------------------------------------------------------- driver */
@@ -2016,6 +2088,8 @@ static LLVMValueRef generate_kernel(Cg *cg, IrOp *op, const char *name) {
         cg_kernel_blocks(cg, op, block_body_of(op->kind));
     else if (cg->target != TARGET_GPU && op->kind == OP_POINTWISE)
         gen_pointwise_rows(cg, op);
+    else if (cg->target != TARGET_GPU && op->kind == OP_OPTIMIZER && cg->ir->trust)
+        gen_optimizer_by_parameter(cg, op);
     else if (cg->target == TARGET_GPU || !gen_row_sums_cpu(cg, op))
         cg_kernel_indices(cg, op, op->kind == OP_POINTWISE ? pointwise_prologue : NULL, body_of(op->kind),
                           op->kind == OP_POINTWISE ? gen_pointwise_group : NULL);
