@@ -86,36 +86,28 @@ static const Param cce_params[] = {BOOL("from_logits", 0), NUM("label_smoothing"
 /* torchvision's --bias-weight-decay and --norm-weight-decay: where not set, weight_decay */
 #define DECAYS OPT("bias_weight_decay", K_NUM, P_NONNEG | P_RUNTIME), OPT("norm_weight_decay", K_NUM, P_NONNEG | P_RUNTIME)
 
+/* What every optimizer ends with: clipping and the moving average */
+#define UPDATE_EXTRAS \
+    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0)
+/* Adam's and its kin's */
+#define ADAM_PARAMS(epsilon, decay)                                                                            \
+    LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),                 \
+        NUM("epsilon", epsilon, P_POSITIVE), NUM("weight_decay", decay, P_NONNEG | P_RUNTIME), DECAYS, UPDATE_EXTRAS
+
 static const Param sgd_params[] = {
     LR("learning_rate", 0.01), NUM("momentum", 0, P_FRACTION), BOOL("nesterov", 0),
-    NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), DECAYS, OPT("clip_norm", K_NUM, P_POSITIVE),
-    OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
+    NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), DECAYS, UPDATE_EXTRAS,
 };
-static const Param adam_params[] = {
-    LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
-    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), DECAYS,
-    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
-};
-static const Param adamw_params[] = {
-    LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
-    NUM("epsilon", 1e-7, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME), DECAYS,
-    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
-};
-
+static const Param adam_params[] = {ADAM_PARAMS(1e-7, 0)};
+static const Param adamw_params[] = {ADAM_PARAMS(1e-7, 0.01)};
 /* timm's Lars (after NVIDIA's LARC and MLPerf's): SGD with each parameter's step scaled */
 static const Param lars_params[] = {
     LR("learning_rate", 0.1), NUM("momentum", 0.9, P_FRACTION), BOOL("nesterov", 0),
     NUM("weight_decay", 0, P_NONNEG | P_RUNTIME), DECAYS, NUM("trust_coefficient", 0.001, P_POSITIVE),
-    NUM("epsilon", 1e-8, P_NONNEG), OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION),
-    BOOL("ema_warmup", 0),
+    NUM("epsilon", 1e-8, P_NONNEG), UPDATE_EXTRAS,
 };
-
 /* timm's Lamb, its weight decay decoupled as adamw's */
-static const Param lamb_params[] = {
-    LR("learning_rate", 0.001), NUM("beta1", 0.9, P_FRACTION), NUM("beta2", 0.999, P_FRACTION),
-    NUM("epsilon", 1e-6, P_POSITIVE), NUM("weight_decay", 0.01, P_NONNEG | P_RUNTIME), DECAYS,
-    OPT("clip_norm", K_NUM, P_POSITIVE), OPT("ema", K_NUM, P_POSITIVE | P_FRACTION), BOOL("ema_warmup", 0),
-};
+static const Param lamb_params[] = {ADAM_PARAMS(1e-6, 0.01)};
 
 static const Param constant_params[] = {REQ("lr", K_NUM, P_RUNTIME | P_POSITIVE)};
 static const Param step_params[] = {

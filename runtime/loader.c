@@ -60,7 +60,8 @@ bool ddp_plan_epoch(int64_t samples, int64_t global_batch, bool drop_remainder, 
     plan->global_batch = global_batch;
     if (available == 0) {
         snprintf(err, errlen, "the dataset has %lld samples, fewer than one global batch of %lld, and "
-                              "drop_remainder is on: lower batch_per_replica or set drop_remainder = false",
+                              "drop_remainder is on: lower batch_per_replica (or accumulate_batches) or set "
+                              "drop_remainder = false",
                  (long long)samples, (long long)global_batch);
         return false;
     }

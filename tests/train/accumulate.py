@@ -18,7 +18,9 @@ worker of batch 16 (`big`), the saved parameters within 1e-5 of the norm:
   after the gradients' sum);
 - a run stopped by SIGUSR1 after step 3 and resumed ends with the uninterrupted run's
   bytes; its checkpoint resumed by `big` (the same global batch cut otherwise) needs no
-  --resume-changed and ends within 1e-5.
+  --resume-changed and ends within 1e-5;
+- 16 x 4 on 50 samples with drop_remainder: status 1, the message naming the dataset
+  and accumulate_batches.
 The banner says the accumulation, and the step count is the optimizer's (4 an epoch);
 --profile's heading the samples a batch and the batches a step."""
 import os
@@ -45,7 +47,7 @@ model mlp(input: [8, 8, 3]) {
 strategy multi_worker_mirrored {
     batch_per_replica   = %(batch)d
     accumulate_batches  = %(k)d
-    drop_remainder      = false
+    drop_remainder      = %(drop)s
     communication       = %(communication)s
     allreduce_precision = %(wire)s
     train mlp on pictures {
@@ -57,10 +59,10 @@ strategy multi_worker_mirrored {
 """
 
 
-def build(ddpc, root, name, batch, k, communication="auto", wire="fp32"):
+def build(ddpc, root, name, batch, k, communication="auto", wire="fp32", drop="false"):
     source = os.path.join(root, name + ".ddp")
     with open(source, "w") as f:
-        f.write(PROGRAM % {"batch": batch, "k": k, "communication": communication, "wire": wire})
+        f.write(PROGRAM % {"batch": batch, "k": k, "communication": communication, "wire": wire, "drop": drop})
     p = subprocess.run([ddpc, "build", source, "-o", os.path.join(root, name)], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     if p.returncode:
@@ -144,6 +146,10 @@ def main():
     check("resumed" in out and d <= 1e-5,
           "its checkpoint resumed by the program of batch 16 alone, the same global batch, no --resume-changed: "
           "%.2e of the norm" % d)
+    _, out = train(build(ddpc, root, "too_large", 16, 4, drop="true"), "too_large", expect=1)
+    check("pictures: the dataset has 50 samples, fewer than one global batch of 64" in out and
+          "accumulate_batches" in out, "a step larger than the dataset, its last dropped: status 1, saying so: %s" %
+          out.strip().splitlines()[-1])
     sys.exit(1 if datafiles.failures else 0)
 
 
