@@ -130,10 +130,15 @@ static XExpr *derive(Ddpc *c, XExpr *e, Tensor *t, Bcast bc) {
     case X_TANH:
         return mul(c, x_binary(c, X_SUB, x_const(c, 1), x_binary(c, X_MUL, e, e)),
                    derive(c, e->a, t, bc));
-    case X_ERF: /* 2 / sqrt(pi) exp(-a^2) */
-        return mul(c, x_binary(c, X_MUL, x_const(c, 1.1283791670955126),
-                               x_unary(c, X_EXP, x_unary(c, X_NEG, x_binary(c, X_MUL, e->a, e->a)))),
+    case X_NORMAL_CDF: /* exp(-a^2 / 2) / sqrt(2 pi) */
+        return mul(c, x_binary(c, X_MUL, x_const(c, 0.3989422804014327),
+                               x_unary(c, X_EXP, x_binary(c, X_MUL, x_const(c, -0.5), x_binary(c, X_MUL, e->a, e->a)))),
                    derive(c, e->a, t, bc));
+    case X_EXPM1:
+        return mul(c, x_unary(c, X_EXP, e->a), derive(c, e->a, t, bc));
+    case X_LOG1P:
+        da = derive(c, e->a, t, bc);
+        return da ? x_binary(c, X_DIV, da, x_binary(c, X_ADD, x_const(c, 1), e->a)) : NULL;
     case X_SQRT:
         da = derive(c, e->a, t, bc);
         return da ? x_binary(c, X_DIV, mul(c, x_const(c, 0.5), da), e) : NULL;
@@ -331,7 +336,7 @@ static void backward_gemm(Diff *d, IrOp *op) {
 }
 
 /* Ops whose adjoint reads the output's gradient (and perhaps the input) and writes
- * the input's: im2col, the pools, softmax, concat. */
+ * the input's: im2col, the pools, softmax, layernorm, concat. */
 static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
     Tensor *x = op->in[0], *y = op->out[0];
     if (!y->grad || !requires(x))
@@ -342,7 +347,7 @@ static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
     b->kind = kind;
     b->nin = 0;
     b->nout = 0;
-    if (kind == OP_MAXPOOL_BWD)
+    if (kind == OP_MAXPOOL_BWD || kind == OP_LAYERNORM_BWD)
         b->in[b->nin++] = x;
     if (kind == OP_SOFTMAX_BWD)
         b->in[b->nin++] = y;
@@ -350,7 +355,7 @@ static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
     b->accumulate = accumulates(d, x);
     b->out[b->nout++] = grad_of(d, x);
     b->range = (IrDim){0, x->per_sample};
-    if (kind == OP_SOFTMAX_BWD || kind == OP_SPLIT)
+    if (kind == OP_SOFTMAX_BWD || kind == OP_SPLIT || kind == OP_LAYERNORM_BWD)
         b->range = op->range;
     if (kind == OP_COL2IM || kind == OP_MAXPOOL_BWD || kind == OP_AVGPOOL_BWD) /* one index per pixel */
         b->range = (IrDim){0, x->per_sample / x->shape.dim[x->shape.rank - 1]};
@@ -500,6 +505,7 @@ void autodiff(Ddpc *c, Ir *ir) {
         case OP_AVGPOOL: backward_simple(&d, op, OP_AVGPOOL_BWD); break;
         case OP_GAP: backward_simple(&d, op, OP_GAP_BWD); break;
         case OP_SOFTMAX: backward_simple(&d, op, OP_SOFTMAX_BWD); break;
+        case OP_LAYERNORM: backward_simple(&d, op, OP_LAYERNORM_BWD); break;
         case OP_CONCAT: backward_simple(&d, op, OP_SPLIT); break;
         case OP_BN_STATS: backward_bn_stats(&d, op); break;
         default: break;

@@ -11,7 +11,8 @@
 
 /* Words that cross into the program are listed by the contract's codes, so a word's
  * index is its code (word_code). */
-const char *const activation_words[] = {"relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "identity", NULL};
+const char *const activation_words[] = {"relu", "leaky_relu", "elu", "gelu", "silu", "mish", "hard_swish", "softplus",
+                                        "sigmoid", "tanh", "softmax", "identity", NULL};
 const char *const init_words[] = {
     [DDP_INIT_GLOROT_UNIFORM] = "glorot_uniform", [DDP_INIT_GLOROT_NORMAL] = "glorot_normal",
     [DDP_INIT_HE_NORMAL] = "he_normal", [DDP_INIT_HE_UNIFORM] = "he_uniform",
@@ -74,11 +75,15 @@ static const Param pool_params[] = {
 static const Param batchnorm_params[] = {
     NUM("momentum", 0.99, P_FRACTION), NUM("epsilon", 1e-3, P_POSITIVE),
 };
+static const Param layernorm_params[] = {NUM("epsilon", 1e-3, P_POSITIVE)};
 static const Param dropout_params[] = {REQ("rate", K_NUM, P_FRACTION)};
 static const Param reshape_params[] = {REQ("shape", K_SHAPE, P_POSITIVE | P_INFER)};
 static const Param add_params[] = {REQ("values", K_TENSOR, P_VARIADIC)};
 static const Param concat_params[] = {REQ("values", K_TENSOR, P_VARIADIC), INT("axis", -1, 0)};
 static const Param softmax_params[] = {INT("axis", -1, 0)};
+/* an activation's one number: its slope below zero (activation = leaky_relu: 0.01, PyTorch's) */
+static const Param leaky_relu_params[] = {NUM("negative_slope", 0.01, P_FRACTION)};
+static const Param elu_params[] = {NUM("alpha", 1, P_POSITIVE)};
 
 static const Param from_logits[] = {BOOL("from_logits", 0)};
 static const Param cce_params[] = {BOOL("from_logits", 0), NUM("label_smoothing", 0, P_FRACTION)};
@@ -254,14 +259,20 @@ const Builtin builtins[] = {
     LAYER("avgpool", pool_params, L_AVGPOOL, "2-D average pooling: [h, w, c] -> [h', w', c]; stride none is the window size"),
     LAYER0("global_avgpool", L_GLOBAL_AVGPOOL, "mean over height and width: [h, w, c] -> [c]"),
     LAYER("batchnorm", batchnorm_params, L_BATCHNORM, "batch normalisation over the last axis"),
+    LAYER("layernorm", layernorm_params, L_LAYERNORM, "layer normalisation over the last axis, each sample on its own"),
     LAYER("dropout", dropout_params, L_DROPOUT, "zeroes a fraction of values in training"),
     LAYER0("flatten", L_FLATTEN, "[d1, d2, ...] -> [d1 * d2 * ...]"),
     LAYER("reshape", reshape_params, L_RESHAPE, "same values, another shape"),
     LAYER("add", add_params, L_ADD, "sum of the current value and others of the same shape"),
     LAYER("concat", concat_params, L_CONCAT, "the current value and others joined along an axis"),
     LAYER0("relu", L_RELU, "max(x, 0)"),
+    LAYER("leaky_relu", leaky_relu_params, L_LEAKY_RELU, "x above 0, negative_slope x below"),
+    LAYER("elu", elu_params, L_ELU, "x above 0, alpha (exp(x) - 1) below"),
     LAYER0("gelu", L_GELU, "x * Phi(x)"),
     LAYER0("silu", L_SILU, "x * sigmoid(x) (swish)"),
+    LAYER0("mish", L_MISH, "x * tanh(softplus(x))"),
+    LAYER0("hard_swish", L_HARD_SWISH, "x * min(max(x + 3, 0), 6) / 6 (MobileNetV3)"),
+    LAYER0("softplus", L_SOFTPLUS, "log(1 + exp(x))"),
     LAYER0("sigmoid", L_SIGMOID, "1 / (1 + exp(-x))"),
     LAYER0("tanh", L_TANH, "hyperbolic tangent"),
     LAYER("softmax", softmax_params, L_SOFTMAX, "exp(x) / sum(exp(x)) along an axis"),

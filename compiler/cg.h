@@ -154,8 +154,10 @@ static inline LLVMValueRef fgt(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return 
 LLVMValueRef cg_exp(Cg *cg, LLVMValueRef x);
 LLVMValueRef cg_log(Cg *cg, LLVMValueRef x);
 LLVMValueRef cg_tanh(Cg *cg, LLVMValueRef x);
-LLVMValueRef cg_erf(Cg *cg, LLVMValueRef x);
 LLVMValueRef cg_sqrt(Cg *cg, LLVMValueRef x);
+LLVMValueRef cg_expm1(Cg *cg, LLVMValueRef x);
+LLVMValueRef cg_log1p(Cg *cg, LLVMValueRef x);
+LLVMValueRef cg_normal_cdf(Cg *cg, LLVMValueRef x);
 /* Philox4x32-10, the first output word, for a key and counter (ddp_abi.h). */
 LLVMValueRef cg_philox(Cg *cg, LLVMValueRef key0, LLVMValueRef key1, LLVMValueRef ctr0,
                        LLVMValueRef ctr1, LLVMValueRef ctr2, LLVMValueRef ctr3);

@@ -359,8 +359,9 @@ typedef enum {
 
 typedef enum {
     L_INPUT, L_DENSE, L_CONV2D, L_MAXPOOL, L_AVGPOOL, L_GLOBAL_AVGPOOL,
-    L_BATCHNORM, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
-    L_RELU, L_GELU, L_SILU, L_SIGMOID, L_TANH, L_SOFTMAX, L_IDENTITY,
+    L_BATCHNORM, L_LAYERNORM, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
+    L_RELU, L_LEAKY_RELU, L_ELU, L_GELU, L_SILU, L_MISH, L_HARD_SWISH, L_SOFTPLUS, L_SIGMOID, L_TANH,
+    L_SOFTMAX, L_IDENTITY,
     L_NONE,
 } LayerOp;
 
@@ -513,6 +514,7 @@ typedef struct LayerAttrs {
     int64_t init, bias_init;  /* ddp_init: an index of init_words */
     bool bias;
     double rate, momentum, epsilon;
+    double slope;             /* the activation's number: leaky_relu's negative_slope, elu's alpha */
     int axis;                 /* softmax, concat: non-negative */
     Shape target;             /* reshape */
 } LayerAttrs;
@@ -675,7 +677,10 @@ typedef enum {
     X_CONST,     /* num */
     X_SCALAR,    /* a run-time scalar (ddp_scalar_slot), as a number */
     X_NEG, X_ADD, X_SUB, X_MUL, X_DIV, X_MAX,
-    X_EXP, X_LOG, X_TANH, X_ERF, X_SQRT,
+    X_EXP, X_LOG, X_TANH, X_SQRT,
+    X_EXPM1,     /* exp(a) - 1, and log(1 + a): exact where a is small (elu, softplus) */
+    X_LOG1P,
+    X_NORMAL_CDF, /* Phi(a) = (1 + erf(a / sqrt 2)) / 2, the sum made in f64: exact in gelu's left tail */
     X_SIGMOID,   /* 1 / (1 + exp(-a)), whose derivative s (1 - s) stays finite where exp(-a) does not */
     X_GT,        /* a > b ? 1 : 0 */
     X_WHEN,      /* a != 0 ? b : 0, whatever b is there (a NaN too) */
@@ -714,6 +719,8 @@ typedef enum {
     OP_BN_STATS,      /* in0 [rows, c] -> out mean, var [c]: the batch's per channel; out running
                          mean, var [c]: moved towards them */
     OP_SOFTMAX, OP_SOFTMAX_BWD,
+    OP_LAYERNORM,     /* in0 [rows, len] -> out: each row less its mean, over its standard deviation */
+    OP_LAYERNORM_BWD, /* in0 x, in1 the normalised rows' gradient -> out x's */
     OP_REDUCE_ROWS,   /* in0 [rows, c] -> out [c]: column sums (bias gradients) */
     OP_ROW_PARTIALS,  /* the first stage of a REDUCE_ROWS or BN_STATS (code): out [sums, chunks, c], each
                          chunk of chunk_rows rows summed apart; the op it feeds adds up the chunks */

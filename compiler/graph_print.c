@@ -42,6 +42,15 @@ static const char *details(Ddpc *c, GNode *n) {
         sb_printf(&sb, "momentum %s, epsilon %s", fmt_number(c->arena, a->momentum),
                   fmt_number(c->arena, a->epsilon));
         break;
+    case L_LEAKY_RELU:
+        sb_printf(&sb, "negative slope %s", fmt_number(c->arena, a->slope));
+        break;
+    case L_ELU:
+        sb_printf(&sb, "alpha %s", fmt_number(c->arena, a->slope));
+        break;
+    case L_LAYERNORM:
+        sb_printf(&sb, "epsilon %s", fmt_number(c->arena, a->epsilon));
+        break;
     case L_DROPOUT:
         sb_printf(&sb, "rate %s", fmt_number(c->arena, a->rate));
         break;

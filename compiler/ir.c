@@ -22,7 +22,7 @@ int64_t dtype_size(DType dt) {
 int decay_group(const Tensor *t) {
     if (t->kind != T_PARAM)
         return 0;
-    if (t->layer && t->layer->op == L_BATCHNORM)
+    if (t->layer && (t->layer->op == L_BATCHNORM || t->layer->op == L_LAYERNORM))
         return DDP_DECAY_NORMS;
     return t->shape.rank == 1 ? DDP_DECAY_BIASES : DDP_DECAY_WEIGHTS;
 }
@@ -60,7 +60,8 @@ const char *op_kind_name(OpKind k) {
         [OP_FILTERS_TO_HWIO] = "filters_to_hwio", [OP_MAXPOOL] = "maxpool", [OP_MAXPOOL_BWD] = "maxpool_bwd",
         [OP_AVGPOOL] = "avgpool", [OP_AVGPOOL_BWD] = "avgpool_bwd", [OP_GAP] = "gap",
         [OP_GAP_BWD] = "gap_bwd", [OP_BN_STATS] = "bn_stats", [OP_SOFTMAX] = "softmax",
-        [OP_SOFTMAX_BWD] = "softmax_bwd", [OP_REDUCE_ROWS] = "reduce_rows", [OP_ROW_PARTIALS] = "row_partials",
+        [OP_SOFTMAX_BWD] = "softmax_bwd", [OP_LAYERNORM] = "layernorm", [OP_LAYERNORM_BWD] = "layernorm_bwd",
+        [OP_REDUCE_ROWS] = "reduce_rows", [OP_ROW_PARTIALS] = "row_partials",
         [OP_CONCAT] = "concat", [OP_SPLIT] = "split", [OP_LOSS] = "loss",
         [OP_METRIC] = "metric", [OP_ACCUMULATE] = "accumulate", [OP_FILL] = "fill",
         [OP_FIND_NONFINITE] = "find_nonfinite", [OP_NONFINITE_FLAG] = "nonfinite_flag", [OP_OPTIMIZER] = "optimizer",
@@ -256,25 +257,53 @@ static Tensor *view(Lower *L, GNode *n, Tensor *base, const Shape *s) {
     return t;
 }
 
+/* a > 0 ? 1 : 0, and its complement */
+static XExpr *positive(Ddpc *c, XExpr *a) {
+    return x_binary(c, X_GT, a, x_const(c, 0));
+}
+
+static XExpr *not_positive(Ddpc *c, XExpr *a) {
+    return x_binary(c, X_SUB, x_const(c, 1), positive(c, a));
+}
+
+/* log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): exp never overflows, so neither
+ * the value nor its derivative becomes infinite over infinite */
+static XExpr *softplus(Ddpc *c, XExpr *x) {
+    XExpr *abs = x_binary(c, X_MAX, x, x_unary(c, X_NEG, x));
+    return x_binary(c, X_ADD, x_binary(c, X_MAX, x, x_const(c, 0)),
+                    x_unary(c, X_LOG1P, x_unary(c, X_EXP, x_unary(c, X_NEG, abs))));
+}
+
 /* act(z + bias): the activation is applied as an expression, so autodiff and fusion
- * see through it. */
-static XExpr *activate(Ddpc *c, const char *act, XExpr *x) {
+ * see through it. slope: leaky_relu's negative slope, elu's alpha. */
+static XExpr *activate(Ddpc *c, const char *act, double slope, XExpr *x) {
     if (!act)
         return x;
     if (strcmp(act, "relu") == 0)
         return x_binary(c, X_MAX, x, x_const(c, 0));
+    if (strcmp(act, "leaky_relu") == 0) /* slope < 1: the larger of x and slope x; at 0, slope (PyTorch's) */
+        return x_binary(c, X_MAX, x, x_binary(c, X_MUL, x_const(c, slope), x));
+    if (strcmp(act, "elu") == 0) /* exp(x) for x > 0 is thrown away, infinite or not */
+        return x_binary(c, X_ADD, x_binary(c, X_WHEN, positive(c, x), x),
+                        x_binary(c, X_WHEN, not_positive(c, x),
+                                 x_binary(c, X_MUL, x_const(c, slope), x_unary(c, X_EXPM1, x))));
+    if (strcmp(act, "softplus") == 0)
+        return softplus(c, x);
+    if (strcmp(act, "mish") == 0) /* Misra, 2019 */
+        return x_binary(c, X_MUL, x, x_unary(c, X_TANH, softplus(c, x)));
+    if (strcmp(act, "hard_swish") == 0) { /* x relu6(x + 3) / 6, relu6(u) = u - max(u - 6, 0) for u >= 0 */
+        XExpr *u = x_binary(c, X_MAX, x_binary(c, X_ADD, x, x_const(c, 3)), x_const(c, 0));
+        XExpr *relu6 = x_binary(c, X_SUB, u, x_binary(c, X_MAX, x_binary(c, X_SUB, u, x_const(c, 6)), x_const(c, 0)));
+        return x_binary(c, X_MUL, x, x_binary(c, X_DIV, relu6, x_const(c, 6)));
+    }
     if (strcmp(act, "sigmoid") == 0)
         return x_unary(c, X_SIGMOID, x);
     if (strcmp(act, "silu") == 0) /* x * sigmoid(x), the swish of Ramachandran et al. */
         return x_binary(c, X_MUL, x, x_unary(c, X_SIGMOID, x));
     if (strcmp(act, "tanh") == 0)
         return x_unary(c, X_TANH, x);
-    if (strcmp(act, "gelu") == 0) /* x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 */
-        return x_binary(c, X_MUL, x,
-                        x_binary(c, X_MUL, x_const(c, 0.5),
-                                 x_binary(c, X_ADD, x_const(c, 1),
-                                          x_unary(c, X_ERF, x_binary(c, X_MUL, x,
-                                                                     x_const(c, 0.7071067811865476))))));
+    if (strcmp(act, "gelu") == 0) /* x * Phi(x), Phi the standard normal's distribution */
+        return x_binary(c, X_MUL, x, x_unary(c, X_NORMAL_CDF, x));
     return x; /* identity; softmax as an activation is lowered as its own op */
 }
 
@@ -290,7 +319,7 @@ static Tensor *activation_op(Lower *L, GNode *n, Tensor *z, const char *act, Ten
         XExpr *e = x_load(c, z, BC_FULL);
         if (bias)
             e = x_binary(c, X_ADD, e, x_load(c, bias, BC_CHANNEL));
-        pointwise(c, L->ir, L->phase, y, activate(c, elementwise, e))->layer = n;
+        pointwise(c, L->ir, L->phase, y, activate(c, elementwise, n->attrs.slope, e))->layer = n;
     }
     if (softmax) {
         Tensor *s = activation(L, n, "", &z->shape);
@@ -453,6 +482,18 @@ static void lower_pool(Lower *L, GNode *n) {
     L->value[n->id] = y;
 }
 
+/* A normalisation's scale (from 1) and shift (from 0) per channel, made by the first
+ * phase lowered. */
+static LayerParams *scale_and_shift(Lower *L, GNode *n, int64_t ch) {
+    LayerParams *p = &L->params[n->id];
+    if (!p->weight) {
+        Shape cs = shape_of(1, &ch);
+        p->weight = param(L, n, "weight", T_PARAM, cs, "C", DDP_INIT_ONES);
+        p->bias = param(L, n, "bias", T_PARAM, cs, "C", DDP_INIT_ZEROS);
+    }
+    return p;
+}
+
 /* Batch normalisation in training: statistics of this batch, their running averages
  * updated, then (x - mean) / sqrt(var + eps) * weight + bias as one expression. In
  * evaluation the running statistics take the batch's place. */
@@ -460,11 +501,9 @@ static void lower_batchnorm(Lower *L, GNode *n) {
     Ddpc *c = L->c;
     Tensor *x = L->value[n->inputs[0]->id];
     int64_t ch = x->shape.dim[x->shape.rank - 1];
-    LayerParams *p = &L->params[n->id];
-    if (!p->weight) {
+    LayerParams *p = scale_and_shift(L, n, ch);
+    if (!p->running_mean) {
         Shape cs = shape_of(1, &ch);
-        p->weight = param(L, n, "weight", T_PARAM, cs, "C", DDP_INIT_ONES);
-        p->bias = param(L, n, "bias", T_PARAM, cs, "C", DDP_INIT_ZEROS);
         p->running_mean = param(L, n, "running_mean", T_STAT, cs, "C", DDP_INIT_ZEROS);
         p->running_var = param(L, n, "running_var", T_STAT, cs, "C", DDP_INIT_ONES);
     }
@@ -494,6 +533,32 @@ static void lower_batchnorm(Lower *L, GNode *n) {
                                                         x_const(c, n->attrs.epsilon))));
     XExpr *e = x_binary(c, X_ADD, x_binary(c, X_MUL, centred, scale),
                         x_load(c, p->bias, BC_CHANNEL));
+    pointwise(c, L->ir, L->phase, y, e)->layer = n;
+    L->value[n->id] = y;
+}
+
+/* Layer normalisation: each row of the last axis (a sample's features, a pixel's
+ * channels) less its mean, over sqrt(its variance + eps), by one op whose adjoint
+ * knows the row; the scale and shift per channel after it, as one expression, so
+ * autodiff and fusion treat them as batchnorm's. The same in training and evaluation. */
+static void lower_layernorm(Lower *L, GNode *n) {
+    Ddpc *c = L->c;
+    Tensor *x = L->value[n->inputs[0]->id];
+    int64_t ch = x->shape.dim[x->shape.rank - 1];
+    LayerParams *p = scale_and_shift(L, n, ch);
+    Tensor *normalised = activation(L, n, ":normalised", &n->out);
+    IrOp *op = ir_op(c, L->ir, L->phase, OP_LAYERNORM);
+    add_in(op, x);
+    add_out(op, normalised);
+    op->axis_outer = x->per_sample / ch;
+    op->axis_len = ch;
+    op->axis_inner = 1;
+    op->epsilon = n->attrs.epsilon;
+    op->range = dim_batched(op->axis_outer);
+    op->layer = n;
+    Tensor *y = activation(L, n, "", &n->out);
+    XExpr *scaled = x_binary(c, X_MUL, x_load(c, normalised, BC_FULL), x_load(c, p->weight, BC_CHANNEL));
+    XExpr *e = x_binary(c, X_ADD, scaled, x_load(c, p->bias, BC_CHANNEL));
     pointwise(c, L->ir, L->phase, y, e)->layer = n;
     L->value[n->id] = y;
 }
@@ -574,7 +639,7 @@ static void lower_softmax(Lower *L, GNode *n) {
 static void lower_activation(Lower *L, GNode *n) {
     Tensor *x = L->value[n->inputs[0]->id];
     Tensor *y = activation(L, n, "", &n->out);
-    pointwise(L->c, L->ir, L->phase, y, activate(L->c, n->layer->name, x_load(L->c, x, BC_FULL)))
+    pointwise(L->c, L->ir, L->phase, y, activate(L->c, n->layer->name, n->attrs.slope, x_load(L->c, x, BC_FULL)))
         ->layer = n;
     L->value[n->id] = y;
 }
@@ -586,6 +651,7 @@ static void lower_node(Lower *L, GNode *n) {
     case L_CONV2D: lower_conv2d(L, n); break;
     case L_MAXPOOL: case L_AVGPOOL: case L_GLOBAL_AVGPOOL: lower_pool(L, n); break;
     case L_BATCHNORM: lower_batchnorm(L, n); break;
+    case L_LAYERNORM: lower_layernorm(L, n); break;
     case L_DROPOUT: lower_dropout(L, n); break;
     case L_FLATTEN: case L_RESHAPE: case L_IDENTITY:
         L->value[n->id] = view(L, n, L->value[n->inputs[0]->id], &n->out);
@@ -593,7 +659,8 @@ static void lower_node(Lower *L, GNode *n) {
     case L_ADD: lower_add(L, n); break;
     case L_CONCAT: lower_concat(L, n); break;
     case L_SOFTMAX: lower_softmax(L, n); break;
-    case L_RELU: case L_GELU: case L_SILU: case L_SIGMOID: case L_TANH: lower_activation(L, n); break;
+    case L_RELU: case L_LEAKY_RELU: case L_ELU: case L_GELU: case L_SILU: case L_MISH: case L_HARD_SWISH:
+    case L_SOFTPLUS: case L_SIGMOID: case L_TANH: lower_activation(L, n); break;
     case L_NONE: break;
     }
 }

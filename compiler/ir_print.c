@@ -66,7 +66,8 @@ static int precedence(XKind k) {
 
 static void expr_to(Ddpc *c, StrBuf *sb, const XExpr *e, int min) {
     static const char *const fn[] = {[X_MAX] = "max", [X_EXP] = "exp", [X_LOG] = "log",
-                                     [X_TANH] = "tanh", [X_ERF] = "erf", [X_SQRT] = "sqrt", [X_SIGMOID] = "sigmoid",
+                                     [X_TANH] = "tanh", [X_SQRT] = "sqrt", [X_SIGMOID] = "sigmoid",
+                                     [X_EXPM1] = "expm1", [X_LOG1P] = "log1p", [X_NORMAL_CDF] = "phi",
                                      [X_GT] = "gt", [X_WHEN] = "when"};
     int prec = precedence(e->kind);
     bool parens = prec < min;
@@ -188,6 +189,8 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
             sb_printf(&sb, "   %s%s", op->what, op->from_logits ? ", from logits" : "");
         if (op->kind == OP_BN_STATS)
             sb_printf(&sb, "   momentum %s", fmt_number(c->arena, op->momentum));
+        if (op->kind == OP_LAYERNORM || op->kind == OP_LAYERNORM_BWD)
+            sb_printf(&sb, "   rows of %lld, epsilon %s", (long long)op->axis_len, fmt_number(c->arena, op->epsilon));
         if (op->kind == OP_CONCAT || op->kind == OP_SPLIT)
             sb_printf(&sb, "   columns %lld..%lld of %lld", (long long)op->concat_offset,
                       (long long)(op->concat_offset + op->concat_width), (long long)op->axis_len);

@@ -144,8 +144,10 @@ static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
     case X_LOG: v = cg_log(cg, a); break;
     case X_TANH: v = cg_tanh(cg, a); break;
     case X_SIGMOID: v = fdiv(cg, LLVMConstReal(cg->real, 1), fadd(cg, LLVMConstReal(cg->real, 1), cg_exp(cg, LLVMBuildFNeg(cg->b, a, "")))); break;
-    case X_ERF: v = cg_erf(cg, a); break;
     case X_SQRT: v = cg_sqrt(cg, a); break;
+    case X_EXPM1: v = cg_expm1(cg, a); break;
+    case X_LOG1P: v = cg_log1p(cg, a); break;
+    case X_NORMAL_CDF: v = cg_normal_cdf(cg, a); break;
     case X_KEEP: v = keep_draw(cg, e, i, m); break;
     }
     if (m->n < MEMO) {
@@ -1211,6 +1213,81 @@ static void gen_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
     cg_loop_end(cg, &l2);
 }
 
+/* --------------------------------------------------------------- layernorm */
+
+/* A sum over row r's elements of what term makes of each (its index), in f64. */
+typedef LLVMValueRef (*RowTerm)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
+
+static LLVMValueRef row_total(Cg *cg, IrOp *op, LLVMValueRef base, RowTerm term, void *arg) {
+    LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "sum");
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+    LLVMValueRef v = term(cg, op, element(cg, op, base, cg_loop_index(cg, &l)), arg);
+    set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), v));
+    cg_loop_end(cg, &l);
+    return load_var(cg, acc, cg->f64);
+}
+
+static LLVMValueRef x_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    (void)arg;
+    return load_f64(cg, op->in[0], idx);
+}
+
+/* (x - mean)^2: the variance from the mean, as PyTorch sums it (not E[x^2] - mean^2) */
+static LLVMValueRef centred_square(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    LLVMValueRef d = fsub(cg, load_f64(cg, op->in[0], idx), *(LLVMValueRef *)arg);
+    return fmul(cg, d, d);
+}
+
+typedef struct RowMoments {
+    LLVMValueRef mean, rstd; /* 1 / sqrt(biased variance + epsilon) */
+} RowMoments;
+
+static RowMoments row_moments(Cg *cg, IrOp *op, LLVMValueRef base) {
+    LLVMValueRef len = F(cg, (double)op->axis_len);
+    RowMoments m;
+    m.mean = fdiv(cg, row_total(cg, op, base, x_term, NULL), len);
+    LLVMValueRef var = fdiv(cg, row_total(cg, op, base, centred_square, &m.mean), len);
+    m.rstd = fdiv(cg, F(cg, 1), cg_sqrt(cg, fadd(cg, var, F(cg, op->epsilon))));
+    return m;
+}
+
+static LLVMValueRef normalised(Cg *cg, IrOp *op, LLVMValueRef idx, RowMoments m) {
+    return fmul(cg, fsub(cg, load_f64(cg, op->in[0], idx), m.mean), m.rstd);
+}
+
+static void gen_layernorm(Cg *cg, IrOp *op, LLVMValueRef r) {
+    LLVMValueRef base = softmax_base(cg, op, r);
+    RowMoments m = row_moments(cg, op, base);
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+    LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l));
+    store_f64(cg, op->out[0], idx, normalised(cg, op, idx, m), false);
+    cg_loop_end(cg, &l);
+}
+
+static LLVMValueRef dy_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    (void)arg;
+    return load_f64(cg, op->in[1], idx);
+}
+
+static LLVMValueRef dy_normalised(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    return fmul(cg, load_f64(cg, op->in[1], idx), normalised(cg, op, idx, *(RowMoments *)arg));
+}
+
+/* with n = (x - mean) rstd and g its gradient: dx = rstd (g - mean(g) - n mean(g n)) */
+static void gen_layernorm_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
+    LLVMValueRef base = softmax_base(cg, op, r);
+    RowMoments m = row_moments(cg, op, base);
+    LLVMValueRef len = F(cg, (double)op->axis_len);
+    LLVMValueRef mean_g = fdiv(cg, row_total(cg, op, base, dy_term, NULL), len);
+    LLVMValueRef mean_gn = fdiv(cg, row_total(cg, op, base, dy_normalised, &m), len);
+    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+    LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l));
+    LLVMValueRef g = fsub(cg, fsub(cg, load_f64(cg, op->in[1], idx), mean_g),
+                          fmul(cg, normalised(cg, op, idx, m), mean_gn));
+    store_f64(cg, op->out[0], idx, fmul(cg, m.rstd, g), op->accumulate);
+    cg_loop_end(cg, &l);
+}
+
 /* ------------------------------------------------------------------- concat */
 
 /* i over the part [outer, width, inner]: its place in the whole [outer, len, inner] */
@@ -1994,6 +2071,8 @@ static IndexBody body_of(OpKind kind) {
     case OP_BN_STATS: return gen_bn_stats;
     case OP_SOFTMAX: return gen_softmax;
     case OP_SOFTMAX_BWD: return gen_softmax_bwd;
+    case OP_LAYERNORM: return gen_layernorm;
+    case OP_LAYERNORM_BWD: return gen_layernorm_bwd;
     case OP_CONCAT: return gen_concat;
     case OP_SPLIT: return gen_split;
     case OP_LOSS: return gen_loss;

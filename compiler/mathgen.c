@@ -1,4 +1,4 @@
-/* mathgen.c: exp, log, tanh and erf generated as LLVM IR, and the Philox generator.
+/* mathgen.c: exp, log, tanh, erf and their kin generated as LLVM IR, and the Philox generator.
  *
  * LLVM 14 cannot lower llvm.exp and friends for NVPTX, and on x86 they become libm
  * calls whose results differ between libraries; generating them here makes every
@@ -9,14 +9,17 @@
  *   log:  x = m 2^e with m in [sqrt(2)/2, sqrt(2)), log m = 2 atanh((m - 1) / (m + 1)).
  *   tanh: 1 - 2 / (exp(2|x|) + 1), or expm1(2x) / (expm1(2x) + 2) near 0 (no cancellation).
  *   erf:  2/sqrt(pi) exp(-x^2) sum (2x^2)^n x / (1 3 ... (2n + 1)), a series of positive
- *         terms (no cancellation), in f64 for both widths; 1 beyond |x| = 6.
+ *         terms (no cancellation), in f64; 1 beyond |x| = 6. It serves the normal
+ *         distribution (1 + erf(x / sqrt 2)) / 2, gelu's, summed in f64 for both widths.
+ *   expm1, log1p: Kahan's and Goldberg's corrections of exp(x) - 1 and log(1 + x),
+ *         u = exp(x) or 1 + x rounded, then the error of that rounding taken back.
  * Each is a private function of the module, inlined by the optimiser. */
 #include <math.h>
 #include <string.h>
 
 #include "cg.h"
 
-enum { M_EXP32, M_EXP64, M_LOG32, M_LOG64, M_TANH32, M_TANH64, M_ERF64, M_ERF32, M_PHILOX };
+enum { M_EXP32, M_EXP64, M_LOG32, M_LOG64, M_TANH32, M_TANH64, M_ERF64, M_PHILOX };
 
 /* ------------------------------------------------------ function scaffolding */
 
@@ -201,6 +204,29 @@ LLVMValueRef cg_log(Cg *cg, LLVMValueRef x) {
     return call1(cg, cg->math[id], x);
 }
 
+/* ------------------------------------------------------------ expm1, log1p */
+
+/* exp(x) - 1 = (u - 1) x / log(u), u = exp(x): the rounding of u cancels out (Kahan);
+ * x itself where u rounds to 1, -1 where u - 1 does, u where it is infinite. */
+LLVMValueRef cg_expm1(Cg *cg, LLVMValueRef x) {
+    LLVMTypeRef t = LLVMTypeOf(x);
+    LLVMValueRef u = cg_exp(cg, x), um1 = fsub(cg, u, k(cg, t, 1));
+    LLVMValueRef y = fdiv(cg, fmul(cg, um1, x), cg_log(cg, u));
+    y = sel(cg, fcmp(cg, LLVMRealOEQ, um1, k(cg, t, -1)), um1, y);
+    y = sel(cg, fcmp(cg, LLVMRealOEQ, u, k(cg, t, INFINITY)), u, y);
+    return sel(cg, fcmp(cg, LLVMRealOEQ, u, k(cg, t, 1)), x, y);
+}
+
+/* log(1 + x) = log(u) x / (u - 1), u = 1 + x rounded (Goldberg); x where u is 1, u
+ * where it is infinite. */
+LLVMValueRef cg_log1p(Cg *cg, LLVMValueRef x) {
+    LLVMTypeRef t = LLVMTypeOf(x);
+    LLVMValueRef u = fadd(cg, k(cg, t, 1), x);
+    LLVMValueRef y = fmul(cg, cg_log(cg, u), fdiv(cg, x, fsub(cg, u, k(cg, t, 1))));
+    y = sel(cg, fcmp(cg, LLVMRealOEQ, u, k(cg, t, INFINITY)), u, y);
+    return sel(cg, fcmp(cg, LLVMRealOEQ, u, k(cg, t, 1)), x, y);
+}
+
 /* --------------------------------------------------------------------- tanh */
 
 static LLVMValueRef make_tanh(Cg *cg, bool wide) {
@@ -271,13 +297,20 @@ static LLVMValueRef make_erf64(Cg *cg) {
     return f;
 }
 
-LLVMValueRef cg_erf(Cg *cg, LLVMValueRef x) {
+static LLVMValueRef erf64(Cg *cg, LLVMValueRef x) {
     if (!cg->math[M_ERF64])
         cg->math[M_ERF64] = make_erf64(cg);
-    if (LLVMTypeOf(x) == cg->f64)
-        return call1(cg, cg->math[M_ERF64], x);
-    return LLVMBuildFPTrunc(cg->b, call1(cg, cg->math[M_ERF64], LLVMBuildFPExt(cg->b, x, cg->f64, "")),
-                            cg->f32, "");
+    return call1(cg, cg->math[M_ERF64], x);
+}
+
+/* (1 + erf(x / sqrt 2)) / 2 in f64 whatever x's width: 1 + erf cancels to a few bits
+ * in f32 where erf is near -1 (gelu below -4), not in f64. */
+LLVMValueRef cg_normal_cdf(Cg *cg, LLVMValueRef x) {
+    bool narrow = LLVMTypeOf(x) != cg->f64;
+    LLVMValueRef wide = narrow ? LLVMBuildFPExt(cg->b, x, cg->f64, "") : x;
+    LLVMValueRef e = erf64(cg, fmul(cg, wide, k(cg, cg->f64, 0.7071067811865476)));
+    LLVMValueRef p = fmul(cg, fadd(cg, k(cg, cg->f64, 1), e), k(cg, cg->f64, 0.5));
+    return narrow ? LLVMBuildFPTrunc(cg->b, p, cg->f32, "") : p;
 }
 
 /* ------------------------------------------------------------------- philox */

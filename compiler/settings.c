@@ -471,14 +471,14 @@ static void check_decay_groups(Ddpc *c, TrainSpec *spec) {
     for (int i = 0; i < spec->graph->nodes.len; i++) {
         const GNode *n = spec->graph->nodes.items[i];
         has_biases |= (n->op == L_DENSE || n->op == L_CONV2D) && n->attrs.bias;
-        has_norms |= n->op == L_BATCHNORM;
+        has_norms |= n->op == L_BATCHNORM || n->op == L_LAYERNORM;
     }
     if (biases.kind != V_NONE && biases.kind != V_POISON && !has_biases)
         diag_report(c, W_DECAY_GROUP_EMPTY, biases.loc, "`%s` has no biases (its dense and conv2d layers all have "
                     "bias = false): bias_weight_decay changes nothing", spec->graph->model);
     if (norms.kind != V_NONE && norms.kind != V_POISON && !has_norms)
-        diag_report(c, W_DECAY_GROUP_EMPTY, norms.loc, "`%s` has no batchnorm: norm_weight_decay changes nothing",
-                    spec->graph->model);
+        diag_report(c, W_DECAY_GROUP_EMPTY, norms.loc,
+                    "`%s` has no batchnorm or layernorm: norm_weight_decay changes nothing", spec->graph->model);
 }
 
 /* lars and lamb adapt the step of a parameter with weight decay alone (timm's rule,

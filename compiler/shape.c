@@ -206,6 +206,14 @@ static bool batchnorm_rule(Rule *r) {
     return true;
 }
 
+static bool layernorm_rule(Rule *r) {
+    Shape *in = &r->call->in[0];
+    r->res->out = *in;
+    r->res->params = 2 * in->dim[in->rank - 1]; /* scale and shift */
+    r->res->attrs.epsilon = arg(r, "epsilon").num;
+    return true;
+}
+
 static bool dropout_rule(Rule *r) {
     r->res->out = r->call->in[0];
     r->res->attrs.rate = arg(r, "rate").num;
@@ -230,8 +238,19 @@ static bool softmax_rule(Rule *r) {
     return normalize_axis(r, r->call->in[0].rank, &r->res->attrs.axis);
 }
 
+/* An activation layer's number (leaky_relu's negative_slope, elu's alpha), or, for
+ * dense's and conv2d's activation = word, that layer's default. */
+static double activation_slope(Rule *r, const char *act) {
+    const Builtin *b = r->call->layer;
+    if (b->kind == B_LAYER && b->nparams == 1 && b->params[0].kind == K_NUM && !act)
+        return arg(r, b->params[0].name).num;
+    const Builtin *named = act ? builtin_find(act) : NULL;
+    return named && named->nparams == 1 && named->params[0].kind == K_NUM ? named->params[0].def_num : 0;
+}
+
 static bool elementwise_rule(Rule *r) {
     r->res->out = r->call->in[0];
+    r->res->attrs.slope = activation_slope(r, NULL);
     return true;
 }
 
@@ -340,6 +359,7 @@ bool shape_infer(Ddpc *c, LayerCall *call, LayerResult *res) {
     if (builtin_param(b, "activation", &i)) {
         const char *act = call->args[i].str;
         a->activation = strcmp(act, "identity") == 0 ? NULL : act;
+        a->slope = activation_slope(&r, a->activation);
     }
     if (builtin_param(b, "init", &i))
         a->init = word_code(init_words, call->args[i].str);
@@ -352,6 +372,7 @@ bool shape_infer(Ddpc *c, LayerCall *call, LayerResult *res) {
     case L_MAXPOOL: case L_AVGPOOL: ok = pool_rule(&r); break;
     case L_GLOBAL_AVGPOOL: ok = global_avgpool_rule(&r); break;
     case L_BATCHNORM: ok = batchnorm_rule(&r); break;
+    case L_LAYERNORM: ok = layernorm_rule(&r); break;
     case L_DROPOUT: ok = dropout_rule(&r); break;
     case L_FLATTEN: ok = flatten_rule(&r); break;
     case L_RESHAPE: ok = reshape_rule(&r); break;

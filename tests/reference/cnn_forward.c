@@ -60,6 +60,22 @@ static void pool(const float *x, int h, int w, int c, int k, int s, int pt, int 
             }
 }
 
+/* Each pixel's channels less their mean, over sqrt(their biased variance + eps), then
+ * scaled and shifted per channel (PyTorch's LayerNorm(c), Keras's LayerNormalization). */
+static void layernorm(float *x, int pixels, int c, const float *scale, const float *shift, double eps) {
+    for (int p = 0; p < pixels; p++, x += c) {
+        double mean = 0, var = 0;
+        for (int k = 0; k < c; k++)
+            mean += x[k];
+        mean /= c;
+        for (int k = 0; k < c; k++)
+            var += (x[k] - mean) * (x[k] - mean);
+        var /= c;
+        for (int k = 0; k < c; k++)
+            x[k] = (float)((x[k] - mean) / sqrt(var + eps) * scale[k] + shift[k]);
+    }
+}
+
 static void reference(ddp_runtime *rt, const float *x, float *out) {
     float a[11 * 11 * 4], b[6 * 6 * 4], c2[3 * 4 * 6], d[2 * 3 * 6];
     /* c1: 3x3 same: pad 1 each side */
@@ -72,6 +88,7 @@ static void reference(ddp_runtime *rt, const float *x, float *out) {
     conv(b, 6, 6, 4, param(rt, "m.c2.weight"), param(rt, "m.c2.bias"), 6, 3, 2, 2, 2, 1, 1, 3, 4, c2);
     for (int i = 0; i < 3 * 4 * 6; i++)
         c2[i] = tanhf(c2[i]);
+    layernorm(c2, 3 * 4, 6, param(rt, "m.ln.weight"), param(rt, "m.ln.bias"), 0.01);
     /* avgpool 2 stride 1: 3x4 -> 2x3 */
     pool(c2, 3, 4, 6, 2, 1, 0, 0, 2, 3, false, d);
     const float *w = param(rt, "m.fc.weight"), *bias = param(rt, "m.fc.bias");

@@ -8,8 +8,9 @@ stops the run; as s (1 - s) it is exactly 0. So, two epochs of SGD each:
 
 - sigmoid: the run ends with status 0, and the first layer is still all ones (no
   gradient reaches it through a saturated unit), the second layer has moved;
-- silu (x sigmoid(x)): status 0, every parameter finite, and the first layer moved
-  (silu's slope is 1 at +400)."""
+- silu (x sigmoid(x)), and elu, softplus and mish, whose exp(400) is never formed or
+  never kept: status 0, every parameter finite, and the first layer moved (each
+  one's slope is 1 at +400)."""
 import os
 import subprocess
 import sys
@@ -65,10 +66,12 @@ def main():
               "sigmoid: the saturated layer is still its initial ones")
         check(np.any(np.array(sigmoid["m.out.weight"]) != 0) and
               all(np.all(np.isfinite(np.array(v))) for v in sigmoid.values()), "sigmoid: the layer after it moved")
-    silu = train(ddpc, root, "silu")
-    if silu:
-        check(all(np.all(np.isfinite(np.array(v))) for v in silu.values()) and
-              np.any(np.array(silu["m.wide.weight"]) != 1), "silu: every parameter finite, the first layer moved")
+    for activation in ["silu", "elu", "softplus", "mish"]:
+        trained = train(ddpc, root, activation)
+        if trained:
+            check(all(np.all(np.isfinite(np.array(v))) for v in trained.values()) and
+                  np.any(np.array(trained["m.wide.weight"]) != 1),
+                  "%s: every parameter finite, the first layer moved" % activation)
     sys.exit(1 if datafiles.failures else 0)
 
 
