@@ -303,14 +303,29 @@ static LLVMValueRef erf64(Cg *cg, LLVMValueRef x) {
     return call1(cg, cg->math[M_ERF64], x);
 }
 
-/* (1 + erf(x / sqrt 2)) / 2 in f64 whatever x's width: 1 + erf cancels to a few bits
- * in f32 where erf is near -1 (gelu below -4), not in f64. */
+/* erfc(z) = t exp(-z^2 + c(t)), t = 1 / (1 + |z| / 2), for z >= 0 (2 minus it below):
+ * the Chebyshev fit of Numerical Recipes (section 6.2), within 1.2e-7 of erfc relative
+ * to itself at every z, one exp and no loop. */
+static LLVMValueRef erfc_fit(Cg *cg, LLVMValueRef z) {
+    static const double c[] = {-1.26551223, 1.00002368,  0.37409196, 0.09678418, -0.18628806,
+                               0.27886807,  -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+    LLVMTypeRef t64 = cg->f64;
+    LLVMValueRef t = fdiv(cg, k(cg, t64, 1), fadd(cg, k(cg, t64, 1), fmul(cg, fabs_(cg, z), k(cg, t64, 0.5))));
+    LLVMValueRef tail = fmul(cg, t, cg_exp(cg, fadd(cg, LLVMBuildFNeg(cg->b, fmul(cg, z, z), ""), horner(cg, t, c, 10))));
+    return sel(cg, fcmp(cg, LLVMRealOGE, z, k(cg, t64, 0)), tail, fsub(cg, k(cg, t64, 2), tail));
+}
+
+/* Phi(x) = erfc(-x / sqrt 2) / 2, made in f64 whatever x's width: (1 + erf) would
+ * cancel to a few bits in f32 where erf is near -1 (gelu below -4). For f32, the fit
+ * above (20 times faster than the series, and within f32's own rounding); for f64,
+ * the series. */
 LLVMValueRef cg_normal_cdf(Cg *cg, LLVMValueRef x) {
-    bool narrow = LLVMTypeOf(x) != cg->f64;
-    LLVMValueRef wide = narrow ? LLVMBuildFPExt(cg->b, x, cg->f64, "") : x;
-    LLVMValueRef e = erf64(cg, fmul(cg, wide, k(cg, cg->f64, 0.7071067811865476)));
-    LLVMValueRef p = fmul(cg, fadd(cg, k(cg, cg->f64, 1), e), k(cg, cg->f64, 0.5));
-    return narrow ? LLVMBuildFPTrunc(cg->b, p, cg->f32, "") : p;
+    if (LLVMTypeOf(x) == cg->f64) {
+        LLVMValueRef e = erf64(cg, fmul(cg, x, k(cg, cg->f64, 0.7071067811865476)));
+        return fmul(cg, fadd(cg, k(cg, cg->f64, 1), e), k(cg, cg->f64, 0.5));
+    }
+    LLVMValueRef z = fmul(cg, LLVMBuildFPExt(cg->b, x, cg->f64, ""), k(cg, cg->f64, -0.7071067811865476));
+    return LLVMBuildFPTrunc(cg->b, fmul(cg, erfc_fit(cg, z), k(cg, cg->f64, 0.5)), cg->f32, "");
 }
 
 /* ------------------------------------------------------------------- philox */
