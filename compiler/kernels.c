@@ -1215,16 +1215,51 @@ static void gen_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
 
 /* --------------------------------------------------------------- layernorm */
 
-/* A sum over row r's elements of what term makes of each (its index), in f64. */
-typedef LLVMValueRef (*RowTerm)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
+/* A row of layernorm is walked by one thread on the CPU (k NULL: its elements in order)
+ * or, on a GPU, by a block (k: thread t takes elements t, t + T, ...; its sums are
+ * added across the block in a fixed order), so a warp reads consecutive elements. */
 
-static LLVMValueRef row_total(Cg *cg, IrOp *op, LLVMValueRef base, RowTerm term, void *arg) {
-    LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "sum");
+typedef LLVMValueRef (*RowTerm)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
+typedef void (*RowStore)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
+
+typedef struct RowWalk {
+    LLVMValueRef base;           /* the row's first element */
+    RowTerm term;                /* summed ... */
+    LLVMValueRef acc;
+    RowStore store;              /* ... or called on each element */
+    void *arg;
+} RowWalk;
+
+static void walk_element(Cg *cg, IrOp *op, LLVMValueRef j, void *arg) {
+    RowWalk *w = arg;
+    LLVMValueRef idx = element(cg, op, w->base, j);
+    if (w->store)
+        w->store(cg, op, idx, w->arg);
+    else
+        set_var(cg, w->acc, fadd(cg, load_var(cg, w->acc, cg->f64), w->term(cg, op, idx, w->arg)));
+}
+
+static void walk_row(Cg *cg, IrOp *op, Block *k, RowWalk *w) {
+    if (k) {
+        strided_rows(cg, op, k, I(cg, op->axis_len), walk_element, w);
+        return;
+    }
     Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef v = term(cg, op, element(cg, op, base, cg_loop_index(cg, &l)), arg);
-    set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), v));
+    walk_element(cg, op, cg_loop_index(cg, &l), w);
     cg_loop_end(cg, &l);
-    return load_var(cg, acc, cg->f64);
+}
+
+/* The sum over the row of term(each element's index), in f64; in every thread of a block. */
+static LLVMValueRef row_total(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, RowTerm term, void *arg) {
+    RowWalk w = {base, term, cg_var(cg, cg->f64, F(cg, 0), "sum"), NULL, arg};
+    walk_row(cg, op, k, &w);
+    LLVMValueRef part = load_var(cg, w.acc, cg->f64);
+    return k ? block_sum(cg, k, part, 0) : part;
+}
+
+static void each_element(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, RowStore store, void *arg) {
+    RowWalk w = {base, NULL, NULL, store, arg};
+    walk_row(cg, op, k, &w);
 }
 
 static LLVMValueRef x_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
@@ -1239,29 +1274,31 @@ static LLVMValueRef centred_square(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg
 }
 
 typedef struct RowMoments {
-    LLVMValueRef mean, rstd; /* 1 / sqrt(biased variance + epsilon) */
+    LLVMValueRef mean, rstd;     /* rstd: 1 / sqrt(biased variance + epsilon) */
+    LLVMValueRef mean_g, mean_gn; /* backward: the means of g and of g n */
 } RowMoments;
 
-static RowMoments row_moments(Cg *cg, IrOp *op, LLVMValueRef base) {
+static RowMoments row_moments(Cg *cg, IrOp *op, Block *k, LLVMValueRef base) {
     LLVMValueRef len = F(cg, (double)op->axis_len);
-    RowMoments m;
-    m.mean = fdiv(cg, row_total(cg, op, base, x_term, NULL), len);
-    LLVMValueRef var = fdiv(cg, row_total(cg, op, base, centred_square, &m.mean), len);
+    RowMoments m = {0};
+    m.mean = fdiv(cg, row_total(cg, op, k, base, x_term, NULL), len);
+    LLVMValueRef var = fdiv(cg, row_total(cg, op, k, base, centred_square, &m.mean), len);
     m.rstd = fdiv(cg, F(cg, 1), cg_sqrt(cg, fadd(cg, var, F(cg, op->epsilon))));
     return m;
 }
 
-static LLVMValueRef normalised(Cg *cg, IrOp *op, LLVMValueRef idx, RowMoments m) {
-    return fmul(cg, fsub(cg, load_f64(cg, op->in[0], idx), m.mean), m.rstd);
+static LLVMValueRef normalised(Cg *cg, IrOp *op, LLVMValueRef idx, const RowMoments *m) {
+    return fmul(cg, fsub(cg, load_f64(cg, op->in[0], idx), m->mean), m->rstd);
 }
 
-static void gen_layernorm(Cg *cg, IrOp *op, LLVMValueRef r) {
+static void store_normalised(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    store_f64(cg, op->out[0], idx, normalised(cg, op, idx, arg), false);
+}
+
+static void layernorm_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
     LLVMValueRef base = softmax_base(cg, op, r);
-    RowMoments m = row_moments(cg, op, base);
-    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l));
-    store_f64(cg, op->out[0], idx, normalised(cg, op, idx, m), false);
-    cg_loop_end(cg, &l);
+    RowMoments m = row_moments(cg, op, k, base);
+    each_element(cg, op, k, base, store_normalised, &m);
 }
 
 static LLVMValueRef dy_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
@@ -1270,22 +1307,43 @@ static LLVMValueRef dy_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
 }
 
 static LLVMValueRef dy_normalised(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
-    return fmul(cg, load_f64(cg, op->in[1], idx), normalised(cg, op, idx, *(RowMoments *)arg));
+    return fmul(cg, load_f64(cg, op->in[1], idx), normalised(cg, op, idx, arg));
 }
 
 /* with n = (x - mean) rstd and g its gradient: dx = rstd (g - mean(g) - n mean(g n)) */
-static void gen_layernorm_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
+static void store_input_grad(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    RowMoments *m = arg;
+    LLVMValueRef g = fsub(cg, fsub(cg, load_f64(cg, op->in[1], idx), m->mean_g),
+                          fmul(cg, normalised(cg, op, idx, m), m->mean_gn));
+    store_f64(cg, op->out[0], idx, fmul(cg, m->rstd, g), op->accumulate);
+}
+
+static void layernorm_bwd_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
     LLVMValueRef base = softmax_base(cg, op, r);
-    RowMoments m = row_moments(cg, op, base);
+    RowMoments m = row_moments(cg, op, k, base);
     LLVMValueRef len = F(cg, (double)op->axis_len);
-    LLVMValueRef mean_g = fdiv(cg, row_total(cg, op, base, dy_term, NULL), len);
-    LLVMValueRef mean_gn = fdiv(cg, row_total(cg, op, base, dy_normalised, &m), len);
-    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l));
-    LLVMValueRef g = fsub(cg, fsub(cg, load_f64(cg, op->in[1], idx), mean_g),
-                          fmul(cg, normalised(cg, op, idx, m), mean_gn));
-    store_f64(cg, op->out[0], idx, fmul(cg, m.rstd, g), op->accumulate);
-    cg_loop_end(cg, &l);
+    m.mean_g = fdiv(cg, row_total(cg, op, k, base, dy_term, NULL), len);
+    m.mean_gn = fdiv(cg, row_total(cg, op, k, base, dy_normalised, &m), len);
+    each_element(cg, op, k, base, store_input_grad, &m);
+}
+
+static void gen_layernorm(Cg *cg, IrOp *op, LLVMValueRef r) {
+    layernorm_row(cg, op, NULL, r);
+}
+
+static void gen_layernorm_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
+    layernorm_bwd_row(cg, op, NULL, r);
+}
+
+/* One row per block on a GPU. */
+static void block_layernorm(Cg *cg, IrOp *op, LLVMValueRef r) {
+    Block k = block_of(cg, op);
+    layernorm_row(cg, op, &k, r);
+}
+
+static void block_layernorm_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
+    Block k = block_of(cg, op);
+    layernorm_bwd_row(cg, op, &k, r);
 }
 
 /* ------------------------------------------------------------------- concat */
@@ -2022,6 +2080,7 @@ static int64_t reduced_length(const IrOp *op) {
     case OP_ACCUMULATE: return op->in[0]->elems;
     case OP_FIND_NONFINITE: case OP_GRAD_SQUARES: return NONFINITE_CHUNK;
     case OP_TRUST_RATIO: return op->channels; /* the largest parameter */
+    case OP_LAYERNORM: case OP_LAYERNORM_BWD: return op->axis_len;
     case OP_NONFINITE_FLAG: case OP_CLIP_FACTOR: return op->in[0]->elems;
     default: return 0;
     }
@@ -2100,6 +2159,8 @@ static IndexBody block_body_of(OpKind kind) {
     case OP_GRAD_SQUARES: return block_grad_squares;
     case OP_TRUST_RATIO: return block_trust_ratio;
     case OP_CLIP_FACTOR: return block_clip_factor;
+    case OP_LAYERNORM: return block_layernorm;
+    case OP_LAYERNORM_BWD: return block_layernorm_bwd;
     default: return NULL;
     }
 }
