@@ -364,6 +364,35 @@ static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
         b->range = (IrDim){0, y->per_sample / y->shape.dim[y->shape.rank - 1]};
 }
 
+/* A depthwise convolution's adjoints: x's gradient one index per input pixel (every
+ * window covering it), the filters' one index per filter element (a sum over every
+ * output pixel of the batch). */
+static void backward_depthwise(Diff *d, IrOp *op) {
+    Tensor *x = op->in[0], *w = op->in[1], *y = op->out[0];
+    if (!y->grad)
+        return;
+    if (requires(x)) {
+        IrOp *b = op_for(d, OP_DEPTHWISE_DATA, op);
+        *b = *op;
+        b->phase = PH_BACKWARD;
+        b->kind = OP_DEPTHWISE_DATA;
+        b->in[0] = y->grad;
+        b->in[1] = w;
+        b->accumulate = accumulates(d, x);
+        b->out[0] = grad_of(d, x);
+        b->range = (IrDim){0, x->per_sample / x->shape.dim[2]};
+    }
+    IrOp *f = op_for(d, OP_DEPTHWISE_FILTER, op);
+    *f = *op;
+    f->phase = PH_BACKWARD;
+    f->kind = OP_DEPTHWISE_FILTER;
+    f->in[0] = x;
+    f->in[1] = y->grad;
+    f->accumulate = accumulates(d, w);
+    f->out[0] = grad_of(d, w);
+    f->range = (IrDim){w->elems, 0};
+}
+
 /* A library convolution's adjoints, on the library path: x's gradient from y's and
  * forward's KRSC filters (kept till then: a copy made again would be the same bytes,
  * for a kernel launch more), the filters' gradient from x and y's (KRSC, turned HWIO
@@ -501,6 +530,7 @@ void autodiff(Ddpc *c, Ir *ir) {
         case OP_POINTWISE: backward_pointwise(&d, op); break;
         case OP_IM2COL: backward_simple(&d, op, OP_COL2IM); break;
         case OP_CONV: backward_conv(&d, op); break;
+        case OP_DEPTHWISE: backward_depthwise(&d, op); break;
         case OP_MAXPOOL: backward_simple(&d, op, OP_MAXPOOL_BWD); break;
         case OP_AVGPOOL: backward_simple(&d, op, OP_AVGPOOL_BWD); break;
         case OP_GAP: backward_simple(&d, op, OP_GAP_BWD); break;

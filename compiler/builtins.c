@@ -66,6 +66,14 @@ static const Param conv2d_params[] = {
     PAIR("dilation", 1), BOOL("bias", 1), ACTIVATION,
     INIT("init", "glorot_uniform"), INIT("bias_init", "zeros"),
 };
+static const Param depthwise_params[] = {
+    REQ("kernel", K_INT_PAIR, P_POSITIVE),
+    PAIR("stride", 1),
+    {.name = "padding", .kind = K_PADDING, .flags = P_NONNEG, .words = padding_words,
+     .def = DEF_WORD, .def_word = "valid"},
+    PAIR("dilation", 1), INT("multiplier", 1, P_POSITIVE), BOOL("bias", 1), ACTIVATION,
+    INIT("init", "glorot_uniform"), INIT("bias_init", "zeros"),
+};
 /* stride defaults to the window size: no default value in the table. */
 static const Param pool_params[] = {
     PAIR("size", 2), OPT("stride", K_INT_PAIR, P_POSITIVE),
@@ -255,6 +263,8 @@ static const Param toplevel_train_params[] = {TRAIN_SETTINGS, STRATEGY_SETTINGS}
 const Builtin builtins[] = {
     LAYER("dense", dense_params, L_DENSE, "fully connected: [n] -> [units]"),
     LAYER("conv2d", conv2d_params, L_CONV2D, "2-D convolution: [h, w, c] -> [h', w', filters]"),
+    LAYER("depthwise_conv2d", depthwise_params, L_DEPTHWISE_CONV2D,
+          "each channel convolved with its own multiplier filters: [h, w, c] -> [h', w', c * multiplier]"),
     LAYER("maxpool", pool_params, L_MAXPOOL, "2-D max pooling: [h, w, c] -> [h', w', c]; stride none is the window size"),
     LAYER("avgpool", pool_params, L_AVGPOOL, "2-D average pooling: [h, w, c] -> [h', w', c]; stride none is the window size"),
     LAYER0("global_avgpool", L_GLOBAL_AVGPOOL, "mean over height and width: [h, w, c] -> [c]"),

@@ -358,7 +358,7 @@ typedef enum {
 } BuiltinKind;
 
 typedef enum {
-    L_INPUT, L_DENSE, L_CONV2D, L_MAXPOOL, L_AVGPOOL, L_GLOBAL_AVGPOOL,
+    L_INPUT, L_DENSE, L_CONV2D, L_DEPTHWISE_CONV2D, L_MAXPOOL, L_AVGPOOL, L_GLOBAL_AVGPOOL,
     L_BATCHNORM, L_LAYERNORM, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
     L_RELU, L_LEAKY_RELU, L_ELU, L_GELU, L_SILU, L_MISH, L_HARD_SWISH, L_SOFTPLUS, L_SIGMOID, L_TANH,
     L_SOFTMAX, L_IDENTITY,
@@ -716,6 +716,10 @@ typedef enum {
     OP_FILTERS_TO_HWIO, /* KRSC filter gradients -> HWIO (+ out) */
     OP_MAXPOOL, OP_MAXPOOL_BWD, OP_AVGPOOL, OP_AVGPOOL_BWD,
     OP_GAP, OP_GAP_BWD,             /* global average pool and its adjoint */
+    OP_DEPTHWISE,     /* in x [n, h, w, c], filters [kh, kw, c, m] -> out [n, oh, ow, c m]: each channel
+                         convolved with its own m filters (channels: m) */
+    OP_DEPTHWISE_DATA,   /* in dy, filters -> out dx */
+    OP_DEPTHWISE_FILTER, /* in x, dy -> out the filters' gradient: a sum over every output pixel */
     OP_BN_STATS,      /* in0 [rows, c] -> out mean, var [c]: the batch's per channel; out running
                          mean, var [c]: moved towards them */
     OP_SOFTMAX, OP_SOFTMAX_BWD,

@@ -100,7 +100,7 @@ static GNode *add_node(Ddpc *c, const char *name, LayerOp op, Loc loc) {
 /* A bias directly before batchnorm is subtracted away again by its mean. */
 static void warn_bias_before_batchnorm(Ddpc *c, GNode *bn) {
     GNode *prev = bn->inputs[0];
-    if ((prev->op == L_CONV2D || prev->op == L_DENSE) && prev->attrs.bias &&
+    if ((prev->op == L_CONV2D || prev->op == L_DEPTHWISE_CONV2D || prev->op == L_DENSE) && prev->attrs.bias &&
         !prev->attrs.activation && prev->uses == 1) {
         diag_report(c, W_BIAS_BEFORE_BATCHNORM, prev->loc,
                     "the bias of `%s` is cancelled by the batchnorm that follows it", prev->name);

@@ -24,9 +24,12 @@ static const char *details(Ddpc *c, GNode *n) {
     case L_CONV2D:
         sb_printf(&sb, "%lld filters, ", (long long)a->units);
         /* fall through */
+    case L_DEPTHWISE_CONV2D:
     case L_MAXPOOL:
     case L_AVGPOOL:
-        sb_printf(&sb, "%s %lldx%lld, stride %s", n->op == L_CONV2D ? "kernel" : "window",
+        if (n->op == L_DEPTHWISE_CONV2D && a->units != n->inputs[0]->out.dim[2])
+            sb_printf(&sb, "multiplier %lld, ", (long long)(a->units / n->inputs[0]->out.dim[2]));
+        sb_printf(&sb, "%s %lldx%lld, stride %s", n->op == L_MAXPOOL || n->op == L_AVGPOOL ? "window" : "kernel",
                   (long long)a->kernel[0], (long long)a->kernel[1], pair_text(c, a->stride));
         if (a->dilation[0] != 1 || a->dilation[1] != 1)
             sb_printf(&sb, ", dilation %s", pair_text(c, a->dilation));
@@ -61,7 +64,7 @@ static const char *details(Ddpc *c, GNode *n) {
     default:
         break;
     }
-    if (n->op == L_CONV2D || n->op == L_DENSE) {
+    if (n->op == L_CONV2D || n->op == L_DEPTHWISE_CONV2D || n->op == L_DENSE) {
         if (!a->bias)
             sb_printf(&sb, ", no bias");
         if (a->activation)

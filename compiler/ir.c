@@ -59,7 +59,8 @@ const char *op_kind_name(OpKind k) {
         [OP_COL2IM] = "col2im", [OP_CONV] = "conv", [OP_FILTERS_TO_KRSC] = "filters_to_krsc",
         [OP_FILTERS_TO_HWIO] = "filters_to_hwio", [OP_MAXPOOL] = "maxpool", [OP_MAXPOOL_BWD] = "maxpool_bwd",
         [OP_AVGPOOL] = "avgpool", [OP_AVGPOOL_BWD] = "avgpool_bwd", [OP_GAP] = "gap",
-        [OP_GAP_BWD] = "gap_bwd", [OP_BN_STATS] = "bn_stats", [OP_SOFTMAX] = "softmax",
+        [OP_GAP_BWD] = "gap_bwd",
+        [OP_DEPTHWISE] = "depthwise", [OP_DEPTHWISE_DATA] = "depthwise_data", [OP_DEPTHWISE_FILTER] = "depthwise_filter", [OP_BN_STATS] = "bn_stats", [OP_SOFTMAX] = "softmax",
         [OP_SOFTMAX_BWD] = "softmax_bwd", [OP_LAYERNORM] = "layernorm", [OP_LAYERNORM_BWD] = "layernorm_bwd",
         [OP_REDUCE_ROWS] = "reduce_rows", [OP_ROW_PARTIALS] = "row_partials",
         [OP_CONCAT] = "concat", [OP_SPLIT] = "split", [OP_LOSS] = "loss",
@@ -467,6 +468,35 @@ static void lower_conv2d(Lower *L, GNode *n) {
     L->value[n->id] = activation_op(L, n, z, a->activation, p->bias);
 }
 
+/* A depthwise convolution: one op of the program's own on every path (channel ch's
+ * filters read channel ch alone: there is no product to hand a library), then the
+ * bias and activation as a convolution's. */
+static void lower_depthwise(Lower *L, GNode *n) {
+    Ddpc *c = L->c;
+    Tensor *x = L->value[n->inputs[0]->id];
+    const LayerAttrs *a = &n->attrs;
+    int64_t cin = x->shape.dim[2], f = a->units, taps = a->kernel[0] * a->kernel[1];
+    LayerParams *p = &L->params[n->id];
+    if (!p->weight) {
+        int64_t wd[4] = {a->kernel[0], a->kernel[1], cin, f / cin};
+        p->weight = param(L, n, "weight", T_PARAM, shape_of(4, wd), "HWCM", a->init);
+        p->weight->fan_in = taps;               /* an output reads one channel's window */
+        p->weight->fan_out = taps * (f / cin); /* an input feeds its channel's filters */
+        if (a->bias)
+            p->bias = param(L, n, "bias", T_PARAM, shape_of(1, &f), "C", a->bias_init);
+    }
+    Tensor *z = activation(L, n, p->bias || a->activation ? ":z" : "", &n->out);
+    IrOp *op = ir_op(c, L->ir, L->phase, OP_DEPTHWISE);
+    add_in(op, x);
+    add_in(op, p->weight);
+    add_out(op, z);
+    window_attrs(op, n);
+    op->channels = f / cin;
+    op->rows_per_sample = n->out.dim[0] * n->out.dim[1];
+    op->range = dim_batched(op->rows_per_sample); /* one index per output pixel */
+    L->value[n->id] = activation_op(L, n, z, a->activation, p->bias);
+}
+
 static void lower_pool(Lower *L, GNode *n) {
     Tensor *x = L->value[n->inputs[0]->id];
     Tensor *y = activation(L, n, "", &n->out);
@@ -649,6 +679,7 @@ static void lower_node(Lower *L, GNode *n) {
     case L_INPUT: L->value[n->id] = L->ir->input; break;
     case L_DENSE: lower_dense(L, n); break;
     case L_CONV2D: lower_conv2d(L, n); break;
+    case L_DEPTHWISE_CONV2D: lower_depthwise(L, n); break;
     case L_MAXPOOL: case L_AVGPOOL: case L_GLOBAL_AVGPOOL: lower_pool(L, n); break;
     case L_BATCHNORM: lower_batchnorm(L, n); break;
     case L_LAYERNORM: lower_layernorm(L, n); break;

@@ -180,7 +180,8 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
                                      : op->code == DDP_CONV_BACKWARD_DATA ? "backward data"
                                                                           : "backward filter");
         if (op->kind == OP_IM2COL || op->kind == OP_COL2IM || op->kind == OP_MAXPOOL ||
-            op->kind == OP_MAXPOOL_BWD || op->kind == OP_AVGPOOL || op->kind == OP_AVGPOOL_BWD || op->kind == OP_CONV)
+            op->kind == OP_MAXPOOL_BWD || op->kind == OP_AVGPOOL || op->kind == OP_AVGPOOL_BWD || op->kind == OP_CONV ||
+            op->kind == OP_DEPTHWISE || op->kind == OP_DEPTHWISE_DATA || op->kind == OP_DEPTHWISE_FILTER)
             sb_printf(&sb, "   %lldx%lld, stride %lldx%lld, pad %lld,%lld,%lld,%lld",
                       (long long)op->kernel[0], (long long)op->kernel[1], (long long)op->stride[0],
                       (long long)op->stride[1], (long long)op->pad[0], (long long)op->pad[1],

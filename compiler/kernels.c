@@ -781,8 +781,8 @@ static Geo window_geometry(IrOp *op) {
     GNode *n = op->layer;
     Tensor *x = NULL;
     switch (op->kind) {
-    case OP_IM2COL: case OP_MAXPOOL: case OP_AVGPOOL: x = op->in[0]; break;
-    case OP_COL2IM: case OP_AVGPOOL_BWD: x = op->out[0]; break;
+    case OP_IM2COL: case OP_MAXPOOL: case OP_AVGPOOL: case OP_DEPTHWISE: case OP_DEPTHWISE_FILTER: x = op->in[0]; break;
+    case OP_COL2IM: case OP_AVGPOOL_BWD: case OP_DEPTHWISE_DATA: x = op->out[0]; break;
     case OP_MAXPOOL_BWD: x = op->in[0]; break;
     default: break;
     }
@@ -908,15 +908,27 @@ static void zero_pixel_unless_accumulating(Cg *cg, IrOp *op, LLVMValueRef pixel,
     channels_end(cg, &ch);
 }
 
-typedef struct Col2im {
+/* An input pixel (s, ih, iw) whose gradient the windows covering it add up to. */
+typedef struct PoolBwd {
     LLVMValueRef s, pixel;
     Geo g;
-} Col2im;
+} PoolBwd;
+
+/* The pixel's channels zeroed (unless they accumulate), then visit for each window
+ * covering it. */
+static void gradient_from_windows(Cg *cg, IrOp *op, LLVMValueRef pixel, WindowVisit visit) {
+    Geo g = window_geometry(op);
+    PoolBwd a = {NULL, pixel, g};
+    LLVMValueRef ih, iw;
+    pixel_coords(cg, pixel, g.h, g.w, &a.s, &ih, &iw);
+    zero_pixel_unless_accumulating(cg, op, pixel, g.c);
+    covering_windows(cg, op, g, ih, iw, visit, &a);
+}
 
 /* the window (oh, ow) covers this pixel through offset (kh, kw): add its channels */
 static void col2im_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
                          LLVMValueRef kw, void *arg) {
-    Col2im *a = arg;
+    PoolBwd *a = arg;
     int64_t kk = op->kernel[0] * op->kernel[1] * a->g.c;
     LLVMValueRef row = add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow);
     LLVMValueRef col = mul(cg, add(cg, mul(cg, kh, I(cg, op->kernel[1])), kw), I(cg, a->g.c));
@@ -929,30 +941,32 @@ static void col2im_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLV
 
 /* One pixel (s, ih, iw) of the image: every window covering it adds its channels. */
 static void gen_col2im(Cg *cg, IrOp *op, LLVMValueRef pixel) {
-    Geo g = window_geometry(op);
-    Col2im a = {NULL, pixel, g};
-    LLVMValueRef ih, iw;
-    pixel_coords(cg, pixel, g.h, g.w, &a.s, &ih, &iw);
-    zero_pixel_unless_accumulating(cg, op, pixel, g.c);
-    covering_windows(cg, op, g, ih, iw, col2im_visit, &a);
+    gradient_from_windows(cg, op, pixel, col2im_visit);
+}
+
+/* The flat index of channel c of pixel (s, h, w) of an [n, H, W, C] image. */
+static LLVMValueRef image_index(Cg *cg, Geo g, LLVMValueRef s, LLVMValueRef h, LLVMValueRef w, LLVMValueRef c) {
+    return add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, s, I(cg, g.h)), h), I(cg, g.w)), w), I(cg, g.c)), c);
 }
 
 /* Calls visit with the flat input index of every element of window (oh, ow) of
- * sample s, channel c that lies inside the image (padding has none). */
-typedef void (*ElementVisit)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
+ * sample s, channel c that lies inside the image (padding has none), and its tap,
+ * kh * kernel width + kw. */
+typedef void (*ElementVisit)(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef tap, void *arg);
 
 static void window_elements(Cg *cg, IrOp *op, Geo g, LLVMValueRef s, LLVMValueRef oh, LLVMValueRef ow,
                             LLVMValueRef c, ElementVisit visit, void *arg) {
     bool padded = op->pad[0] || op->pad[1] || op->pad[2] || op->pad[3];
     Loop lh = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[0]), "wh");
-    LLVMValueRef ih = window_coord(cg, oh, cg_loop_index(cg, &lh), op->stride[0], op->pad[0], 1);
+    LLVMValueRef kh = cg_loop_index(cg, &lh);
+    LLVMValueRef ih = window_coord(cg, oh, kh, op->stride[0], op->pad[0], op->dilation[0]);
     Loop lw = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[1]), "ww");
-    LLVMValueRef iw = window_coord(cg, ow, cg_loop_index(cg, &lw), op->stride[1], op->pad[2], 1);
+    LLVMValueRef kw = cg_loop_index(cg, &lw);
+    LLVMValueRef iw = window_coord(cg, ow, kw, op->stride[1], op->pad[2], op->dilation[1]);
     If f;
     if (padded) /* without padding every window lies inside the image */
         f = cg_if_begin(cg, and_(cg, in_range(cg, ih, g.h), in_range(cg, iw, g.w)));
-    visit(cg, op, add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, s, I(cg, g.h)), ih), I(cg, g.w)), iw), I(cg, g.c)), c),
-          arg);
+    visit(cg, op, image_index(cg, g, s, ih, iw, c), add(cg, mul(cg, kh, I(cg, op->kernel[1])), kw), arg);
     if (padded)
         cg_if_end(cg, &f);
     cg_loop_end(cg, &lw);
@@ -963,8 +977,9 @@ typedef struct Argmax {
     LLVMValueRef best, where;
 } Argmax;
 
-static void argmax_visit(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+static void argmax_visit(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef tap, void *arg) {
     Argmax *a = arg;
+    (void)tap;
     LLVMValueRef v = load_f64(cg, op->in[0], idx);
     LLVMValueRef cur = load_var(cg, a->best, cg->f64);
     LLVMValueRef first = lt(cg, load_var(cg, a->where, cg->i64), I(cg, 0));
@@ -997,12 +1012,6 @@ static void gen_maxpool(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     channels_end(cg, &ch);
 }
 
-/* A pooling gradient pixel (s, ih, iw): each covering window adds to its channels. */
-typedef struct PoolBwd {
-    LLVMValueRef s, pixel;
-    Geo g;
-} PoolBwd;
-
 /* the flat index of channel c of output pixel (s, oh, ow) */
 static LLVMValueRef output_index(Cg *cg, PoolBwd *a, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef c) {
     LLVMValueRef o = add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow);
@@ -1028,8 +1037,9 @@ typedef struct Spread {
     LLVMValueRef where, grad;
 } Spread;
 
-static void spread_visit(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+static void spread_visit(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef tap, void *arg) {
     Spread *a = arg;
+    (void)tap;
     LLVMValueRef v = sel(cg, eq(cg, a->where, idx), a->grad, F(cg, 0));
     /* 0 + v: what adding v to a pixel zeroed first gives (-0 becomes +0), the bits of
      * the pixel-by-pixel way */
@@ -1090,8 +1100,9 @@ static LLVMValueRef window_count(Cg *cg, IrOp *op, Geo g, LLVMValueRef oh, LLVMV
     return LLVMBuildSIToFP(cg->b, mul(cg, counts[0], counts[1]), cg->f64, "");
 }
 
-static void sum_visit(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+static void sum_visit(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef tap, void *arg) {
     LLVMValueRef acc = arg;
+    (void)tap;
     set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), load_f64(cg, op->in[0], idx)));
 }
 
@@ -1123,12 +1134,7 @@ static void avgpool_bwd_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow
 }
 
 static void gen_avgpool_bwd(Cg *cg, IrOp *op, LLVMValueRef pixel) {
-    Geo g = window_geometry(op);
-    PoolBwd a = {NULL, pixel, g};
-    LLVMValueRef ih, iw;
-    pixel_coords(cg, pixel, g.h, g.w, &a.s, &ih, &iw);
-    zero_pixel_unless_accumulating(cg, op, pixel, g.c);
-    covering_windows(cg, op, g, ih, iw, avgpool_bwd_visit, &a); /* pools have dilation 1 */
+    gradient_from_windows(cg, op, pixel, avgpool_bwd_visit);
 }
 
 /* global average pool: i over [n, C] */
@@ -1150,6 +1156,207 @@ static void gen_gap_bwd(Cg *cg, IrOp *op, LLVMValueRef i) {
     LLVMValueRef s = divs(cg, i, I(cg, hw * c)), ch = rems(cg, i, I(cg, c));
     LLVMValueRef v = fdiv(cg, load_f64(cg, op->in[0], add(cg, mul(cg, s, I(cg, c)), ch)), F(cg, (double)hw));
     store_f64(cg, dx, i, v, op->accumulate);
+}
+
+/* --------------------------------------------------------------- depthwise */
+
+/* Channel ch of the image feeds outputs o = ch m .. ch m + m - 1 (m: op->channels), each
+ * with filter w[tap][o] ([kh, kw, c, m] flat: tap * c m + o). */
+
+typedef struct Depthwise {
+    LLVMValueRef acc, o;
+    int64_t outputs;             /* c m */
+} Depthwise;
+
+static void depthwise_visit(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef tap, void *arg) {
+    Depthwise *a = arg;
+    LLVMValueRef w = load_f64(cg, op->in[1], add(cg, mul(cg, tap, I(cg, a->outputs)), a->o));
+    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), fmul(cg, load_f64(cg, op->in[0], idx), w)));
+}
+
+/* A CPU's pixel: the window's taps in turn, each adding into the c m sums (f64, on the
+ * stack) a run of contiguous channels, which vectorises; the same sums in the same
+ * order as a GPU's thread makes output by output. */
+typedef struct TapSums {
+    LLVMValueRef sums;
+    int64_t outputs;
+} TapSums;
+
+static LLVMValueRef sum_at(Cg *cg, LLVMValueRef sums, LLVMValueRef i) {
+    return LLVMBuildInBoundsGEP2(cg->b, cg->f64, sums, &i, 1, "");
+}
+
+static void tap_visit(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef tap, void *arg) {
+    TapSums *a = arg;
+    int64_t m = op->channels;
+    Channels ch = channels_begin(cg, a->outputs);
+    LLVMValueRef x = load_f64(cg, op->in[0], add(cg, idx, m == 1 ? ch.c : divs(cg, ch.c, I(cg, m))));
+    LLVMValueRef w = load_f64(cg, op->in[1], add(cg, mul(cg, tap, I(cg, a->outputs)), ch.c));
+    LLVMValueRef at = sum_at(cg, a->sums, ch.c);
+    LLVMBuildStore(cg->b, fadd(cg, LLVMBuildLoad2(cg->b, cg->f64, at, ""), fmul(cg, x, w)), at);
+    channels_end(cg, &ch);
+}
+
+static void depthwise_pixel_cpu(Cg *cg, IrOp *op, Geo g, LLVMValueRef pixel, LLVMValueRef s, LLVMValueRef oh,
+                                LLVMValueRef ow) {
+    TapSums a = {NULL, g.c * op->channels};
+    a.sums = LLVMBuildBitCast(cg->b, cg_var(cg, LLVMArrayType(cg->f64, (unsigned)a.outputs), NULL, "sums"),
+                              LLVMPointerType(cg->f64, 0), "");
+    Channels zero = channels_begin(cg, a.outputs);
+    LLVMBuildStore(cg->b, F(cg, 0), sum_at(cg, a.sums, zero.c));
+    channels_end(cg, &zero);
+    window_elements(cg, op, g, s, oh, ow, I(cg, 0), tap_visit, &a);
+    Channels ch = channels_begin(cg, a.outputs);
+    store_f64(cg, op->out[0], add(cg, mul(cg, pixel, I(cg, a.outputs)), ch.c),
+              LLVMBuildLoad2(cg->b, cg->f64, sum_at(cg, a.sums, ch.c), ""), false);
+    channels_end(cg, &ch);
+}
+
+/* One output pixel (s, oh, ow), all c m outputs: each sums its window of its channel. */
+static void gen_depthwise(Cg *cg, IrOp *op, LLVMValueRef pixel) {
+    Geo g = window_geometry(op);
+    int64_t m = op->channels, f = g.c * m;
+    LLVMValueRef s, oh, ow;
+    pixel_coords(cg, pixel, g.oh, g.ow, &s, &oh, &ow);
+    if (cg->target != TARGET_GPU) {
+        depthwise_pixel_cpu(cg, op, g, pixel, s, oh, ow);
+        return;
+    }
+    Channels ch = channels_begin(cg, f);
+    Depthwise a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), ch.c, f};
+    window_elements(cg, op, g, s, oh, ow, m == 1 ? ch.c : divs(cg, ch.c, I(cg, m)), depthwise_visit, &a);
+    store_f64(cg, op->out[0], add(cg, mul(cg, pixel, I(cg, f)), ch.c), load_var(cg, a.acc, cg->f64), false);
+    channels_end(cg, &ch);
+}
+
+/* the window (oh, ow) covers this pixel through tap (kh, kw): each channel gets its m
+ * outputs' gradients through their filters' weights there */
+static void depthwise_data_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLVMValueRef kh,
+                                 LLVMValueRef kw, void *arg) {
+    PoolBwd *a = arg;
+    int64_t m = op->channels, f = a->g.c * m;
+    LLVMValueRef tap = add(cg, mul(cg, kh, I(cg, op->kernel[1])), kw);
+    LLVMValueRef out = mul(cg, add(cg, mul(cg, add(cg, mul(cg, a->s, I(cg, a->g.oh)), oh), I(cg, a->g.ow)), ow),
+                           I(cg, f));
+    Channels ch = channels_begin(cg, a->g.c);
+    LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    Loop lj = cg_loop_begin(cg, I(cg, 0), I(cg, m), "j");
+    LLVMValueRef o = add(cg, mul(cg, ch.c, I(cg, m)), cg_loop_index(cg, &lj));
+    LLVMValueRef term = fmul(cg, load_f64(cg, op->in[0], add(cg, out, o)),
+                             load_f64(cg, op->in[1], add(cg, mul(cg, tap, I(cg, f)), o)));
+    set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), term));
+    cg_loop_end(cg, &lj);
+    store_f64(cg, op->out[0], add(cg, mul(cg, a->pixel, I(cg, a->g.c)), ch.c), load_var(cg, acc, cg->f64), true);
+    channels_end(cg, &ch);
+}
+
+/* One input pixel (s, ih, iw), all channels: every window covering it adds. */
+static void gen_depthwise_data(Cg *cg, IrOp *op, LLVMValueRef pixel) {
+    gradient_from_windows(cg, op, pixel, depthwise_data_visit);
+}
+
+/* Filter element e = tap * c m + o: the sum over every output pixel (row) of the live
+ * batch of x at its window's tap, channel o / m, times dy there. */
+typedef struct FilterSum {
+    Geo g;
+    int64_t outputs;
+    LLVMValueRef o, ch, kh, kw, acc;
+} FilterSum;
+
+static FilterSum filter_sum_of(Cg *cg, IrOp *op, LLVMValueRef e) {
+    FilterSum a = {.g = window_geometry(op)};
+    a.outputs = a.g.c * op->channels;
+    LLVMValueRef tap = divs(cg, e, I(cg, a.outputs));
+    a.o = rems(cg, e, I(cg, a.outputs));
+    a.ch = divs(cg, a.o, I(cg, op->channels));
+    a.kh = divs(cg, tap, I(cg, op->kernel[1]));
+    a.kw = rems(cg, tap, I(cg, op->kernel[1]));
+    a.acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
+    return a;
+}
+
+static void filter_row_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
+    FilterSum *a = arg;
+    LLVMValueRef s, oh, ow;
+    pixel_coords(cg, row, a->g.oh, a->g.ow, &s, &oh, &ow);
+    LLVMValueRef ih = window_coord(cg, oh, a->kh, op->stride[0], op->pad[0], op->dilation[0]);
+    LLVMValueRef iw = window_coord(cg, ow, a->kw, op->stride[1], op->pad[2], op->dilation[1]);
+    If inside = cg_if_begin(cg, and_(cg, in_range(cg, ih, a->g.h), in_range(cg, iw, a->g.w)));
+    LLVMValueRef term = fmul(cg, load_f64(cg, op->in[0], image_index(cg, a->g, s, ih, iw, a->ch)),
+                             load_f64(cg, op->in[1], add(cg, mul(cg, row, I(cg, a->outputs)), a->o)));
+    set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), term));
+    cg_if_end(cg, &inside);
+}
+
+/* On the CPU an index of a filter element sweeping x and dy alone would read them
+ * once for each of the taps x c m elements. Instead, of each run of taps x B indices,
+ * the first sums every tap of B neighbouring outputs (B the largest of 16, 8, 4, 2 and
+ * 1 that divides c m) in one sweep, the rest doing nothing: B x taps sums in f64 on
+ * the stack, each over the rows in order, as a GPU's block sums them apart. The runs
+ * lie evenly over the index range, so the pool's threads share them. */
+static void gen_depthwise_filter(Cg *cg, IrOp *op, LLVMValueRef e) {
+    Geo g = window_geometry(op);
+    int64_t m = op->channels, f = g.c * m, kw = op->kernel[1], taps = op->kernel[0] * kw, width = 16;
+    while (f % width)
+        width /= 2;
+    If leads = cg_if_begin(cg, eq(cg, rems(cg, e, I(cg, taps * width)), I(cg, 0)));
+    LLVMValueRef o0 = mul(cg, divs(cg, e, I(cg, taps * width)), I(cg, width));
+    LLVMValueRef sums = LLVMBuildBitCast(cg->b, cg_var(cg, LLVMArrayType(cg->f64, (unsigned)(taps * width)), NULL, "sums"),
+                                         LLVMPointerType(cg->f64, 0), "");
+    Loop zero = cg_loop_begin(cg, I(cg, 0), I(cg, taps * width), "t");
+    LLVMValueRef z = cg_loop_index(cg, &zero);
+    LLVMBuildStore(cg->b, F(cg, 0), LLVMBuildInBoundsGEP2(cg->b, cg->f64, sums, &z, 1, ""));
+    cg_loop_end(cg, &zero);
+    Loop ls = cg_loop_begin(cg, I(cg, 0), cg_local_batch(cg), "s");
+    LLVMValueRef s = cg_loop_index(cg, &ls);
+    Loop loh = cg_loop_begin(cg, I(cg, 0), I(cg, g.oh), "oh");
+    LLVMValueRef oh = cg_loop_index(cg, &loh);
+    Loop lkh = cg_loop_begin(cg, I(cg, 0), I(cg, op->kernel[0]), "kh");
+    LLVMValueRef kh = cg_loop_index(cg, &lkh);
+    LLVMValueRef ih = window_coord(cg, oh, kh, op->stride[0], op->pad[0], op->dilation[0]);
+    If row_inside = cg_if_begin(cg, in_range(cg, ih, g.h));
+    Loop low = cg_loop_begin(cg, I(cg, 0), I(cg, g.ow), "ow");
+    LLVMValueRef ow = cg_loop_index(cg, &low);
+    LLVMValueRef dy = add(cg, mul(cg, add(cg, mul(cg, add(cg, mul(cg, s, I(cg, g.oh)), oh), I(cg, g.ow)), ow), I(cg, f)), o0);
+    Loop lkw = cg_loop_begin(cg, I(cg, 0), I(cg, kw), "kw");
+    LLVMValueRef kwi = cg_loop_index(cg, &lkw);
+    LLVMValueRef iw = window_coord(cg, ow, kwi, op->stride[1], op->pad[2], op->dilation[1]);
+    If inside = cg_if_begin(cg, in_range(cg, iw, g.w));
+    LLVMValueRef x = image_index(cg, g, s, ih, iw, I(cg, 0));
+    LLVMValueRef tap = add(cg, mul(cg, kh, I(cg, kw)), kwi);
+    Loop lj = cg_loop_begin(cg, I(cg, 0), I(cg, width), "j");
+    LLVMValueRef j = cg_loop_index(cg, &lj), o = add(cg, o0, j);
+    LLVMValueRef slot = add(cg, mul(cg, tap, I(cg, width)), j);
+    LLVMValueRef at = LLVMBuildInBoundsGEP2(cg->b, cg->f64, sums, &slot, 1, "");
+    LLVMValueRef term = fmul(cg, load_f64(cg, op->in[0], add(cg, x, m == 1 ? o : divs(cg, o, I(cg, m)))),
+                             load_f64(cg, op->in[1], add(cg, dy, j)));
+    LLVMBuildStore(cg->b, fadd(cg, LLVMBuildLoad2(cg->b, cg->f64, at, ""), term), at);
+    cg_loop_end(cg, &lj);
+    cg_if_end(cg, &inside);
+    cg_loop_end(cg, &lkw);
+    cg_loop_end(cg, &low);
+    cg_if_end(cg, &row_inside);
+    cg_loop_end(cg, &lkh);
+    cg_loop_end(cg, &loh);
+    cg_loop_end(cg, &ls);
+    Loop lt = cg_loop_begin(cg, I(cg, 0), I(cg, taps * width), "t");
+    LLVMValueRef t = cg_loop_index(cg, &lt);
+    LLVMValueRef to = add(cg, add(cg, mul(cg, divs(cg, t, I(cg, width)), I(cg, f)), o0), rems(cg, t, I(cg, width)));
+    store_f64(cg, op->out[0], to, LLVMBuildLoad2(cg->b, cg->f64, LLVMBuildInBoundsGEP2(cg->b, cg->f64, sums, &t, 1, ""), ""),
+              op->accumulate);
+    cg_loop_end(cg, &lt);
+    cg_if_end(cg, &leads);
+}
+
+/* One filter element per block on a GPU, the rows shared among its threads. */
+static void block_depthwise_filter(Cg *cg, IrOp *op, LLVMValueRef e) {
+    Block k = block_of(cg, op);
+    FilterSum a = filter_sum_of(cg, op, e);
+    strided_rows(cg, op, &k, live_rows(cg, op), filter_row_visit, &a);
+    LLVMValueRef total = block_sum(cg, &k, load_var(cg, a.acc, cg->f64), 0);
+    If f = first_thread(cg, &k);
+    store_f64(cg, op->out[0], e, total, op->accumulate);
+    cg_if_end(cg, &f);
 }
 
 /* ----------------------------------------------------------- normalisation */
@@ -2081,6 +2288,7 @@ static int64_t reduced_length(const IrOp *op) {
     case OP_FIND_NONFINITE: case OP_GRAD_SQUARES: return NONFINITE_CHUNK;
     case OP_TRUST_RATIO: return op->channels; /* the largest parameter */
     case OP_LAYERNORM: case OP_LAYERNORM_BWD: return op->axis_len;
+    case OP_DEPTHWISE_FILTER: return op->in[1]->elems / op->in[1]->shape.dim[op->in[1]->shape.rank - 1]; /* rows */
     case OP_NONFINITE_FLAG: case OP_CLIP_FACTOR: return op->in[0]->elems;
     default: return 0;
     }
@@ -2127,6 +2335,9 @@ static IndexBody body_of(OpKind kind) {
     case OP_AVGPOOL_BWD: return gen_avgpool_bwd;
     case OP_GAP: return gen_gap;
     case OP_GAP_BWD: return gen_gap_bwd;
+    case OP_DEPTHWISE: return gen_depthwise;
+    case OP_DEPTHWISE_DATA: return gen_depthwise_data;
+    case OP_DEPTHWISE_FILTER: return gen_depthwise_filter;
     case OP_BN_STATS: return gen_bn_stats;
     case OP_SOFTMAX: return gen_softmax;
     case OP_SOFTMAX_BWD: return gen_softmax_bwd;
@@ -2160,6 +2371,7 @@ static IndexBody block_body_of(OpKind kind) {
     case OP_TRUST_RATIO: return block_trust_ratio;
     case OP_CLIP_FACTOR: return block_clip_factor;
     case OP_LAYERNORM: return block_layernorm;
+    case OP_DEPTHWISE_FILTER: return block_depthwise_filter;
     case OP_LAYERNORM_BWD: return block_layernorm_bwd;
     default: return NULL;
     }

@@ -470,11 +470,11 @@ static void check_decay_groups(Ddpc *c, TrainSpec *spec) {
     bool has_biases = false, has_norms = false;
     for (int i = 0; i < spec->graph->nodes.len; i++) {
         const GNode *n = spec->graph->nodes.items[i];
-        has_biases |= (n->op == L_DENSE || n->op == L_CONV2D) && n->attrs.bias;
+        has_biases |= (n->op == L_DENSE || n->op == L_CONV2D || n->op == L_DEPTHWISE_CONV2D) && n->attrs.bias;
         has_norms |= n->op == L_BATCHNORM || n->op == L_LAYERNORM;
     }
     if (biases.kind != V_NONE && biases.kind != V_POISON && !has_biases)
-        diag_report(c, W_DECAY_GROUP_EMPTY, biases.loc, "`%s` has no biases (its dense and conv2d layers all have "
+        diag_report(c, W_DECAY_GROUP_EMPTY, biases.loc, "`%s` has no biases (its dense and convolution layers all have "
                     "bias = false): bias_weight_decay changes nothing", spec->graph->model);
     if (norms.kind != V_NONE && norms.kind != V_POISON && !has_norms)
         diag_report(c, W_DECAY_GROUP_EMPTY, norms.loc,

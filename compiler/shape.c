@@ -109,8 +109,8 @@ static bool window_axis(Rule *r, int axis, int64_t in, int64_t k, int64_t s, int
         value_pair(padding, p);
     *before = *after = p[axis];
     if (in + 2 * p[axis] < span) {
-        const char *what = r->call->layer->kind == B_LAYER && r->call->layer->op == L_CONV2D
-                               ? "kernel" : "window";
+        LayerOp op = r->call->layer->kind == B_LAYER ? r->call->layer->op : L_NONE;
+        const char *what = op == L_CONV2D || op == L_DEPTHWISE_CONV2D ? "kernel" : "window";
         diag_report(r->c, E_INPUT_TOO_SMALL, r->call->loc,
                     "the %s of `%s` spans %lld %s, more than its input %s gives with padding %lld",
                     what, r->call->name, (long long)span, axis == 0 ? "rows" : "columns",
@@ -159,6 +159,27 @@ static bool conv2d_rule(Rule *r) {
     int64_t cin = r->call->in[0].dim[2], per_output, weights;
     if (!mul3(k[0], k[1], cin, &per_output) || !mul(per_output, a->units, &weights) ||
         !mul3(r->res->out.dim[0], r->res->out.dim[1], weights, &r->res->macs))
+        return too_large(r, "the work");
+    r->res->params = weights + (a->bias ? a->units : 0);
+    return true;
+}
+
+/* multiplier filters of its own for each channel: PyTorch's Conv2d(c, c m, groups = c),
+ * Keras's DepthwiseConv2D(depth_multiplier = m) */
+static bool depthwise_rule(Rule *r) {
+    LayerAttrs *a = &r->res->attrs;
+    int64_t k[2], s[2], d[2], m = (int64_t)arg(r, "multiplier").num;
+    value_pair(arg(r, "kernel"), k);
+    value_pair(arg(r, "stride"), s);
+    value_pair(arg(r, "dilation"), d);
+    a->bias = arg(r, "bias").num != 0;
+    int64_t cin = r->call->in[0].rank == 3 ? r->call->in[0].dim[2] : 0;
+    if (!mul(cin, m, &a->units))
+        return too_large(r, "the output");
+    if (!window_rule(r, k, s, d, arg(r, "padding"), a->units))
+        return false;
+    int64_t weights;
+    if (!mul3(k[0], k[1], a->units, &weights) || !mul3(r->res->out.dim[0], r->res->out.dim[1], weights, &r->res->macs))
         return too_large(r, "the work");
     r->res->params = weights + (a->bias ? a->units : 0);
     return true;
@@ -369,6 +390,7 @@ bool shape_infer(Ddpc *c, LayerCall *call, LayerResult *res) {
     switch (b->op) {
     case L_DENSE: ok = dense_rule(&r); break;
     case L_CONV2D: ok = conv2d_rule(&r); break;
+    case L_DEPTHWISE_CONV2D: ok = depthwise_rule(&r); break;
     case L_MAXPOOL: case L_AVGPOOL: ok = pool_rule(&r); break;
     case L_GLOBAL_AVGPOOL: ok = global_avgpool_rule(&r); break;
     case L_BATCHNORM: ok = batchnorm_rule(&r); break;

@@ -60,6 +60,25 @@ static void pool(const float *x, int h, int w, int c, int k, int s, int pt, int 
             }
 }
 
+/* Depthwise, stride 1, HWCM weights: output channel ch m + q sums channel ch's window
+ * (dilation dh, dw; pt, pl padding before). */
+static void depthwise(const float *x, int h, int w, int c, const float *wt, const float *b, int m, int kh, int kw,
+                      int dh, int dw, int pt, int pl, float *y) {
+    for (int i = 0; i < h; i++)
+        for (int j = 0; j < w; j++)
+            for (int ch = 0; ch < c; ch++)
+                for (int q = 0; q < m; q++) {
+                    double acc = b[ch * m + q];
+                    for (int u = 0; u < kh; u++)
+                        for (int v = 0; v < kw; v++) {
+                            int ih = i - pt + u * dh, iw = j - pl + v * dw;
+                            if (ih >= 0 && ih < h && iw >= 0 && iw < w)
+                                acc += (double)x[(ih * w + iw) * c + ch] * wt[((u * kw + v) * c + ch) * m + q];
+                        }
+                    y[((i * w + j) * c + ch) * m + q] = (float)(acc > 0 ? acc : 0);
+                }
+}
+
 /* Each pixel's channels less their mean, over sqrt(their biased variance + eps), then
  * scaled and shifted per channel (PyTorch's LayerNorm(c), Keras's LayerNormalization). */
 static void layernorm(float *x, int pixels, int c, const float *scale, const float *shift, double eps) {
@@ -77,15 +96,17 @@ static void layernorm(float *x, int pixels, int c, const float *scale, const flo
 }
 
 static void reference(ddp_runtime *rt, const float *x, float *out) {
-    float a[11 * 11 * 4], b[6 * 6 * 4], c2[3 * 4 * 6], d[2 * 3 * 6];
+    float a[11 * 11 * 4], b[6 * 6 * 4], bd[6 * 6 * 8], c2[3 * 4 * 6], d[2 * 3 * 6];
     /* c1: 3x3 same: pad 1 each side */
     conv(x, 11, 11, 3, param(rt, "m.c1.weight"), param(rt, "m.c1.bias"), 4, 3, 3, 1, 1, 1, 1, 11, 11, a);
     for (int i = 0; i < 11 * 11 * 4; i++)
         a[i] = a[i] > 0 ? a[i] : 0;
     /* maxpool 2, stride 2, same on 11: out 6, padding 1 in all, none before */
     pool(a, 11, 11, 4, 2, 2, 0, 0, 6, 6, true, b);
+    /* dw: 3x3, multiplier 2, dilation 1x2, same: spans 3 and 5, padding 1 and 2 before */
+    depthwise(b, 6, 6, 4, param(rt, "m.dw.weight"), param(rt, "m.dw.bias"), 2, 3, 3, 1, 2, 1, 2, bd);
     /* c2: kernel 3x2, stride 2, padding 1: out (6 + 2 - 3) / 2 + 1 = 3, (6 + 2 - 2) / 2 + 1 = 4 */
-    conv(b, 6, 6, 4, param(rt, "m.c2.weight"), param(rt, "m.c2.bias"), 6, 3, 2, 2, 2, 1, 1, 3, 4, c2);
+    conv(bd, 6, 6, 8, param(rt, "m.c2.weight"), param(rt, "m.c2.bias"), 6, 3, 2, 2, 2, 1, 1, 3, 4, c2);
     for (int i = 0; i < 3 * 4 * 6; i++)
         c2[i] = tanhf(c2[i]);
     layernorm(c2, 3 * 4, 6, param(rt, "m.ln.weight"), param(rt, "m.ln.bias"), 0.01);
