@@ -11,8 +11,8 @@
 
 /* Words that cross into the program are listed by the contract's codes, so a word's
  * index is its code (word_code). */
-const char *const activation_words[] = {"relu", "leaky_relu", "elu", "gelu", "silu", "mish", "hard_swish", "softplus",
-                                        "sigmoid", "tanh", "softmax", "identity", NULL};
+const char *const activation_words[] = {"relu", "relu6", "leaky_relu", "elu", "gelu", "silu", "mish", "hard_swish",
+                                        "softplus", "sigmoid", "tanh", "softmax", "identity", NULL};
 const char *const init_words[] = {
     [DDP_INIT_GLOROT_UNIFORM] = "glorot_uniform", [DDP_INIT_GLOROT_NORMAL] = "glorot_normal",
     [DDP_INIT_HE_NORMAL] = "he_normal", [DDP_INIT_HE_UNIFORM] = "he_uniform",
@@ -276,6 +276,7 @@ const Builtin builtins[] = {
     LAYER("add", add_params, L_ADD, "sum of the current value and others of the same shape"),
     LAYER("concat", concat_params, L_CONCAT, "the current value and others joined along an axis"),
     LAYER0("relu", L_RELU, "max(x, 0)"),
+    LAYER0("relu6", L_RELU6, "min(max(x, 0), 6) (MobileNetV2)"),
     LAYER("leaky_relu", leaky_relu_params, L_LEAKY_RELU, "x above 0, negative_slope x below"),
     LAYER("elu", elu_params, L_ELU, "x above 0, alpha (exp(x) - 1) below"),
     LAYER0("gelu", L_GELU, "x * Phi(x)"),

@@ -267,6 +267,17 @@ static XExpr *not_positive(Ddpc *c, XExpr *a) {
     return x_binary(c, X_SUB, x_const(c, 1), positive(c, a));
 }
 
+/* min(x, top) as -max(-x, -top): exact, a NaN kept, and at x = top the slope 0 (a tie
+ * goes to max's second operand), as PyTorch's hardtanh has it */
+static XExpr *at_most(Ddpc *c, XExpr *x, double top) {
+    return x_unary(c, X_NEG, x_binary(c, X_MAX, x_unary(c, X_NEG, x), x_const(c, -top)));
+}
+
+/* min(max(x, 0), 6) */
+static XExpr *relu6(Ddpc *c, XExpr *x) {
+    return at_most(c, x_binary(c, X_MAX, x, x_const(c, 0)), 6);
+}
+
 /* log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): exp never overflows, so neither
  * the value nor its derivative becomes infinite over infinite */
 static XExpr *softplus(Ddpc *c, XExpr *x) {
@@ -292,11 +303,10 @@ static XExpr *activate(Ddpc *c, const char *act, double slope, XExpr *x) {
         return softplus(c, x);
     if (strcmp(act, "mish") == 0) /* Misra, 2019 */
         return x_binary(c, X_MUL, x, x_unary(c, X_TANH, softplus(c, x)));
-    if (strcmp(act, "hard_swish") == 0) { /* x relu6(x + 3) / 6, relu6(u) = u - max(u - 6, 0) for u >= 0 */
-        XExpr *u = x_binary(c, X_MAX, x_binary(c, X_ADD, x, x_const(c, 3)), x_const(c, 0));
-        XExpr *relu6 = x_binary(c, X_SUB, u, x_binary(c, X_MAX, x_binary(c, X_SUB, u, x_const(c, 6)), x_const(c, 0)));
-        return x_binary(c, X_MUL, x, x_binary(c, X_DIV, relu6, x_const(c, 6)));
-    }
+    if (strcmp(act, "relu6") == 0) /* MobileNetV2's */
+        return relu6(c, x);
+    if (strcmp(act, "hard_swish") == 0) /* MobileNetV3's */
+        return x_binary(c, X_MUL, x, x_binary(c, X_DIV, relu6(c, x_binary(c, X_ADD, x, x_const(c, 3))), x_const(c, 6)));
     if (strcmp(act, "sigmoid") == 0)
         return x_unary(c, X_SIGMOID, x);
     if (strcmp(act, "silu") == 0) /* x * sigmoid(x), the swish of Ramachandran et al. */
@@ -690,7 +700,7 @@ static void lower_node(Lower *L, GNode *n) {
     case L_ADD: lower_add(L, n); break;
     case L_CONCAT: lower_concat(L, n); break;
     case L_SOFTMAX: lower_softmax(L, n); break;
-    case L_RELU: case L_LEAKY_RELU: case L_ELU: case L_GELU: case L_SILU: case L_MISH: case L_HARD_SWISH:
+    case L_RELU: case L_RELU6: case L_LEAKY_RELU: case L_ELU: case L_GELU: case L_SILU: case L_MISH: case L_HARD_SWISH:
     case L_SOFTPLUS: case L_SIGMOID: case L_TANH: lower_activation(L, n); break;
     case L_NONE: break;
     }
