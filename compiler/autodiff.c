@@ -187,6 +187,16 @@ static IrOp *op_for(Diff *d, OpKind kind, IrOp *fwd) {
     return op;
 }
 
+/* A backward op of the given kind that starts as a copy of forward op fwd (its
+ * window, axes, tensors), to be rewired by the caller. */
+static IrOp *adjoint_copy(Diff *d, OpKind kind, IrOp *fwd) {
+    IrOp *op = op_for(d, kind, fwd);
+    *op = *fwd;
+    op->phase = PH_BACKWARD;
+    op->kind = kind;
+    return op;
+}
+
 /* A contribution dy * deriv to t's gradient, a pointwise op or, for a per-channel
  * value, a sum over rows. */
 static void contribute(Diff *d, IrOp *fwd, Tensor *t, Bcast bc, Tensor *dy, XExpr *deriv) {
@@ -298,9 +308,7 @@ static Tensor *columns_again(Diff *d, IrOp *gemm) {
     Tensor *again = ir_tensor(d->c, d->ir, arena_printf(d->c->arena, "%s'", col->name), T_WORK,
                               col->dtype, true, &col->shape);
     again->layer = col->layer;
-    IrOp *op = op_for(d, OP_IM2COL, im2col);
-    *op = *im2col;
-    op->phase = PH_BACKWARD;
+    IrOp *op = adjoint_copy(d, OP_IM2COL, im2col);
     op->out[0] = again;
     return again;
 }
@@ -341,10 +349,7 @@ static void backward_simple(Diff *d, IrOp *op, OpKind kind) {
     Tensor *x = op->in[0], *y = op->out[0];
     if (!y->grad || !requires(x))
         return;
-    IrOp *b = op_for(d, kind, op);
-    *b = *op;
-    b->phase = PH_BACKWARD;
-    b->kind = kind;
+    IrOp *b = adjoint_copy(d, kind, op);
     b->nin = 0;
     b->nout = 0;
     if (kind == OP_MAXPOOL_BWD || kind == OP_LAYERNORM_BWD)
@@ -372,20 +377,14 @@ static void backward_depthwise(Diff *d, IrOp *op) {
     if (!y->grad)
         return;
     if (requires(x)) {
-        IrOp *b = op_for(d, OP_DEPTHWISE_DATA, op);
-        *b = *op;
-        b->phase = PH_BACKWARD;
-        b->kind = OP_DEPTHWISE_DATA;
+        IrOp *b = adjoint_copy(d, OP_DEPTHWISE_DATA, op);
         b->in[0] = y->grad;
         b->in[1] = w;
         b->accumulate = accumulates(d, x);
         b->out[0] = grad_of(d, x);
         b->range = (IrDim){0, x->per_sample / x->shape.dim[2]};
     }
-    IrOp *f = op_for(d, OP_DEPTHWISE_FILTER, op);
-    *f = *op;
-    f->phase = PH_BACKWARD;
-    f->kind = OP_DEPTHWISE_FILTER;
+    IrOp *f = adjoint_copy(d, OP_DEPTHWISE_FILTER, op);
     f->in[0] = x;
     f->in[1] = y->grad;
     f->accumulate = accumulates(d, w);
@@ -409,9 +408,7 @@ static void backward_conv(Diff *d, IrOp *op) {
     Tensor *w_grad = tensor_storage(grad_of(d, w));
     bool x_written = x_grad && x_grad->written, w_written = w_grad->written;
     if (x_grad) {
-        IrOp *b = op_for(d, OP_CONV, op);
-        *b = *op;
-        b->phase = PH_BACKWARD;
+        IrOp *b = adjoint_copy(d, OP_CONV, op);
         b->code = DDP_CONV_BACKWARD_DATA;
         b->in[0] = y->grad;
         b->accumulate = accumulates(d, x);
@@ -420,9 +417,7 @@ static void backward_conv(Diff *d, IrOp *op) {
     }
     Tensor *krsc_grad = ir_tensor(c, d->ir, arena_printf(c->arena, "d:%s", krsc->name), T_WORK, krsc->dtype, false,
                                   &krsc->shape);
-    IrOp *f = op_for(d, OP_CONV, op);
-    *f = *op;
-    f->phase = PH_BACKWARD;
+    IrOp *f = adjoint_copy(d, OP_CONV, op);
     f->code = DDP_CONV_BACKWARD_FILTER;
     f->in[1] = y->grad;
     f->out[0] = krsc_grad;

@@ -46,10 +46,8 @@ static const char *details(Ddpc *c, GNode *n) {
                   fmt_number(c->arena, a->epsilon));
         break;
     case L_LEAKY_RELU:
-        sb_printf(&sb, "negative slope %s", fmt_number(c->arena, a->slope));
-        break;
     case L_ELU:
-        sb_printf(&sb, "alpha %s", fmt_number(c->arena, a->slope));
+        sb_printf(&sb, "%s %s", n->op == L_ELU ? "alpha" : "negative slope", fmt_number(c->arena, a->slope));
         break;
     case L_LAYERNORM:
         sb_printf(&sb, "epsilon %s", fmt_number(c->arena, a->epsilon));

@@ -1176,7 +1176,10 @@ static void depthwise_visit(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef tap
 
 /* A CPU's pixel: the window's taps in turn, each adding into the c m sums (f64, on the
  * stack) a run of contiguous channels, which vectorises; the same sums in the same
- * order as a GPU's thread makes output by output. */
+ * order as a GPU's thread makes output by output. The sums a kernel keeps on the
+ * stack are at most STACK_SUMS (64 KB, well within any thread's stack); past that,
+ * the way of a GPU's thread. */
+enum { STACK_SUMS = 8192 };
 typedef struct TapSums {
     LLVMValueRef sums;
     int64_t outputs;
@@ -1218,7 +1221,7 @@ static void gen_depthwise(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     int64_t m = op->channels, f = g.c * m;
     LLVMValueRef s, oh, ow;
     pixel_coords(cg, pixel, g.oh, g.ow, &s, &oh, &ow);
-    if (cg->target != TARGET_GPU) {
+    if (cg->target != TARGET_GPU && f <= STACK_SUMS) {
         depthwise_pixel_cpu(cg, op, g, pixel, s, oh, ow);
         return;
     }
@@ -1293,12 +1296,21 @@ static void filter_row_visit(Cg *cg, IrOp *op, LLVMValueRef row, void *arg) {
  * the first sums every tap of B neighbouring outputs (B the largest of 16, 8, 4, 2 and
  * 1 that divides c m) in one sweep, the rest doing nothing: B x taps sums in f64 on
  * the stack, each over the rows in order, as a GPU's block sums them apart. The runs
- * lie evenly over the index range, so the pool's threads share them. */
+ * lie evenly over the index range, so the pool's threads share them. A kernel of
+ * more than STACK_SUMS taps sums each element apart, by the rows in the same order. */
 static void gen_depthwise_filter(Cg *cg, IrOp *op, LLVMValueRef e) {
     Geo g = window_geometry(op);
     int64_t m = op->channels, f = g.c * m, kw = op->kernel[1], taps = op->kernel[0] * kw, width = 16;
-    while (f % width)
+    while (f % width || (width > 1 && taps * width > STACK_SUMS))
         width /= 2;
+    if (taps > STACK_SUMS) {
+        FilterSum a = filter_sum_of(cg, op, e);
+        Loop rows = cg_loop_begin(cg, I(cg, 0), live_rows(cg, op), "row");
+        filter_row_visit(cg, op, cg_loop_index(cg, &rows), &a);
+        cg_loop_end(cg, &rows);
+        store_f64(cg, op->out[0], e, load_var(cg, a.acc, cg->f64), op->accumulate);
+        return;
+    }
     If leads = cg_if_begin(cg, eq(cg, rems(cg, e, I(cg, taps * width)), I(cg, 0)));
     LLVMValueRef o0 = mul(cg, divs(cg, e, I(cg, taps * width)), I(cg, width));
     LLVMValueRef sums = LLVMBuildBitCast(cg->b, cg_var(cg, LLVMArrayType(cg->f64, (unsigned)(taps * width)), NULL, "sums"),
@@ -1372,8 +1384,8 @@ static void gen_bn_stats(Cg *cg, IrOp *op, LLVMValueRef c) {
 
 /* ----------------------------------------------------------------- softmax */
 
-/* row r of [outer, len, inner]: elements base + j * inner */
-static LLVMValueRef softmax_base(Cg *cg, IrOp *op, LLVMValueRef r) {
+/* row r of [outer, len, inner] (softmax's axis, layernorm's last): elements base + j * inner */
+static LLVMValueRef row_base(Cg *cg, IrOp *op, LLVMValueRef r) {
     LLVMValueRef o = divs(cg, r, I(cg, op->axis_inner)), in = rems(cg, r, I(cg, op->axis_inner));
     return add(cg, mul(cg, o, I(cg, op->axis_len * op->axis_inner)), in);
 }
@@ -1383,7 +1395,7 @@ static LLVMValueRef element(Cg *cg, IrOp *op, LLVMValueRef base, LLVMValueRef j)
 }
 
 static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
-    LLVMValueRef base = softmax_base(cg, op, r);
+    LLVMValueRef base = row_base(cg, op, r);
     LLVMValueRef mx = cg_var(cg, cg->f64, F(cg, -INFINITY), "max");
     Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
     LLVMValueRef v = load_f64(cg, op->in[0], element(cg, op, base, cg_loop_index(cg, &l)));
@@ -1406,7 +1418,7 @@ static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
 /* dx = y (dy - sum(dy y)) */
 static void gen_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
     Tensor *y = op->in[0], *dy = op->in[1];
-    LLVMValueRef base = softmax_base(cg, op, r);
+    LLVMValueRef base = row_base(cg, op, r);
     LLVMValueRef dot = cg_var(cg, cg->f64, F(cg, 0), "dot");
     Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
     LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l));
@@ -1503,7 +1515,7 @@ static void store_normalised(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
 }
 
 static void layernorm_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
-    LLVMValueRef base = softmax_base(cg, op, r);
+    LLVMValueRef base = row_base(cg, op, r);
     RowMoments m = row_moments(cg, op, k, base);
     each_element(cg, op, k, base, store_normalised, &m);
 }
@@ -1526,7 +1538,7 @@ static void store_input_grad(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
 }
 
 static void layernorm_bwd_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
-    LLVMValueRef base = softmax_base(cg, op, r);
+    LLVMValueRef base = row_base(cg, op, r);
     RowMoments m = row_moments(cg, op, k, base);
     LLVMValueRef len = F(cg, (double)op->axis_len);
     m.mean_g = fdiv(cg, row_total(cg, op, k, base, dy_term, NULL), len);
