@@ -313,33 +313,57 @@ static Tensor *columns_again(Diff *d, IrOp *gemm) {
     return again;
 }
 
-/* C = A B: dA = dC B^T, dB = A^T dC. */
+/* One adjoint product of forward product fwd: the gradient of its operand `of` (0: A,
+ * 1: B) = alpha op(x) op(y), each operand laid out as fwd's operand named by its
+ * number (0: A, 1: B, 2: C or its gradient). */
+typedef struct Factor {
+    Tensor *t;
+    int as;
+    bool transposed;
+} Factor;
+
+static void adjoint_gemm(Diff *d, IrOp *fwd, Factor x, Factor y, int of, IrDim m, IrDim n, IrDim k) {
+    Tensor *t = fwd->in[of];
+    IrOp *g = op_for(d, OP_GEMM, fwd);
+    g->accumulate = accumulates(d, t);
+    g->in[g->nin++] = x.t;
+    g->in[g->nin++] = y.t;
+    g->out[g->nout++] = grad_of(d, t);
+    g->ta = x.transposed;
+    g->tb = y.transposed;
+    g->m = m;
+    g->n = n;
+    g->k = k;
+    g->alpha = fwd->alpha;
+    g->batches = fwd->batches;
+    g->groups = fwd->groups;
+    int as[3] = {x.as, y.as, of};
+    for (int o = 0; o < 3; o++) {
+        g->ld[o] = fwd->ld[as[o]];
+        g->batch_stride[o] = fwd->batch_stride[as[o]];
+        g->group_stride[o] = fwd->group_stride[as[o]];
+    }
+}
+
+/* C = alpha op(A) op(B): d op(A) = alpha dC op(B)^T, d op(B) = alpha op(A)^T dC, each
+ * turned back when its factor was transposed (dA = alpha op(B) dC^T, dB = alpha dC^T op(A)). */
 static void backward_gemm(Diff *d, IrOp *op) {
     Tensor *a = op->in[0], *b = op->in[1], *cc = op->out[0];
     if (!cc->grad)
         return;
+    Factor dc = {cc->grad, 2, false}, dc_t = {cc->grad, 2, true};
     if (requires(a)) {
-        IrOp *g = op_for(d, OP_GEMM, op);
-        g->accumulate = accumulates(d, a);
-        g->in[g->nin++] = cc->grad;
-        g->in[g->nin++] = b;
-        g->out[g->nout++] = grad_of(d, a);
-        g->tb = true;
-        g->m = op->m;
-        g->n = op->k;
-        g->k = op->n;
+        if (!op->ta)
+            adjoint_gemm(d, op, dc, (Factor){b, 1, !op->tb}, 0, op->m, op->k, op->n);
+        else
+            adjoint_gemm(d, op, (Factor){b, 1, op->tb}, dc_t, 0, op->k, op->m, op->n);
     }
     if (requires(b)) {
         Tensor *cols = columns_again(d, op);
-        IrOp *g = op_for(d, OP_GEMM, op);
-        g->accumulate = accumulates(d, b);
-        g->in[g->nin++] = cols;
-        g->in[g->nin++] = cc->grad;
-        g->out[g->nout++] = grad_of(d, b);
-        g->ta = true;
-        g->m = op->k;
-        g->n = op->n;
-        g->k = op->m;
+        if (!op->tb)
+            adjoint_gemm(d, op, (Factor){cols, 0, !op->ta}, dc, 1, op->k, op->n, op->m);
+        else
+            adjoint_gemm(d, op, dc_t, (Factor){cols, 0, op->ta}, 1, op->n, op->k, op->m);
     }
 }
 

@@ -84,6 +84,12 @@ static const Param batchnorm_params[] = {
     NUM("momentum", 0.99, P_FRACTION), NUM("epsilon", 1e-3, P_POSITIVE),
 };
 static const Param layernorm_params[] = {NUM("epsilon", 1e-3, P_POSITIVE)};
+/* key_dim defaults to the channels over heads (Keras's MultiHeadAttention asks for it) */
+static const Param attention_params[] = {
+    REQ("heads", K_INT, P_POSITIVE), OPT("key_dim", K_INT, P_POSITIVE), BOOL("bias", 1),
+    INIT("init", "glorot_uniform"), INIT("bias_init", "zeros"),
+};
+static const Param position_embedding_params[] = {INIT("init", "glorot_uniform")};
 static const Param dropout_params[] = {REQ("rate", K_NUM, P_FRACTION)};
 static const Param reshape_params[] = {REQ("shape", K_SHAPE, P_POSITIVE | P_INFER)};
 static const Param add_params[] = {REQ("values", K_TENSOR, P_VARIADIC)};
@@ -261,15 +267,19 @@ static const Param toplevel_train_params[] = {TRAIN_SETTINGS, STRATEGY_SETTINGS}
 #define OTHER0(name, kind, code, doc) {name, kind, NULL, 0, L_NONE, code, doc}
 
 const Builtin builtins[] = {
-    LAYER("dense", dense_params, L_DENSE, "fully connected: [n] -> [units]"),
+    LAYER("dense", dense_params, L_DENSE, "fully connected over the last axis: [..., n] -> [..., units]"),
     LAYER("conv2d", conv2d_params, L_CONV2D, "2-D convolution: [h, w, c] -> [h', w', filters]"),
     LAYER("depthwise_conv2d", depthwise_params, L_DEPTHWISE_CONV2D,
           "each channel convolved with its own multiplier filters: [h, w, c] -> [h', w', c * multiplier]"),
     LAYER("maxpool", pool_params, L_MAXPOOL, "2-D max pooling: [h, w, c] -> [h', w', c]; stride none is the window size"),
     LAYER("avgpool", pool_params, L_AVGPOOL, "2-D average pooling: [h, w, c] -> [h', w', c]; stride none is the window size"),
-    LAYER0("global_avgpool", L_GLOBAL_AVGPOOL, "mean over height and width: [h, w, c] -> [c]"),
+    LAYER0("global_avgpool", L_GLOBAL_AVGPOOL, "mean over every axis but the last: [h, w, c] -> [c], [tokens, c] -> [c]"),
     LAYER("batchnorm", batchnorm_params, L_BATCHNORM, "batch normalisation over the last axis"),
     LAYER("layernorm", layernorm_params, L_LAYERNORM, "layer normalisation over the last axis, each sample on its own"),
+    LAYER("attention", attention_params, L_ATTENTION,
+          "multi-head self-attention, with its query, key, value and output projections: [tokens, c] -> [tokens, c]"),
+    LAYER("position_embedding", position_embedding_params, L_POSITION_EMBEDDING,
+          "a learned value for every position added: [tokens, c] -> [tokens, c]"),
     LAYER("dropout", dropout_params, L_DROPOUT, "zeroes a fraction of values in training"),
     LAYER0("flatten", L_FLATTEN, "[d1, d2, ...] -> [d1 * d2 * ...]"),
     LAYER("reshape", reshape_params, L_RESHAPE, "same values, another shape"),

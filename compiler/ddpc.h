@@ -359,7 +359,7 @@ typedef enum {
 
 typedef enum {
     L_INPUT, L_DENSE, L_CONV2D, L_DEPTHWISE_CONV2D, L_MAXPOOL, L_AVGPOOL, L_GLOBAL_AVGPOOL,
-    L_BATCHNORM, L_LAYERNORM, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
+    L_BATCHNORM, L_LAYERNORM, L_ATTENTION, L_POSITION_EMBEDDING, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
     L_RELU, L_RELU6, L_LEAKY_RELU, L_ELU, L_GELU, L_SILU, L_MISH, L_HARD_SWISH, L_SOFTPLUS, L_SIGMOID, L_TANH,
     L_SOFTMAX, L_IDENTITY,
     L_NONE,
@@ -516,6 +516,7 @@ typedef struct LayerAttrs {
     double rate, momentum, epsilon;
     double slope;             /* the activation's number: leaky_relu's negative_slope, elu's alpha */
     int axis;                 /* softmax, concat: non-negative */
+    int64_t heads, key_dim;   /* attention */
     Shape target;             /* reshape */
 } LayerAttrs;
 
@@ -763,9 +764,15 @@ struct IrOp {
     GNode *layer;
     XExpr *expr[4];           /* OP_POINTWISE: one per output */
     IrDim range;              /* the kernel's index range */
-    /* OP_GEMM */
+    /* OP_GEMM: out = alpha op(in0) op(in1), or batches x groups such products (attention:
+     * a batch a sample, a group a head), product (i, j) of each operand from element
+     * i batch_stride + j group_stride */
     bool ta, tb;
     IrDim m, n, k;
+    double alpha;             /* 1 (ir_op_new) */
+    IrDim batches;            /* 1 (ir_op_new) */
+    int64_t groups;           /* 1 (ir_op_new) */
+    int64_t ld[3], batch_stride[3], group_stride[3]; /* in0, in1, out; ld 0: packed */
     /* windows, axes, kinds */
     int64_t kernel[2], stride[2], dilation[2], pad[4];
     int64_t rows_per_sample, channels, axis_outer, axis_len, axis_inner;

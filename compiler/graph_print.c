@@ -52,6 +52,10 @@ static const char *details(Ddpc *c, GNode *n) {
     case L_LAYERNORM:
         sb_printf(&sb, "epsilon %s", fmt_number(c->arena, a->epsilon));
         break;
+    case L_ATTENTION:
+        sb_printf(&sb, "%lld head%s, key_dim %lld", (long long)a->heads, a->heads == 1 ? "" : "s",
+                  (long long)a->key_dim);
+        break;
     case L_DROPOUT:
         sb_printf(&sb, "rate %s", fmt_number(c->arena, a->rate));
         break;
@@ -62,7 +66,7 @@ static const char *details(Ddpc *c, GNode *n) {
     default:
         break;
     }
-    if (n->op == L_CONV2D || n->op == L_DEPTHWISE_CONV2D || n->op == L_DENSE) {
+    if (n->op == L_CONV2D || n->op == L_DEPTHWISE_CONV2D || n->op == L_DENSE || n->op == L_ATTENTION) {
         if (!a->bias)
             sb_printf(&sb, ", no bias");
         if (a->activation)

@@ -8,6 +8,7 @@
  * The forward pass is lowered twice, for training and for evaluation (dropout off,
  * batchnorm on running statistics); the loss and the metrics follow each; autodiff
  * adds the backward pass and this file the optimizer. */
+#include <math.h>
 #include <string.h>
 
 #include "ddpc.h"
@@ -24,6 +25,8 @@ int decay_group(const Tensor *t) {
         return 0;
     if (t->layer && (t->layer->op == L_BATCHNORM || t->layer->op == L_LAYERNORM))
         return DDP_DECAY_NORMS;
+    if (t->layer && t->layer->op == L_POSITION_EMBEDDING) /* an offset added, as a bias is (timm's pos_embed) */
+        return DDP_DECAY_BIASES;
     return t->shape.rank == 1 ? DDP_DECAY_BIASES : DDP_DECAY_WEIGHTS;
 }
 
@@ -105,6 +108,9 @@ IrOp *ir_op_new(Ddpc *c, Phase phase, OpKind kind) {
     op->kind = kind;
     op->phase = phase;
     op->kernel_index = -1;
+    op->alpha = 1;
+    op->batches = (IrDim){1, 0};
+    op->groups = 1;
     return op;
 }
 
@@ -208,6 +214,7 @@ static IrOp *pointwise(Ddpc *c, Ir *ir, Phase ph, Tensor *out, XExpr *e) {
 
 typedef struct LayerParams {
     Tensor *weight, *bias, *running_mean, *running_var;
+    Tensor *proj_weight[4], *proj_bias[4]; /* attention's query, key, value and output projections */
 } LayerParams;
 
 typedef struct Lower {
@@ -347,10 +354,22 @@ static Tensor *activation_op(Lower *L, GNode *n, Tensor *z, const char *act, Ten
     return y;
 }
 
+/* z [..., u] = x [..., k] w [k, u]: one product, a row for every position of every sample. */
+static void product_over_last_axis(Lower *L, GNode *n, Tensor *x, Tensor *w, Tensor *z) {
+    int64_t k = w->shape.dim[0];
+    IrOp *op = ir_op(L->c, L->ir, L->phase, OP_GEMM);
+    add_in(op, x);
+    add_in(op, w);
+    add_out(op, z);
+    op->m = dim_batched(x->per_sample / k);
+    op->n = dim_fixed(w->shape.dim[1]);
+    op->k = dim_fixed(k);
+    op->layer = n;
+}
+
 static void lower_dense(Lower *L, GNode *n) {
-    Ddpc *c = L->c;
     Tensor *x = L->value[n->inputs[0]->id];
-    int64_t k = x->per_sample, u = n->attrs.units;
+    int64_t k = x->shape.dim[x->shape.rank - 1], u = n->attrs.units;
     LayerParams *p = &L->params[n->id];
     if (!p->weight) {
         int64_t wd[2] = {k, u};
@@ -362,15 +381,117 @@ static void lower_dense(Lower *L, GNode *n) {
     }
     bool more = p->bias || n->attrs.activation;
     Tensor *z = activation(L, n, more ? ":z" : "", &n->out);
-    IrOp *op = ir_op(c, L->ir, L->phase, OP_GEMM);
-    add_in(op, x);
-    add_in(op, p->weight);
-    add_out(op, z);
-    op->m = dim_batched(1);
-    op->n = dim_fixed(u);
-    op->k = dim_fixed(k);
-    op->layer = n;
+    product_over_last_axis(L, n, x, p->weight, z);
     L->value[n->id] = activation_op(L, n, z, n->attrs.activation, p->bias);
+}
+
+/* ------------------------------------------------------------- attention */
+
+/* x [..., k] -> x w [..., u] + bias, named by suffix. */
+static Tensor *projection(Lower *L, GNode *n, Tensor *x, Tensor *w, Tensor *bias, const char *suffix) {
+    Shape s = x->shape;
+    s.dim[s.rank - 1] = w->shape.dim[1];
+    Tensor *z = activation(L, n, arena_printf(L->c->arena, "%s%s", suffix, bias ? ":z" : ""), &s);
+    product_over_last_axis(L, n, x, w, z);
+    if (!bias)
+        return z;
+    Tensor *y = activation(L, n, suffix, &s);
+    pointwise(L->c, L->ir, L->phase, y,
+              x_binary(L->c, X_ADD, x_load(L->c, z, BC_FULL), x_load(L->c, bias, BC_CHANNEL)))->layer = n;
+    return y;
+}
+
+/* out = alpha op(a) op(b) for every sample and head: a batched product on [tokens,
+ * width] values whose head j is the key_dim columns from j key_dim (q, k, v and the
+ * heads' results), or [heads, tokens, tokens] ones (scores, weights). */
+typedef struct HeadOperand {
+    Tensor *t;
+    bool transposed;
+} HeadOperand;
+
+static void per_head_product(Lower *L, GNode *n, HeadOperand a, HeadOperand b, Tensor *out, double alpha) {
+    int64_t t = n->out.dim[0], dk = n->attrs.key_dim, heads = n->attrs.heads;
+    IrOp *op = ir_op(L->c, L->ir, L->phase, OP_GEMM);
+    add_in(op, a.t);
+    add_in(op, b.t);
+    add_out(op, out);
+    op->ta = a.transposed;
+    op->tb = b.transposed;
+    Tensor *operands[3] = {a.t, b.t, out};
+    for (int o = 0; o < 3; o++) {
+        bool scores = operands[o]->shape.rank == 3; /* [heads, t, t] */
+        op->ld[o] = scores ? t : heads * dk;
+        op->batch_stride[o] = operands[o]->per_sample;
+        op->group_stride[o] = scores ? t * t : dk;
+    }
+    op->m = dim_fixed(t); /* op(a) is m x k: q t x dk, or the weights t x t */
+    op->k = dim_fixed(a.t->shape.rank == 3 ? t : dk);
+    op->n = dim_fixed(out->shape.rank == 3 ? t : dk);
+    op->alpha = alpha;
+    op->batches = dim_batched(1);
+    op->groups = heads;
+    op->layer = n;
+}
+
+/* Self-attention: q, k, v by three projections; each head's scores q k^T / sqrt(key_dim)
+ * ([heads, t, t] a sample), a softmax over the keys, the weights times v into the
+ * head's columns of [t, heads key_dim], and the output projection. */
+static void lower_attention(Lower *L, GNode *n) {
+    Ddpc *c = L->c;
+    Tensor *x = L->value[n->inputs[0]->id];
+    const LayerAttrs *a = &n->attrs;
+    int64_t t = x->shape.dim[0], ch = x->shape.dim[1], width = a->heads * a->key_dim;
+    LayerParams *p = &L->params[n->id];
+    static const char *const which[4] = {"query", "key", "value", "output"};
+    if (!p->proj_weight[0])
+        for (int i = 0; i < 4; i++) {
+            int64_t wd[2] = {i < 3 ? ch : width, i < 3 ? width : ch}, bd = wd[1];
+            Tensor *w = param(L, n, arena_printf(c->arena, "%s.weight", which[i]), T_PARAM, shape_of(2, wd), "IO",
+                              a->init);
+            w->fan_in = wd[0];
+            w->fan_out = wd[1];
+            p->proj_weight[i] = w;
+            if (a->bias)
+                p->proj_bias[i] = param(L, n, arena_printf(c->arena, "%s.bias", which[i]), T_PARAM, shape_of(1, &bd),
+                                        "C", a->bias_init);
+        }
+    Tensor *qkv[3];
+    for (int i = 0; i < 3; i++)
+        qkv[i] = projection(L, n, x, p->proj_weight[i], p->proj_bias[i], arena_printf(c->arena, ":%s", which[i]));
+    int64_t sd[3] = {a->heads, t, t};
+    Shape scores_shape = shape_of(3, sd);
+    Tensor *scores = activation(L, n, ":scores", &scores_shape);
+    per_head_product(L, n, (HeadOperand){qkv[0], false}, (HeadOperand){qkv[1], true}, scores,
+                     1 / sqrt((double)a->key_dim));
+    Tensor *weights = activation(L, n, ":weights", &scores_shape);
+    IrOp *op = ir_op(c, L->ir, L->phase, OP_SOFTMAX);
+    add_in(op, scores);
+    add_out(op, weights);
+    op->axis_outer = a->heads * t;
+    op->axis_len = t;
+    op->axis_inner = 1;
+    op->range = dim_batched(op->axis_outer);
+    op->layer = n;
+    int64_t hd[2] = {t, width};
+    Shape heads_shape = shape_of(2, hd);
+    Tensor *heads = activation(L, n, ":heads", &heads_shape);
+    per_head_product(L, n, (HeadOperand){weights, false}, (HeadOperand){qkv[2], false}, heads, 1);
+    L->value[n->id] = projection(L, n, heads, p->proj_weight[3], p->proj_bias[3], "");
+}
+
+/* A learned [tokens, c] value added to every sample (ViT's position embedding). */
+static void lower_position_embedding(Lower *L, GNode *n) {
+    Tensor *x = L->value[n->inputs[0]->id];
+    LayerParams *p = &L->params[n->id];
+    if (!p->weight) {
+        p->weight = param(L, n, "weight", T_PARAM, n->out, n->out.rank == 2 ? "TC" : "", n->attrs.init);
+        p->weight->fan_in = n->out.rank == 2 ? n->out.dim[0] : x->per_sample;
+        p->weight->fan_out = n->out.dim[n->out.rank - 1];
+    }
+    Tensor *y = activation(L, n, "", &n->out);
+    XExpr *e = x_binary(L->c, X_ADD, x_load(L->c, x, BC_FULL), x_load(L->c, p->weight, BC_CHANNEL));
+    pointwise(L->c, L->ir, L->phase, y, e)->layer = n;
+    L->value[n->id] = y;
 }
 
 bool ir_windows_tile(const IrOp *op, int64_t h, int64_t w, int64_t oh, int64_t ow) {
@@ -515,7 +636,7 @@ static void lower_pool(Lower *L, GNode *n) {
     add_in(op, x);
     add_out(op, y);
     window_attrs(op, n);
-    op->channels = x->shape.dim[2];
+    op->channels = x->shape.dim[x->shape.rank - 1];
     op->range = range_of(y);
     if (kind != OP_GAP) /* one index per output pixel, channels inside */
         op->range.per_sample /= op->channels;
@@ -693,6 +814,8 @@ static void lower_node(Lower *L, GNode *n) {
     case L_MAXPOOL: case L_AVGPOOL: case L_GLOBAL_AVGPOOL: lower_pool(L, n); break;
     case L_BATCHNORM: lower_batchnorm(L, n); break;
     case L_LAYERNORM: lower_layernorm(L, n); break;
+    case L_ATTENTION: lower_attention(L, n); break;
+    case L_POSITION_EMBEDDING: lower_position_embedding(L, n); break;
     case L_DROPOUT: lower_dropout(L, n); break;
     case L_FLATTEN: case L_RESHAPE: case L_IDENTITY:
         L->value[n->id] = view(L, n, L->value[n->inputs[0]->id], &n->out);

@@ -163,6 +163,14 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
         sb_printf(&sb, "%%%d %s= %%%d%s x %%%d%s   m %s, n %s, k %s", op->out[0]->id,
                   op->accumulate ? "+" : "", op->in[0]->id, op->ta ? "^T" : "", op->in[1]->id,
                   op->tb ? "^T" : "", dim_text(c, op->m), dim_text(c, op->n), dim_text(c, op->k));
+        if (op->alpha != 1)
+            sb_printf(&sb, ", alpha %.9g", op->alpha);
+        if (op->groups != 1 || op->batches.fixed != 1 || op->batches.per_sample)
+            sb_printf(&sb, ", %s x %lld products, ld %lld %lld %lld, strides %lld %lld %lld, %lld %lld %lld",
+                      dim_text(c, op->batches), (long long)op->groups, (long long)op->ld[0], (long long)op->ld[1],
+                      (long long)op->ld[2], (long long)op->batch_stride[0], (long long)op->batch_stride[1],
+                      (long long)op->batch_stride[2], (long long)op->group_stride[0], (long long)op->group_stride[1],
+                      (long long)op->group_stride[2]);
         break;
     case OP_BUCKET_READY:
         sb_printf(&sb, "bucket %lld", (long long)op->bucket);

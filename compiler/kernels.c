@@ -725,11 +725,16 @@ static void pixel_visit(Cg *cg, IrOp *op, LLVMValueRef p, void *arg) {
     set_var(cg, a->acc, fadd(cg, load_var(cg, a->acc, cg->f64), load_f64(cg, op->in[0], idx)));
 }
 
+/* A global average pool's pixels (or tokens) a sample: every position but the channel's. */
+static int64_t gap_pixels(const Tensor *x) {
+    return x->per_sample / x->shape.dim[x->shape.rank - 1];
+}
+
 /* Global average pooling, one output (sample, channel) per block: the mean of its pixels. */
 static void block_gap(Cg *cg, IrOp *op, LLVMValueRef i) {
     Block k = block_of(cg, op);
     Tensor *x = op->in[0];
-    PixelSum a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, x->shape.dim[0] * x->shape.dim[1], x->shape.dim[2]};
+    PixelSum a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), NULL, NULL, gap_pixels(x), x->shape.dim[x->shape.rank - 1]};
     a.s = divs(cg, i, I(cg, a.c));
     a.ch = rems(cg, i, I(cg, a.c));
     strided_rows(cg, op, &k, I(cg, a.hw), pixel_visit, &a);
@@ -1140,7 +1145,7 @@ static void gen_avgpool_bwd(Cg *cg, IrOp *op, LLVMValueRef pixel) {
 /* global average pool: i over [n, C] */
 static void gen_gap(Cg *cg, IrOp *op, LLVMValueRef i) {
     Tensor *x = op->in[0];
-    int64_t hw = x->shape.dim[0] * x->shape.dim[1], c = x->shape.dim[2];
+    int64_t hw = gap_pixels(x), c = x->shape.dim[x->shape.rank - 1];
     LLVMValueRef s = divs(cg, i, I(cg, c)), ch = rems(cg, i, I(cg, c));
     LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
     Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, hw), "p");
@@ -1152,7 +1157,7 @@ static void gen_gap(Cg *cg, IrOp *op, LLVMValueRef i) {
 
 static void gen_gap_bwd(Cg *cg, IrOp *op, LLVMValueRef i) {
     Tensor *dx = op->out[0];
-    int64_t hw = dx->shape.dim[0] * dx->shape.dim[1], c = dx->shape.dim[2];
+    int64_t hw = gap_pixels(dx), c = dx->shape.dim[dx->shape.rank - 1];
     LLVMValueRef s = divs(cg, i, I(cg, hw * c)), ch = rems(cg, i, I(cg, c));
     LLVMValueRef v = fdiv(cg, load_f64(cg, op->in[0], add(cg, mul(cg, s, I(cg, c)), ch)), F(cg, (double)hw));
     store_f64(cg, dx, i, v, op->accumulate);
@@ -1404,14 +1409,23 @@ static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
     cg_loop_end(cg, &l);
     LLVMValueRef m = load_var(cg, mx, cg->f64);
     LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
+    /* exp(x - max) in the program's precision (as PyTorch's f32 softmax), kept in the
+     * output and scaled by the row's sum after: one exp an element. A bf16 output would
+     * round each exp twice, so there each is made again for the scaled store. */
+    bool keep = op->out[0]->dtype != DT_BF16;
     Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef e = cg_exp(cg, fsub(cg, load_f64(cg, op->in[0], element(cg, op, base, cg_loop_index(cg, &l2))), m));
+    LLVMValueRef idx2 = element(cg, op, base, cg_loop_index(cg, &l2));
+    LLVMValueRef e = cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx2), m), cg->real)));
     set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), e));
+    if (keep)
+        store_f64(cg, op->out[0], idx2, e, false);
     cg_loop_end(cg, &l2);
-    LLVMValueRef total = load_var(cg, sum, cg->f64);
+    LLVMValueRef scale = fdiv(cg, F(cg, 1), load_var(cg, sum, cg->f64));
     Loop l3 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
     LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l3));
-    store_f64(cg, op->out[0], idx, fdiv(cg, cg_exp(cg, fsub(cg, load_f64(cg, op->in[0], idx), m)), total), false);
+    LLVMValueRef e3 = keep ? load_f64(cg, op->out[0], idx)
+                           : cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx), m), cg->real)));
+    store_f64(cg, op->out[0], idx, fmul(cg, e3, scale), false);
     cg_loop_end(cg, &l3);
 }
 
@@ -2295,7 +2309,7 @@ static int64_t reduced_length(const IrOp *op) {
     switch (op->kind) {
     case OP_REDUCE_ROWS: case OP_BN_STATS: /* rows at a full batch, or a first stage's chunks */
         return op->chunk_rows ? chunks_of(op) : op->in[0]->elems / op->channels;
-    case OP_GAP: return op->in[0]->shape.dim[0] * op->in[0]->shape.dim[1];
+    case OP_GAP: return gap_pixels(op->in[0]);
     case OP_ACCUMULATE: return op->in[0]->elems;
     case OP_FIND_NONFINITE: case OP_GRAD_SQUARES: return NONFINITE_CHUNK;
     case OP_TRUST_RATIO: return op->channels; /* the largest parameter */

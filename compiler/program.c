@@ -221,7 +221,13 @@ static const ddp_gemm *gemms_table(Ddpc *c, Ir *ir, int64_t *count) {
         out[i] = (ddp_gemm){.a = tensor_storage(op->in[0])->slot, .b = tensor_storage(op->in[1])->slot,
                             .c = tensor_storage(op->out[0])->slot, .transpose_a = op->ta, .transpose_b = op->tb,
                             .m = abi_dim(op->m), .n = abi_dim(op->n), .k = abi_dim(op->k),
-                            .beta = op->accumulate ? 1 : 0};
+                            .alpha = op->alpha, .beta = op->accumulate ? 1 : 0, .batches = abi_dim(op->batches),
+                            .groups = op->groups};
+        for (int o = 0; o < 3; o++) {
+            out[i].ld[o] = op->ld[o];
+            out[i].batch_stride[o] = op->batch_stride[o];
+            out[i].group_stride[o] = op->group_stride[o];
+        }
     }
     return out;
 }

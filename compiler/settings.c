@@ -52,6 +52,9 @@ static void check_loss(Ddpc *c, TrainSpec *spec, Value loss) {
                     "`%s` outputs %s", loss.builtin->name, g->model, shape);
         if (out->rank == 1 && out->dim[0] == 1)
             diag_note(c, loss.loc, "with one output for two classes, use binary_crossentropy");
+        if (out->rank > 1 && g->output->op == L_DENSE) /* Keras's Dense: the last axis alone */
+            diag_note(c, g->output->loc, "dense works on the last axis, each position apart; add `flatten` or "
+                                         "`global_avgpool` before it");
         return;
     }
     if (!is_classification(loss))

@@ -71,20 +71,17 @@ static void set_shape(Shape *s, int rank, const int64_t *dims) {
 
 /* ---------------------------------------------------------------- dense */
 
+/* Keras's Dense: over the last axis, each position of the others on its own (a
+ * transformer's feed-forward on every token). */
 static bool dense_rule(Rule *r) {
     Shape *in = &r->call->in[0];
-    if (in->rank != 1) {
-        wrong_rank(r, "one axis");
-        diag_note(r->c, r->call->loc, "add `flatten` before it");
-        return false;
-    }
     LayerAttrs *a = &r->res->attrs;
     a->units = (int64_t)arg(r, "units").num;
     a->bias = arg(r, "bias").num != 0;
-    r->res->out.rank = 1;
-    r->res->out.dim[0] = a->units;
-    if (!mul(in->dim[0], a->units, &r->res->macs) ||
-        !mul(in->dim[0] + a->bias, a->units, &r->res->params))
+    int64_t n = in->dim[in->rank - 1], positions = shape_count(in) / n;
+    r->res->out = *in;
+    r->res->out.dim[in->rank - 1] = a->units;
+    if (!mul3(positions, n, a->units, &r->res->macs) || !mul(n + a->bias, a->units, &r->res->params))
         return too_large(r, "the size");
     return true;
 }
@@ -207,9 +204,9 @@ static bool pool_rule(Rule *r) {
 
 static bool global_avgpool_rule(Rule *r) {
     Shape *in = &r->call->in[0];
-    if (in->rank != 3)
-        return wrong_rank(r, "[height, width, channels]");
-    int64_t c = in->dim[2];
+    if (in->rank < 2)
+        return wrong_rank(r, "[height, width, channels] or [tokens, channels]");
+    int64_t c = in->dim[in->rank - 1];
     set_shape(&r->res->out, 1, &c);
     return true;
 }
@@ -232,6 +229,44 @@ static bool layernorm_rule(Rule *r) {
     r->res->out = *in;
     r->res->params = 2 * in->dim[in->rank - 1]; /* scale and shift */
     r->res->attrs.epsilon = arg(r, "epsilon").num;
+    return true;
+}
+
+/* Multi-head self-attention (Keras's MultiHeadAttention(heads, key_dim) called on
+ * one value): queries, keys and values [tokens, heads * key_dim] from the input, then
+ * for each head softmax(q k^T / sqrt(key_dim)) v, the heads' results side by side
+ * projected back to the input's channels. */
+static bool attention_rule(Rule *r) {
+    Shape *in = &r->call->in[0];
+    if (in->rank != 2)
+        return wrong_rank(r, "[tokens, channels]");
+    LayerAttrs *a = &r->res->attrs;
+    int64_t t = in->dim[0], c = in->dim[1];
+    a->heads = (int64_t)arg(r, "heads").num;
+    a->bias = arg(r, "bias").num != 0;
+    Value key_dim = arg(r, "key_dim");
+    if (key_dim.kind == V_NONE && c % a->heads) {
+        diag_report(r->c, E_SHAPE_MISMATCH, arg_loc(r, "heads"),
+                    "%s splits its %lld channels among heads, but %lld heads do not divide them",
+                    r->call->layer->name, (long long)c, (long long)a->heads);
+        diag_note(r->c, r->call->loc, "set key_dim, each head's channels");
+        return false;
+    }
+    a->key_dim = key_dim.kind == V_NONE ? c / a->heads : (int64_t)key_dim.num;
+    /* four projections, c x width each, biases of width (query, key, value) and c (output);
+     * the scores and the weighted values: t x t x key_dim a head each */
+    int64_t width, weights, projections, scores;
+    r->res->out = *in;
+    if (!mul(a->heads, a->key_dim, &width) || !mul3(4, c, width, &weights) || !mul(t, weights, &projections) ||
+        !mul3(2 * t, t, width, &scores) || !mul(projections + scores, 1, &r->res->macs))
+        return too_large(r, "the size");
+    r->res->params = weights + (a->bias ? 3 * width + c : 0);
+    return true;
+}
+
+static bool position_embedding_rule(Rule *r) {
+    r->res->out = r->call->in[0];
+    r->res->params = shape_count(&r->call->in[0]);
     return true;
 }
 
@@ -395,6 +430,8 @@ bool shape_infer(Ddpc *c, LayerCall *call, LayerResult *res) {
     case L_GLOBAL_AVGPOOL: ok = global_avgpool_rule(&r); break;
     case L_BATCHNORM: ok = batchnorm_rule(&r); break;
     case L_LAYERNORM: ok = layernorm_rule(&r); break;
+    case L_ATTENTION: ok = attention_rule(&r); break;
+    case L_POSITION_EMBEDDING: ok = position_embedding_rule(&r); break;
     case L_DROPOUT: ok = dropout_rule(&r); break;
     case L_FLATTEN: ok = flatten_rule(&r); break;
     case L_RESHAPE: ok = reshape_rule(&r); break;

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 21
+#define DDP_ABI_VERSION 22
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -237,8 +237,11 @@ enum ddp_path { DDP_PATH_ALL, DDP_PATH_GENERATED, DDP_PATH_LIBRARY };
     X##_I64(T, path)                /* ddp_path */
 DDP_CONTRACT(ddp_step)
 
-/* C = op(A) op(B) + beta C, row-major, on buffer slots; op is a transpose when t* is 1.
- * op(A) is m x k, op(B) is k x n. */
+/* C = alpha op(A) op(B) + beta C, row-major, on buffer slots; op is a transpose when t*
+ * is 1. op(A) is m x k, op(B) is k x n. A leading dimension of 0 is the packed one (op(A)
+ * stored m x k: k). Batched: batches x groups products, product (i, j) on each operand
+ * from element i * batch_stride + j * group_stride (attention: a batch per sample, a
+ * group per head, the heads side by side in a row). */
 #define DDP_FIELDS_ddp_gemm(X, T)                                                                            \
     X##_I64(T, a)                                                                                            \
     X##_I64(T, b)                                                                                            \
@@ -248,7 +251,13 @@ DDP_CONTRACT(ddp_step)
     X##_SUB(T, ddp_dim, m)                                                                                   \
     X##_SUB(T, ddp_dim, n)                                                                                   \
     X##_SUB(T, ddp_dim, k)                                                                                   \
-    X##_F64(T, beta)
+    X##_F64(T, alpha)                                                                                        \
+    X##_F64(T, beta)                                                                                         \
+    X##_I64S(T, ld, 3)              /* a, b, c; 0: packed */                                                 \
+    X##_SUB(T, ddp_dim, batches)                                                                             \
+    X##_I64(T, groups)                                                                                       \
+    X##_I64S(T, batch_stride, 3)                                                                             \
+    X##_I64S(T, group_stride, 3)
 DDP_CONTRACT(ddp_gemm)
 
 /* A convolution as a library runs it, channels last (NHWC images, KRSC filters), cross-

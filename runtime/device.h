@@ -44,13 +44,17 @@ typedef struct ddp_device_info {
     int driver_version;         /* 13000 for CUDA 13.0 */
 } ddp_device_info;
 
-/* C = alpha op(A) op(B) + beta C, column-major as cuBLAS's gemm: op(A) is m x k. */
+/* C = alpha op(A) op(B) + beta C, column-major as cuBLAS's gemm: op(A) is m x k. With
+ * batch above 1, batch such products, the i-th's operands i strides (elements) on, as
+ * cuBLAS's strided batched gemm. */
 typedef struct ddp_device_gemm {
     bool transa, transb;
     int m, n, k;
     double alpha, beta;
     ddp_dptr a, b, c;
     int lda, ldb, ldc;
+    int batch;
+    int64_t stride_a, stride_b, stride_c;
     bool f64;
     bool bf16;                  /* A and B are bf16, the products summed in f32 (precision = bf16) */
     bool c_bf16;                /* ... and C is bf16 too (else f32) */

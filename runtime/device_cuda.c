@@ -107,6 +107,14 @@ static struct {
                  int, const double *, double *, int);
     int (*gemm_ex)(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int, const void *, int,
                    int, const void *, void *, int, int, int, int);
+    /* strided batched: each operand's stride (long long) after its leading dimension, the count after C's */
+    int (*sgemm_batched)(cublasHandle_t, int, int, int, int, int, const float *, const float *, int, long long,
+                         const float *, int, long long, const float *, float *, int, long long, int);
+    int (*dgemm_batched)(cublasHandle_t, int, int, int, int, int, const double *, const double *, int, long long,
+                         const double *, int, long long, const double *, double *, int, long long, int);
+    int (*gemm_ex_batched)(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int, long long,
+                           const void *, int, int, long long, const void *, void *, int, int, long long, int, int,
+                           int);
     void *library;
     char path[1024];
 } blas;
@@ -267,8 +275,12 @@ static bool open_blas(int driver_version, char *err, size_t len) {
     *(void **)&blas.sgemm = dlsym(blas.library, "cublasSgemm_v2");
     *(void **)&blas.dgemm = dlsym(blas.library, "cublasDgemm_v2");
     *(void **)&blas.gemm_ex = dlsym(blas.library, "cublasGemmEx");
+    *(void **)&blas.sgemm_batched = dlsym(blas.library, "cublasSgemmStridedBatched");
+    *(void **)&blas.dgemm_batched = dlsym(blas.library, "cublasDgemmStridedBatched");
+    *(void **)&blas.gemm_ex_batched = dlsym(blas.library, "cublasGemmStridedBatchedEx");
     if (!blas.create || !blas.destroy || !blas.set_stream || !blas.set_workspace || !blas.set_math_mode ||
-        !blas.sgemm || !blas.dgemm || !blas.gemm_ex)
+        !blas.sgemm || !blas.dgemm || !blas.gemm_ex || !blas.sgemm_batched || !blas.dgemm_batched ||
+        !blas.gemm_ex_batched)
         return ddp_fail(err, len, "%s lacks the functions of cuBLAS 12 (cublasCreate_v2, cublasSgemm_v2, ...)",
                         blas.path);
     return true;
@@ -340,6 +352,12 @@ enum { CUDA_R_32F = 0, CUDA_R_16BF = 14, CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DE
  * tensor cores; alpha and beta are in the compute type, f32. */
 static int gemm_bf16(cublasHandle_t h, const ddp_device_gemm *g) {
     float alpha = (float)g->alpha, beta = (float)g->beta;
+    if (g->batch > 1)
+        return blas.gemm_ex_batched(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const void *)(uintptr_t)g->a,
+                                    CUDA_R_16BF, g->lda, g->stride_a, (const void *)(uintptr_t)g->b, CUDA_R_16BF,
+                                    g->ldb, g->stride_b, &beta, (void *)(uintptr_t)g->c,
+                                    g->c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g->ldc, g->stride_c, g->batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return blas.gemm_ex(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const void *)(uintptr_t)g->a,
                         CUDA_R_16BF, g->lda, (const void *)(uintptr_t)g->b, CUDA_R_16BF, g->ldb, &beta,
                         (void *)(uintptr_t)g->c, g->c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g->ldc, CUBLAS_COMPUTE_32F,
@@ -351,7 +369,17 @@ static bool gemm(ddp_device *d, int stream, const ddp_device_gemm *g) {
     int status;
     if (g->bf16)
         status = gemm_bf16(h, g);
-    else if (g->f64) {
+    else if (g->f64 && g->batch > 1) {
+        double alpha = g->alpha, beta = g->beta;
+        status = blas.dgemm_batched(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const double *)(uintptr_t)g->a,
+                                    g->lda, g->stride_a, (const double *)(uintptr_t)g->b, g->ldb, g->stride_b, &beta,
+                                    (double *)(uintptr_t)g->c, g->ldc, g->stride_c, g->batch);
+    } else if (g->batch > 1) {
+        float alpha = (float)g->alpha, beta = (float)g->beta;
+        status = blas.sgemm_batched(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const float *)(uintptr_t)g->a,
+                                    g->lda, g->stride_a, (const float *)(uintptr_t)g->b, g->ldb, g->stride_b, &beta,
+                                    (float *)(uintptr_t)g->c, g->ldc, g->stride_c, g->batch);
+    } else if (g->f64) {
         double alpha = g->alpha, beta = g->beta;
         status = blas.dgemm(h, g->transa, g->transb, g->m, g->n, g->k, &alpha, (const double *)(uintptr_t)g->a, g->lda,
                             (const double *)(uintptr_t)g->b, g->ldb, &beta, (double *)(uintptr_t)g->c, g->ldc);
@@ -363,9 +391,10 @@ static bool gemm(ddp_device *d, int stream, const ddp_device_gemm *g) {
     const char *which = !g->bf16 ? (g->f64 ? "dgemm(" : "sgemm(")
                         : g->c_bf16 ? "GemmEx(A, B and C bf16, compute f32, "
                                     : "GemmEx(A and B bf16, C f32, compute f32, ";
-    return status == 0 || ddp_device_fail(d, "cuBLAS %s%s, %s, m %d, n %d, k %d, lda %d, ldb %d, ldc %d) failed with "
-                                             "status %d", which, g->transa ? "T" : "N", g->transb ? "T" : "N", g->m,
-                                          g->n, g->k, g->lda, g->ldb, g->ldc, status);
+    return status == 0 || ddp_device_fail(d, "cuBLAS %s%s, %s, m %d, n %d, k %d, lda %d, ldb %d, ldc %d, batch %d) "
+                                             "failed with status %d", which, g->transa ? "T" : "N",
+                                          g->transb ? "T" : "N", g->m, g->n, g->k, g->lda, g->ldb, g->ldc,
+                                          g->batch > 1 ? g->batch : 1, status);
 }
 
 static bool record(ddp_device *d, int stream, int event) {

@@ -579,6 +579,13 @@ static bool run_gemm(ddp_device *d, const ddp_device_gemm *g) {
     size_t span_a = (size_t)g->lda * (size_t)((g->transa ? g->m : g->k) - 1) + (size_t)rows_a;
     size_t span_b = (size_t)g->ldb * (size_t)((g->transb ? g->k : g->n) - 1) + (size_t)rows_b;
     size_t span_c = (size_t)g->ldc * (size_t)(g->n - 1) + (size_t)g->m;
+    if (g->batch > 1) { /* the last product's operands end furthest on */
+        if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0)
+            return ddp_device_fail(d, "gemmStridedBatched: a negative stride: CUBLAS_STATUS_INVALID_VALUE");
+        span_a += (size_t)g->stride_a * (size_t)(g->batch - 1);
+        span_b += (size_t)g->stride_b * (size_t)(g->batch - 1);
+        span_c += (size_t)g->stride_c * (size_t)(g->batch - 1);
+    }
     if (g->m && g->n && ((g->k && (!on_device(e, g->a, span_a * width) || !on_device(e, g->b, span_b * width))) ||
                          !on_device(e, g->c, span_c * width_c)))
         return ddp_device_fail(d, "gemm: an operand lies outside device memory (m %d, n %d, k %d)", g->m, g->n, g->k);

@@ -263,35 +263,49 @@ typedef struct GemmCall {
     ddp_runtime *rt;
     const ddp_gemm *g;
     int64_t m, n, k;
+    int64_t ld[3];        /* a, b, c */
+    int64_t groups;       /* a batched product: its groups (the items are batches x groups) */
     bool by_rows;
     int64_t piece;
 } GemmCall;
 
 enum { GEMM_PIECES = 32, GEMM_MIN_PIECE = 128, GEMM_MIN_PARALLEL_MACS = 1 << 18 };
 
+/* Operand i's leading dimension: its own, or the packed one (0) of the live sizes. */
+static int64_t gemm_ld(const ddp_gemm *g, int i, int64_t m, int64_t n, int64_t k) {
+    if (g->ld[i])
+        return g->ld[i];
+    return i == 0 ? (g->transpose_a ? m : k) : i == 1 ? (g->transpose_b ? k : n) : n;
+}
+
+static void blas_gemm(const GemmCall *c, int64_t m, int64_t n, const char *a, const char *b, char *out) {
+    const ddp_gemm *g = c->g;
+    enum CBLAS_TRANSPOSE ta = g->transpose_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->transpose_b ? CblasTrans : CblasNoTrans;
+    blasint lda = (blasint)c->ld[0], ldb = (blasint)c->ld[1], ldc = (blasint)c->ld[2];
+    if (c->rt->program->dtype == DDP_F64)
+        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)c->k, g->alpha, (const double *)a, lda,
+                    (const double *)b, ldb, g->beta, (double *)out, ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)c->k, (float)g->alpha,
+                    (const float *)a, lda, (const float *)b, ldb, (float)g->beta, (float *)out, ldc);
+}
+
 static void gemm_piece(const GemmCall *c, int64_t lo, int64_t hi) {
     const ddp_gemm *g = c->g;
     int64_t es = c->rt->elem_size;
     char *a = c->rt->buffers[g->a], *b = c->rt->buffers[g->b], *out = c->rt->buffers[g->c];
-    blasint lda = (blasint)(g->transpose_a ? c->m : c->k), ldb = (blasint)(g->transpose_b ? c->k : c->n);
     int64_t m = c->m, n = c->n;
     if (c->by_rows) {
-        a += (g->transpose_a ? lo : lo * lda) * es;
-        out += lo * c->n * es;
+        a += (g->transpose_a ? lo : lo * c->ld[0]) * es;
+        out += lo * c->ld[2] * es;
         m = hi - lo;
     } else {
-        b += (g->transpose_b ? lo * ldb : lo) * es;
+        b += (g->transpose_b ? lo * c->ld[1] : lo) * es;
         out += lo * es;
         n = hi - lo;
     }
-    enum CBLAS_TRANSPOSE ta = g->transpose_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = g->transpose_b ? CblasTrans : CblasNoTrans;
-    if (c->rt->program->dtype == DDP_F64)
-        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)c->k, 1.0, (double *)a, lda,
-                    (double *)b, ldb, g->beta, (double *)out, (blasint)c->n);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)c->k, 1.0f, (float *)a, lda,
-                    (float *)b, ldb, (float)g->beta, (float *)out, (blasint)c->n);
+    blas_gemm(c, m, n, a, b, out);
 }
 
 static void gemm_pieces(void *ctx, int64_t first, int64_t last) {
@@ -301,13 +315,36 @@ static void gemm_pieces(void *ctx, int64_t first, int64_t last) {
         gemm_piece(c, i * c->piece, (i + 1) * c->piece < dim ? (i + 1) * c->piece : dim);
 }
 
-ddp_device_gemm ddp_gemm_at(const ddp_runtime *rt, const ddp_gemm *g, ddp_dptr a, ddp_dptr b, ddp_dptr c) {
+/* Products first to last of a batched GEMM, each whole on one thread: the same sums
+ * on any number of threads. */
+static void gemm_items(void *ctx, int64_t first, int64_t last) {
+    GemmCall *c = ctx;
+    const ddp_gemm *g = c->g;
+    int64_t es = c->rt->elem_size;
+    for (int64_t i = first; i < last; i++) {
+        int64_t at[3];
+        for (int o = 0; o < 3; o++)
+            at[o] = ((i / c->groups) * g->batch_stride[o] + (i % c->groups) * g->group_stride[o]) * es;
+        blas_gemm(c, c->m, c->n, c->rt->buffers[g->a] + at[0], c->rt->buffers[g->b] + at[1],
+                  c->rt->buffers[g->c] + at[2]);
+    }
+}
+
+ddp_device_gemm ddp_gemm_at(const ddp_runtime *rt, const ddp_gemm *g, int64_t group, ddp_dptr a, ddp_dptr b,
+                            ddp_dptr c) {
     const ddp_program *p = rt->program;
     int64_t m = live(rt, g->m), n = live(rt, g->n), k = live(rt, g->k);
+    a += (ddp_dptr)(group * g->group_stride[0] * (int64_t)ddp_dtype_size(p->buffers[g->a].dtype));
+    b += (ddp_dptr)(group * g->group_stride[1] * (int64_t)ddp_dtype_size(p->buffers[g->b].dtype));
+    c += (ddp_dptr)(group * g->group_stride[2] * (int64_t)ddp_dtype_size(p->buffers[g->c].dtype));
+    /* row-major C = A B is column-major C^T = B^T A^T: the factors swap */
     return (ddp_device_gemm){.transa = g->transpose_b, .transb = g->transpose_a, .m = (int)n, .n = (int)m,
-                             .k = (int)k, .alpha = 1, .beta = g->beta, .a = b, .b = a, .c = c,
-                             .lda = (int)(g->transpose_b ? k : n), .ldb = (int)(g->transpose_a ? m : k), .ldc = (int)n,
-                             .f64 = p->dtype == DDP_F64, .bf16 = p->buffers[g->a].dtype == DDP_BF16,
+                             .k = (int)k, .alpha = g->alpha, .beta = g->beta, .a = b, .b = a, .c = c,
+                             .lda = (int)gemm_ld(g, 1, m, n, k), .ldb = (int)gemm_ld(g, 0, m, n, k),
+                             .ldc = (int)gemm_ld(g, 2, m, n, k), .batch = (int)live(rt, g->batches),
+                             .stride_a = g->batch_stride[1], .stride_b = g->batch_stride[0],
+                             .stride_c = g->batch_stride[2], .f64 = p->dtype == DDP_F64,
+                             .bf16 = p->buffers[g->a].dtype == DDP_BF16,
                              .c_bf16 = p->buffers[g->c].dtype == DDP_BF16};
 }
 
@@ -315,21 +352,43 @@ static ddp_dptr host_address(void *p) {
     return (ddp_dptr)(uintptr_t)p;
 }
 
+/* Fills C with zeros, the product of an empty batch (with beta 0), or NaN (which the
+ * non-finite check refuses), packed or not. */
+static void fill_product(ddp_runtime *rt, const GemmCall *c, int byte) {
+    const ddp_gemm *g = c->g;
+    int64_t es = ddp_dtype_size(rt->program->buffers[g->c].dtype), items = live(rt, g->batches) * g->groups;
+    for (int64_t i = 0; i < items; i++)
+        for (int64_t r = 0; r < c->m; r++)
+            memset(rt->buffers[g->c] + ((i / g->groups) * g->batch_stride[2] + (i % g->groups) * g->group_stride[2] +
+                                        r * c->ld[2]) * es,
+                   byte, (size_t)(c->n * es));
+}
+
 static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
-    GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), false, 0};
-    size_t c_bytes = (size_t)(c.m * c.n * ddp_dtype_size(rt->program->buffers[g->c].dtype));
-    if (c.m == 0 || c.n == 0)
+    GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), {0}, g->groups, false, 0};
+    for (int o = 0; o < 3; o++)
+        c.ld[o] = gemm_ld(g, o, c.m, c.n, c.k);
+    int64_t items = live(rt, g->batches) * g->groups;
+    if (c.m == 0 || c.n == 0 || items == 0)
         return;
     if (c.k == 0) { /* an empty batch: the product is zero */
         if (g->beta == 0)
-            memset(rt->buffers[g->c], 0, c_bytes);
+            fill_product(rt, &c, 0);
         return;
     }
     if (rt->program->buffers[g->a].dtype == DDP_BF16) { /* BLAS has no bf16: the reference, in double */
-        ddp_device_gemm r = ddp_gemm_at(rt, g, host_address(rt->buffers[g->a]), host_address(rt->buffers[g->b]),
-                                        host_address(rt->buffers[g->c]));
-        if (!ddp_gemm_reference(&r, false)) /* no memory for it: NaN, which the non-finite check refuses */
-            memset(rt->buffers[g->c], 0xff, c_bytes);
+        for (int64_t j = 0; j < g->groups; j++) {
+            ddp_device_gemm r = ddp_gemm_at(rt, g, j, host_address(rt->buffers[g->a]),
+                                            host_address(rt->buffers[g->b]), host_address(rt->buffers[g->c]));
+            if (!ddp_gemm_reference(&r, false)) {
+                fill_product(rt, &c, 0xff);
+                return;
+            }
+        }
+        return;
+    }
+    if (items > 1) {
+        ddp_pool_for(rt->pool, gemm_items, &c, 0, items, c.m * c.n * c.k * items >= GEMM_MIN_PARALLEL_MACS ? 2 : items + 1);
         return;
     }
     c.by_rows = c.m >= c.n;

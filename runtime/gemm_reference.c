@@ -7,15 +7,12 @@
 #include "bf16.h"
 #include "device.h"
 
-bool ddp_gemm_reference(const ddp_device_gemm *g, bool tf32) {
-    const void *a = (const void *)(uintptr_t)g->a, *b = (const void *)(uintptr_t)g->b;
-    void *c = (void *)(uintptr_t)g->c;
+/* One product of the batch, rows and cols room for op(A) and op(B) in double. */
+static void product(const ddp_device_gemm *g, bool tf32, const void *a, const void *b, void *c, double *rows,
+                    double *cols) {
     /* op(A) row by row and op(B) column by column, each contiguous in l, in double:
      * the same products cuBLAS sums, read in the order that keeps this loop fast. */
     size_t m = (size_t)g->m, n = (size_t)g->n, k = (size_t)g->k;
-    double *rows = malloc((m * k + n * k) * sizeof(double) + 1), *cols = rows + m * k;
-    if (!rows)
-        return false;
     /* bf16 factors widen exactly, and their products are exact in double */
 #define AT(p, i) (g->f64    ? ((const double *)(p))[i]                                                          \
                   : g->bf16 ? (double)ddp_bf16_to_float(((const uint16_t *)(p))[i])                            \
@@ -56,6 +53,18 @@ bool ddp_gemm_reference(const ddp_device_gemm *g, bool tf32) {
                 ((float *)c)[at] = (float)v;
         }
 #undef AT
+}
+
+bool ddp_gemm_reference(const ddp_device_gemm *g, bool tf32) {
+    size_t m = (size_t)g->m, n = (size_t)g->n, k = (size_t)g->k;
+    double *rows = malloc((m * k + n * k) * sizeof(double) + 1);
+    if (!rows)
+        return false;
+    size_t width = g->f64 ? 8 : g->bf16 ? 2 : 4, width_c = g->f64 ? 8 : g->c_bf16 ? 2 : 4;
+    for (int64_t i = 0; i < (g->batch > 1 ? g->batch : 1); i++)
+        product(g, tf32, (const char *)(uintptr_t)g->a + (size_t)(i * g->stride_a) * width,
+                (const char *)(uintptr_t)g->b + (size_t)(i * g->stride_b) * width,
+                (char *)(uintptr_t)g->c + (size_t)(i * g->stride_c) * width_c, rows, rows + m * k);
     free(rows);
     return true;
 }

@@ -356,19 +356,23 @@ static int64_t live(const ddp_runtime *rt, ddp_dim d) {
     return d.fixed + d.per_sample * rt->scalars[DDP_S_LOCAL_BATCH].i;
 }
 
+/* A product at the live batch: one cuBLAS call, or one a group (head) of a batched
+ * product, each strided over the batch. */
 static bool queue_gemm(ddp_runtime *rt, const ddp_gemm *gm) {
     ddp_gpu *g = rt->gpu;
     int64_t m = live(rt, gm->m), n = live(rt, gm->n), k = live(rt, gm->k);
-    if (m == 0 || n == 0)
+    if (m == 0 || n == 0 || live(rt, gm->batches) == 0)
         return true;
-    ddp_device_gemm c = ddp_gemm_at(rt, gm, g->buffer[gm->a], g->buffer[gm->b], g->buffer[gm->c]);
-    if (k == 0) { /* an empty batch: the product is zero */
-        if (gm->beta != 0)
-            return true;
-        return g->dev->ops->fill(g->dev, DDP_STREAM_COMPUTE, c.c, 0,
-                                 (size_t)(m * n * ddp_dtype_size(rt->program->buffers[gm->c].dtype)));
+    for (int64_t j = 0; j < gm->groups; j++) {
+        ddp_device_gemm c = ddp_gemm_at(rt, gm, j, g->buffer[gm->a], g->buffer[gm->b], g->buffer[gm->c]);
+        if (k == 0 && gm->beta == 0) { /* an empty batch: the product is zero; C is packed when k is batched */
+            if (!g->dev->ops->fill(g->dev, DDP_STREAM_COMPUTE, c.c, 0,
+                                   (size_t)(m * n * ddp_dtype_size(rt->program->buffers[gm->c].dtype))))
+                return false;
+        } else if (k && !g->dev->ops->gemm(g->dev, DDP_STREAM_COMPUTE, &c))
+            return false;
     }
-    return g->dev->ops->gemm(g->dev, DDP_STREAM_COMPUTE, &c);
+    return true;
 }
 
 /* A library convolution at the live batch. With no image (an empty shard) there is

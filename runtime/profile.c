@@ -227,9 +227,12 @@ static const char *call_name(const ddp_profile *pf, int64_t local_batch, const C
         return buf;
     }
     const ddp_gemm *g = &p->gemms[st->index];
-    snprintf(buf, len, "gemm %lldx%lldx%lld", (long long)(g->m.fixed + g->m.per_sample * local_batch),
-             (long long)(g->n.fixed + g->n.per_sample * local_batch),
-             (long long)(g->k.fixed + g->k.per_sample * local_batch));
+    long long items = (long long)((g->batches.fixed + g->batches.per_sample * local_batch) * g->groups);
+    int n = snprintf(buf, len, "gemm %lldx%lldx%lld", (long long)(g->m.fixed + g->m.per_sample * local_batch),
+                     (long long)(g->n.fixed + g->n.per_sample * local_batch),
+                     (long long)(g->k.fixed + g->k.per_sample * local_batch));
+    if (items != 1 && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " x%lld", items); /* a batched product: how many */
     return buf;
 }
 

@@ -413,8 +413,10 @@ bool ddp_path_runs(int64_t step_path, int path);
 struct ddp_device_conv ddp_conv_at(const ddp_runtime *rt, const ddp_conv *cv);
 /* A row-major product at the live batch as cuBLAS's column-major one: C^T = op(B)^T
  * op(A)^T, so the operands swap places and so do their transpositions and m and n.
- * a, b and c are where the product's A, B and C lie (on the device, or the host). */
-struct ddp_device_gemm ddp_gemm_at(const ddp_runtime *rt, const ddp_gemm *g, uint64_t a, uint64_t b, uint64_t c);
+ * a, b and c are where the product's A, B and C lie (on the device, or the host); a
+ * batched product's group `group` of every batch (cuBLAS's batch). */
+struct ddp_device_gemm ddp_gemm_at(const ddp_runtime *rt, const ddp_gemm *g, int64_t group, uint64_t a, uint64_t b,
+                                   uint64_t c);
 void ddp_zero_accumulators(ddp_runtime *rt);
 double ddp_accumulator(ddp_runtime *rt, int pair, double *count);
 /* The accumulators themselves: accum_pairs (sum, count) pairs, for saving around a

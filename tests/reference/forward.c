@@ -1,6 +1,7 @@
-/* cnn_forward.c: the generated CPU forward pass of cnn.ddp against plain loops.
+/* forward.c: the generated CPU forward pass of cnn.ddp (model m) or attention.ddp
+ * (model t), whichever this is linked with, against plain loops.
  *
- * The reference below computes the same network the textbook way, one output element
+ * The references below compute the same networks the textbook way, one output element
  * at a time, from the parameters the runtime initialised (found by name in the
  * program's parameter table). Every output must agree to 1e-5 relative, in f32, for
  * the baseline kernels and the AVX2 kernels alike. */
@@ -16,7 +17,7 @@ static const float *param(ddp_runtime *rt, const char *name) {
     for (int64_t i = 0; i < p->nparams; i++)
         if (strcmp(p->params[i].name, name) == 0)
             return (const float *)rt->region[p->params[i].region] + p->params[i].offset;
-    fprintf(stderr, "cnn_forward: no parameter %s\n", name);
+    fprintf(stderr, "forward: no parameter %s\n", name);
     exit(2);
 }
 
@@ -95,7 +96,7 @@ static void layernorm(float *x, int pixels, int c, const float *scale, const flo
     }
 }
 
-static void reference(ddp_runtime *rt, const float *x, float *out) {
+static void cnn(ddp_runtime *rt, const float *x, float *out) {
     float a[11 * 11 * 4], b[6 * 6 * 4], bd[6 * 6 * 8], c2[3 * 4 * 6], d[2 * 3 * 6];
     /* c1: 3x3 same: pad 1 each side */
     conv(x, 11, 11, 3, param(rt, "m.c1.weight"), param(rt, "m.c1.bias"), 4, 3, 3, 1, 1, 1, 1, 11, 11, a);
@@ -121,20 +122,96 @@ static void reference(ddp_runtime *rt, const float *x, float *out) {
     }
 }
 
-static int run(bool baseline) {
+/* x [t, k] w [k, u] + b, each row apart */
+static void dense(const float *x, int t, int k, const float *w, const float *b, int u, float *y) {
+    for (int i = 0; i < t; i++)
+        for (int o = 0; o < u; o++) {
+            double acc = b ? b[o] : 0;
+            for (int j = 0; j < k; j++)
+                acc += (double)x[i * k + j] * w[j * u + o];
+            y[i * u + o] = (float)acc;
+        }
+}
+
+/* Keras's MultiHeadAttention(num_heads = heads, key_dim = dk) on x [t, c] as query,
+ * key and value: per head softmax(q k^T / sqrt(dk)) v, the heads side by side, then
+ * the output projection. */
+static void attention(ddp_runtime *rt, const float *x, int t, int c, int heads, int dk, float *y) {
+    enum { MAX_T = 8, MAX_W = 16 };
+    float q[MAX_T * MAX_W], k[MAX_T * MAX_W], v[MAX_T * MAX_W], o[MAX_T * MAX_W];
+    int width = heads * dk;
+    dense(x, t, c, param(rt, "t.attn.query.weight"), param(rt, "t.attn.query.bias"), width, q);
+    dense(x, t, c, param(rt, "t.attn.key.weight"), param(rt, "t.attn.key.bias"), width, k);
+    dense(x, t, c, param(rt, "t.attn.value.weight"), param(rt, "t.attn.value.bias"), width, v);
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < t; i++) {
+            double score[MAX_T], max = -INFINITY, sum = 0;
+            for (int j = 0; j < t; j++) {
+                double dot = 0;
+                for (int d = 0; d < dk; d++)
+                    dot += (double)q[i * width + h * dk + d] * k[j * width + h * dk + d];
+                score[j] = dot / sqrt(dk);
+                max = fmax(max, score[j]);
+            }
+            for (int j = 0; j < t; j++)
+                sum += score[j] = exp(score[j] - max);
+            for (int d = 0; d < dk; d++) {
+                double acc = 0;
+                for (int j = 0; j < t; j++)
+                    acc += score[j] / sum * v[j * width + h * dk + d];
+                o[i * width + h * dk + d] = (float)acc;
+            }
+        }
+    dense(o, t, width, param(rt, "t.attn.output.weight"), param(rt, "t.attn.output.bias"), c, y);
+}
+
+static void transformer(ddp_runtime *rt, const float *x, float *out) {
+    float a[6 * 5], b[6 * 8], c[6 * 8];
+    const float *pos = param(rt, "t.pos.weight");
+    for (int i = 0; i < 6 * 5; i++)
+        a[i] = x[i] + pos[i];
+    dense(a, 6, 5, param(rt, "t.proj.weight"), param(rt, "t.proj.bias"), 8, b);
+    for (int i = 0; i < 6 * 8; i++)
+        b[i] = tanhf(b[i]);
+    attention(rt, b, 6, 8, 2, 3, c);
+    layernorm(c, 6, 8, param(rt, "t.ln.weight"), param(rt, "t.ln.bias"), 0.01);
+    float mean[8];
+    for (int ch = 0; ch < 8; ch++) {
+        double acc = 0;
+        for (int i = 0; i < 6; i++)
+            acc += c[i * 8 + ch];
+        mean[ch] = (float)(acc / 6);
+    }
+    dense(mean, 1, 8, param(rt, "t.fc.weight"), param(rt, "t.fc.bias"), 4, out);
+    for (int o = 0; o < 4; o++)
+        out[o] = (float)(1 / (1 + exp(-(double)out[o])));
+}
+
+typedef struct Reference {
+    const char *model, *output; /* the model's name and its output's buffer */
+    int64_t inputs, outputs;    /* a sample's */
+    void (*forward)(ddp_runtime *rt, const float *x, float *out);
+} Reference;
+
+static const Reference references[] = {
+    {"m", "eval:m/fc", 11 * 11 * 3, 5, cnn},
+    {"t", "eval:t/fc", 6 * 5, 4, transformer},
+};
+
+static int run(const Reference *r, bool baseline) {
     const ddp_program *p = &ddp_program_desc;
     ddp_options o = {.threads = 2, .baseline_cpu = baseline};
     char err[256];
     ddp_runtime *rt = ddp_open(p, &o, err, sizeof err);
     if (!rt) {
-        fprintf(stderr, "cnn_forward: %s\n", err);
+        fprintf(stderr, "forward: %s\n", err);
         return 2;
     }
     ddp_init_params(rt, 42);
     float *params = rt->region[DDP_REGION_PARAMS];
     for (int64_t i = 0; i < p->param_count; i++) /* biases away from zero */
         params[i] += 0.05f * (float)sin((double)i);
-    int64_t batch = p->settings.batch_per_replica, per = 11 * 11 * 3;
+    int64_t batch = p->settings.batch_per_replica, per = r->inputs;
     float *x = ddp_buffer_ptr(rt, p->input_slot);
     for (int64_t i = 0; i < batch * per; i++)
         x[i] = (float)sin(0.37 * (double)i) * 2;
@@ -142,30 +219,35 @@ static int run(bool baseline) {
     ddp_run_phase(rt, DDP_PHASE_EVAL);
     const float *y = NULL;
     for (int64_t i = 0; i < p->nbuffers; i++)
-        if (strcmp(p->buffers[i].name, "eval:m/fc") == 0)
+        if (strcmp(p->buffers[i].name, r->output) == 0)
             y = ddp_buffer_ptr(rt, i);
     if (!y) {
-        fprintf(stderr, "cnn_forward: the output buffer eval:m/fc is not in the program\n");
+        fprintf(stderr, "forward: the output buffer %s is not in the program\n", r->output);
         return 2;
     }
     double worst = 0;
     for (int64_t s = 0; s < batch; s++) {
-        float ref[5];
-        reference(rt, x + s * per, ref);
-        for (int k = 0; k < 5; k++) {
-            double err = fabs((double)y[s * 5 + k] - ref[k]) / fmax(fabs(ref[k]), 1e-3);
+        float ref[8];
+        r->forward(rt, x + s * per, ref);
+        for (int k = 0; k < r->outputs; k++) {
+            double err = fabs((double)y[s * r->outputs + k] - ref[k]) / fmax(fabs(ref[k]), 1e-3);
             if (err > worst)
                 worst = err;
         }
     }
     bool ok = worst <= 1e-5;
-    printf("cnn_forward (%s kernels): largest relative difference %.2e: %s\n", baseline ? "baseline" : "selected",
-           worst, ok ? "ok" : "FAIL");
+    printf("forward of %s (%s kernels): largest relative difference %.2e: %s\n", r->model,
+           baseline ? "baseline" : "selected", worst, ok ? "ok" : "FAIL");
     ddp_close(rt);
     return ok ? 0 : 1;
 }
 
 int main(void) {
-    int a = run(true), b = run(false);
-    return a > b ? a : b;
+    for (size_t i = 0; i < sizeof references / sizeof references[0]; i++)
+        if (strcmp(references[i].model, ddp_program_desc.name) == 0) {
+            int a = run(&references[i], true), b = run(&references[i], false);
+            return a > b ? a : b;
+        }
+    fprintf(stderr, "forward: no reference for model %s\n", ddp_program_desc.name);
+    return 2;
 }
