@@ -1399,6 +1399,15 @@ static LLVMValueRef element(Cg *cg, IrOp *op, LLVMValueRef base, LLVMValueRef j)
     return add(cg, base, mul(cg, j, I(cg, op->axis_inner)));
 }
 
+/* exp(x - max) of element idx in the program's precision, as PyTorch's f32 softmax */
+static LLVMValueRef softmax_exp(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef max) {
+    return cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx), max), cg->real)));
+}
+
+/* A row: its max; each exp made once and kept in the output, in a loop of its own (no
+ * sum in it, so the compiler can vectorise the exps); their sum in f64; the output
+ * scaled by 1 / sum. A bf16 output would round each exp twice, so there the
+ * sum takes each exp as made and the scaled store makes it again. */
 static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
     LLVMValueRef base = row_base(cg, op, r);
     LLVMValueRef mx = cg_var(cg, cg->f64, F(cg, -INFINITY), "max");
@@ -1408,23 +1417,23 @@ static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
     set_var(cg, mx, sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUGT, v, cur, ""), v, cur));
     cg_loop_end(cg, &l);
     LLVMValueRef m = load_var(cg, mx, cg->f64);
-    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
-    /* exp(x - max) in the program's precision (as PyTorch's f32 softmax), kept in the
-     * output and scaled by the row's sum after: one exp an element. A bf16 output would
-     * round each exp twice, so there each is made again for the scaled store. */
     bool keep = op->out[0]->dtype != DT_BF16;
+    if (keep) {
+        Loop le = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
+        LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &le));
+        store_f64(cg, op->out[0], idx, softmax_exp(cg, op, idx, m), false);
+        cg_loop_end(cg, &le);
+    }
+    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
     Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
     LLVMValueRef idx2 = element(cg, op, base, cg_loop_index(cg, &l2));
-    LLVMValueRef e = cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx2), m), cg->real)));
+    LLVMValueRef e = keep ? load_f64(cg, op->out[0], idx2) : softmax_exp(cg, op, idx2, m);
     set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), e));
-    if (keep)
-        store_f64(cg, op->out[0], idx2, e, false);
     cg_loop_end(cg, &l2);
     LLVMValueRef scale = fdiv(cg, F(cg, 1), load_var(cg, sum, cg->f64));
     Loop l3 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
     LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l3));
-    LLVMValueRef e3 = keep ? load_f64(cg, op->out[0], idx)
-                           : cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx), m), cg->real)));
+    LLVMValueRef e3 = keep ? load_f64(cg, op->out[0], idx) : softmax_exp(cg, op, idx, m);
     store_f64(cg, op->out[0], idx, fmul(cg, e3, scale), false);
     cg_loop_end(cg, &l3);
 }

@@ -103,11 +103,11 @@ static LLVMValueRef horner(Cg *cg, LLVMValueRef x, const double *c, int n) {
 
 /* ---------------------------------------------------------------------- exp */
 
-/* 2^j for an integer j within the normal exponent range, built from its bits. */
+/* 2^j for an integer j (i64 for f64, i32 for f32) within the normal exponent range,
+ * built from its bits. */
 static LLVMValueRef pow2(Cg *cg, LLVMValueRef j, bool wide) {
     LLVMTypeRef it = wide ? cg->i64 : cg->i32, ft = wide ? cg->f64 : cg->f32;
-    LLVMValueRef e = LLVMBuildAdd(cg->b, LLVMBuildTrunc(cg->b, j, it, ""),
-                                  LLVMConstInt(it, wide ? 1023 : 127, 0), "");
+    LLVMValueRef e = LLVMBuildAdd(cg->b, j, LLVMConstInt(it, wide ? 1023 : 127, 0), "");
     LLVMValueRef bits = LLVMBuildShl(cg->b, e, LLVMConstInt(it, wide ? 52 : 23, 0), "");
     return LLVMBuildBitCast(cg->b, bits, ft, "");
 }
@@ -124,7 +124,10 @@ static LLVMValueRef make_exp(Cg *cg, bool wide) {
     /* clamp before converting, so the integer is defined for any x */
     kf = sel(cg, fcmp(cg, LLVMRealOGT, kf, k(cg, t, 2000)), k(cg, t, 2000), kf);
     kf = sel(cg, fcmp(cg, LLVMRealOLT, kf, k(cg, t, -2000)), k(cg, t, -2000), kf);
-    LLVMValueRef ki = LLVMBuildFPToSI(cg->b, kf, cg->i64, "");
+    /* i32 for f32 (|k| <= 2000 fits), so that a loop of f32 exps vectorises: AVX2 has
+     * no conversion of floats to 64-bit integers */
+    LLVMTypeRef kt = wide ? cg->i64 : cg->i32;
+    LLVMValueRef ki = LLVMBuildFPToSI(cg->b, kf, kt, "");
     kf = LLVMBuildSIToFP(cg->b, ki, t, "");
     double ln2_hi = wide ? 6.93147180369123816490e-01 : 0.693145751953125;
     double ln2_lo = wide ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
@@ -135,7 +138,7 @@ static LLVMValueRef make_exp(Cg *cg, bool wide) {
     for (int i = 1; i < n; i++)
         c[i] = c[i - 1] / i;
     LLVMValueRef p = horner(cg, r, c, n);
-    LLVMValueRef half = LLVMBuildSDiv(cg->b, ki, cg_i64(cg, 2), "");
+    LLVMValueRef half = LLVMBuildSDiv(cg->b, ki, LLVMConstInt(kt, 2, 0), "");
     LLVMValueRef rest = LLVMBuildSub(cg->b, ki, half, "");
     LLVMValueRef y = fmul(cg, fmul(cg, p, pow2(cg, half, wide)), pow2(cg, rest, wide));
     y = sel(cg, fcmp(cg, LLVMRealOGT, x, k(cg, t, hi)), k(cg, t, INFINITY), y);
