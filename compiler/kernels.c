@@ -1387,7 +1387,7 @@ static void gen_bn_stats(Cg *cg, IrOp *op, LLVMValueRef c) {
     store_moments(cg, op, c, shift, total);
 }
 
-/* ----------------------------------------------------------------- softmax */
+/* ------------------------------------------------------------------- rows */
 
 /* row r of [outer, len, inner] (softmax's axis, layernorm's last): elements base + j * inner */
 static LLVMValueRef row_base(Cg *cg, IrOp *op, LLVMValueRef r) {
@@ -1399,77 +1399,23 @@ static LLVMValueRef element(Cg *cg, IrOp *op, LLVMValueRef base, LLVMValueRef j)
     return add(cg, base, mul(cg, j, I(cg, op->axis_inner)));
 }
 
-/* exp(x - max) of element idx in the program's precision, as PyTorch's f32 softmax */
-static LLVMValueRef softmax_exp(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef max) {
-    return cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx), max), cg->real)));
-}
-
-/* A row: its max; each exp made once and kept in the output, in a loop of its own (no
- * sum in it, so the compiler can vectorise the exps); their sum in f64; the output
- * scaled by 1 / sum. A bf16 output would round each exp twice, so there the
- * sum takes each exp as made and the scaled store makes it again. */
-static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
-    LLVMValueRef base = row_base(cg, op, r);
-    LLVMValueRef mx = cg_var(cg, cg->f64, F(cg, -INFINITY), "max");
-    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef v = load_f64(cg, op->in[0], element(cg, op, base, cg_loop_index(cg, &l)));
-    LLVMValueRef cur = load_var(cg, mx, cg->f64);
-    set_var(cg, mx, sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUGT, v, cur, ""), v, cur));
-    cg_loop_end(cg, &l);
-    LLVMValueRef m = load_var(cg, mx, cg->f64);
-    bool keep = op->out[0]->dtype != DT_BF16;
-    if (keep) {
-        Loop le = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-        LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &le));
-        store_f64(cg, op->out[0], idx, softmax_exp(cg, op, idx, m), false);
-        cg_loop_end(cg, &le);
-    }
-    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
-    Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef idx2 = element(cg, op, base, cg_loop_index(cg, &l2));
-    LLVMValueRef e = keep ? load_f64(cg, op->out[0], idx2) : softmax_exp(cg, op, idx2, m);
-    set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), e));
-    cg_loop_end(cg, &l2);
-    LLVMValueRef scale = fdiv(cg, F(cg, 1), load_var(cg, sum, cg->f64));
-    Loop l3 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l3));
-    LLVMValueRef e3 = keep ? load_f64(cg, op->out[0], idx) : softmax_exp(cg, op, idx, m);
-    store_f64(cg, op->out[0], idx, fmul(cg, e3, scale), false);
-    cg_loop_end(cg, &l3);
-}
-
-/* dx = y (dy - sum(dy y)) */
-static void gen_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
-    Tensor *y = op->in[0], *dy = op->in[1];
-    LLVMValueRef base = row_base(cg, op, r);
-    LLVMValueRef dot = cg_var(cg, cg->f64, F(cg, 0), "dot");
-    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef idx = element(cg, op, base, cg_loop_index(cg, &l));
-    set_var(cg, dot, fadd(cg, load_var(cg, dot, cg->f64), fmul(cg, load_f64(cg, y, idx), load_f64(cg, dy, idx))));
-    cg_loop_end(cg, &l);
-    LLVMValueRef d = load_var(cg, dot, cg->f64);
-    Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
-    LLVMValueRef idx2 = element(cg, op, base, cg_loop_index(cg, &l2));
-    store_f64(cg, op->out[0], idx2, fmul(cg, load_f64(cg, y, idx2), fsub(cg, load_f64(cg, dy, idx2), d)),
-              op->accumulate);
-    cg_loop_end(cg, &l2);
-}
-
 /* --------------------------------------------------------------- layernorm */
 
-/* A row of layernorm is walked by one thread on the CPU (k NULL: its elements in order)
- * or, on a GPU, by a block (k: thread t takes elements t, t + T, ...; its sums are
- * added across the block in a fixed order), so a warp reads consecutive elements. */
+/* A row of layernorm (or softmax) is walked by one thread on the CPU (k NULL: its
+ * elements in order) or, on a GPU, by a block (k: thread t takes elements t, t + T,
+ * ...; its sums are added across the block in a fixed order), so a warp reads
+ * consecutive elements. */
 
 typedef LLVMValueRef (*RowTerm)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
 typedef void (*RowStore)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
 
 typedef struct RowWalk {
     LLVMValueRef base;           /* the row's first element */
-    RowTerm term;                /* summed ... */
+    RowTerm term;                /* summed (or combined) ... */
     LLVMValueRef acc;
     RowStore store;              /* ... or called on each element */
     void *arg;
+    Combine combine;             /* NULL: the sum */
 } RowWalk;
 
 static void walk_element(Cg *cg, IrOp *op, LLVMValueRef j, void *arg) {
@@ -1478,7 +1424,8 @@ static void walk_element(Cg *cg, IrOp *op, LLVMValueRef j, void *arg) {
     if (w->store)
         w->store(cg, op, idx, w->arg);
     else
-        set_var(cg, w->acc, fadd(cg, load_var(cg, w->acc, cg->f64), w->term(cg, op, idx, w->arg)));
+        set_var(cg, w->acc, (w->combine ? w->combine : fadd)(cg, load_var(cg, w->acc, cg->f64),
+                                                            w->term(cg, op, idx, w->arg)));
 }
 
 static void walk_row(Cg *cg, IrOp *op, Block *k, RowWalk *w) {
@@ -1491,16 +1438,24 @@ static void walk_row(Cg *cg, IrOp *op, Block *k, RowWalk *w) {
     cg_loop_end(cg, &l);
 }
 
-/* The sum over the row of term(each element's index), in f64; in every thread of a block. */
-static LLVMValueRef row_total(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, RowTerm term, void *arg) {
-    RowWalk w = {base, term, cg_var(cg, cg->f64, F(cg, 0), "sum"), NULL, arg};
+/* term(each element's index) over the row combined from init, in f64 (the elements in
+ * order on a CPU; each thread's share, then the shares in a fixed order, on a GPU); in
+ * every thread of a block. */
+static LLVMValueRef row_combined(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, RowTerm term, void *arg,
+                                 Combine combine, double init) {
+    RowWalk w = {base, term, cg_var(cg, cg->f64, F(cg, init), "acc"), NULL, arg, combine};
     walk_row(cg, op, k, &w);
     LLVMValueRef part = load_var(cg, w.acc, cg->f64);
-    return k ? block_sum(cg, k, part, 0) : part;
+    return k ? block_combine(cg, k, part, 0, combine) : part;
+}
+
+/* The sum over the row of term(each element's index). */
+static LLVMValueRef row_total(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, RowTerm term, void *arg) {
+    return row_combined(cg, op, k, base, term, arg, fadd, 0);
 }
 
 static void each_element(Cg *cg, IrOp *op, Block *k, LLVMValueRef base, RowStore store, void *arg) {
-    RowWalk w = {base, NULL, NULL, store, arg};
+    RowWalk w = {base, NULL, NULL, store, arg, NULL};
     walk_row(cg, op, k, &w);
 }
 
@@ -1586,6 +1541,91 @@ static void block_layernorm(Cg *cg, IrOp *op, LLVMValueRef r) {
 static void block_layernorm_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
     Block k = block_of(cg, op);
     layernorm_bwd_row(cg, op, &k, r);
+}
+
+/* ----------------------------------------------------------------- softmax */
+
+/* A softmax row walks as a layernorm row: one CPU thread, or a GPU block whose warps
+ * read consecutive elements (attention's rows of keys are many and long). */
+
+static LLVMValueRef larger(Cg *cg, LLVMValueRef a, LLVMValueRef b) {
+    return sel(cg, fcmp(cg, LLVMRealUGT, b, a), b, a);
+}
+
+/* exp(x - max) in the program's precision, as PyTorch's f32 softmax */
+static LLVMValueRef softmax_exp(Cg *cg, IrOp *op, LLVMValueRef idx, void *max) {
+    return cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx), *(LLVMValueRef *)max),
+                                                cg->real)));
+}
+
+static void store_exp(Cg *cg, IrOp *op, LLVMValueRef idx, void *max) {
+    store_f64(cg, op->out[0], idx, softmax_exp(cg, op, idx, max), false);
+}
+
+static LLVMValueRef out_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    (void)arg;
+    return load_f64(cg, op->out[0], idx);
+}
+
+typedef struct SoftmaxRow {
+    LLVMValueRef max, scale;
+    bool kept;                   /* each exp is in the output already */
+} SoftmaxRow;
+
+static void store_scaled(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    SoftmaxRow *row = arg;
+    LLVMValueRef e = row->kept ? out_term(cg, op, idx, NULL) : softmax_exp(cg, op, idx, &row->max);
+    store_f64(cg, op->out[0], idx, fmul(cg, e, row->scale), false);
+}
+
+/* The row's max; each exp made once and kept in the output, in a walk of its own (no
+ * sum in it, so a CPU's compiler vectorises the exps; a GPU thread reads back its own
+ * elements); their sum in f64; the output scaled by 1 / sum. A bf16 output would
+ * round each exp twice, so there each is made again for the scaled store. */
+static void softmax_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
+    LLVMValueRef base = row_base(cg, op, r);
+    SoftmaxRow row = {row_combined(cg, op, k, base, x_term, NULL, larger, -INFINITY), NULL,
+                      op->out[0]->dtype != DT_BF16};
+    if (row.kept)
+        each_element(cg, op, k, base, store_exp, &row.max);
+    LLVMValueRef sum = row_total(cg, op, k, base, row.kept ? out_term : softmax_exp, &row.max);
+    row.scale = fdiv(cg, F(cg, 1), sum);
+    each_element(cg, op, k, base, store_scaled, &row);
+}
+
+static LLVMValueRef y_dy(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    (void)arg;
+    return fmul(cg, load_f64(cg, op->in[0], idx), load_f64(cg, op->in[1], idx));
+}
+
+static void store_softmax_grad(Cg *cg, IrOp *op, LLVMValueRef idx, void *dot) {
+    LLVMValueRef g = fsub(cg, load_f64(cg, op->in[1], idx), *(LLVMValueRef *)dot);
+    store_f64(cg, op->out[0], idx, fmul(cg, load_f64(cg, op->in[0], idx), g), op->accumulate);
+}
+
+/* y = softmax(x): dx = y (dy - sum(dy y)) */
+static void softmax_bwd_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
+    LLVMValueRef base = row_base(cg, op, r);
+    LLVMValueRef dot = row_total(cg, op, k, base, y_dy, NULL);
+    each_element(cg, op, k, base, store_softmax_grad, &dot);
+}
+
+static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
+    softmax_row(cg, op, NULL, r);
+}
+
+static void gen_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
+    softmax_bwd_row(cg, op, NULL, r);
+}
+
+static void block_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
+    Block k = block_of(cg, op);
+    softmax_row(cg, op, &k, r);
+}
+
+static void block_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
+    Block k = block_of(cg, op);
+    softmax_bwd_row(cg, op, &k, r);
 }
 
 /* ------------------------------------------------------------------- concat */
@@ -2322,7 +2362,7 @@ static int64_t reduced_length(const IrOp *op) {
     case OP_ACCUMULATE: return op->in[0]->elems;
     case OP_FIND_NONFINITE: case OP_GRAD_SQUARES: return NONFINITE_CHUNK;
     case OP_TRUST_RATIO: return op->channels; /* the largest parameter */
-    case OP_LAYERNORM: case OP_LAYERNORM_BWD: return op->axis_len;
+    case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_SOFTMAX: case OP_SOFTMAX_BWD: return op->axis_len;
     case OP_DEPTHWISE_FILTER: return op->in[1]->elems / op->in[1]->shape.dim[op->in[1]->shape.rank - 1]; /* rows */
     case OP_NONFINITE_FLAG: case OP_CLIP_FACTOR: return op->in[0]->elems;
     default: return 0;
@@ -2408,6 +2448,8 @@ static IndexBody block_body_of(OpKind kind) {
     case OP_LAYERNORM: return block_layernorm;
     case OP_DEPTHWISE_FILTER: return block_depthwise_filter;
     case OP_LAYERNORM_BWD: return block_layernorm_bwd;
+    case OP_SOFTMAX: return block_softmax;
+    case OP_SOFTMAX_BWD: return block_softmax_bwd;
     default: return NULL;
     }
 }
