@@ -1524,24 +1524,6 @@ static void layernorm_bwd_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
     each_element(cg, op, k, base, store_input_grad, &m);
 }
 
-static void gen_layernorm(Cg *cg, IrOp *op, LLVMValueRef r) {
-    layernorm_row(cg, op, NULL, r);
-}
-
-static void gen_layernorm_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
-    layernorm_bwd_row(cg, op, NULL, r);
-}
-
-/* One row per block on a GPU. */
-static void block_layernorm(Cg *cg, IrOp *op, LLVMValueRef r) {
-    Block k = block_of(cg, op);
-    layernorm_row(cg, op, &k, r);
-}
-
-static void block_layernorm_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
-    Block k = block_of(cg, op);
-    layernorm_bwd_row(cg, op, &k, r);
-}
 
 /* ----------------------------------------------------------------- softmax */
 
@@ -1610,22 +1592,24 @@ static void softmax_bwd_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
     each_element(cg, op, k, base, store_softmax_grad, &dot);
 }
 
-static void gen_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
-    softmax_row(cg, op, NULL, r);
+/* Row r of a layernorm or softmax, forward or backward: a CPU thread's (k NULL) or a
+ * GPU block's. */
+static void row_op(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
+    switch (op->kind) {
+    case OP_LAYERNORM: layernorm_row(cg, op, k, r); break;
+    case OP_LAYERNORM_BWD: layernorm_bwd_row(cg, op, k, r); break;
+    case OP_SOFTMAX: softmax_row(cg, op, k, r); break;
+    default: softmax_bwd_row(cg, op, k, r); break;
+    }
 }
 
-static void gen_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
-    softmax_bwd_row(cg, op, NULL, r);
+static void gen_row(Cg *cg, IrOp *op, LLVMValueRef r) {
+    row_op(cg, op, NULL, r);
 }
 
-static void block_softmax(Cg *cg, IrOp *op, LLVMValueRef r) {
+static void block_row(Cg *cg, IrOp *op, LLVMValueRef r) {
     Block k = block_of(cg, op);
-    softmax_row(cg, op, &k, r);
-}
-
-static void block_softmax_bwd(Cg *cg, IrOp *op, LLVMValueRef r) {
-    Block k = block_of(cg, op);
-    softmax_bwd_row(cg, op, &k, r);
+    row_op(cg, op, &k, r);
 }
 
 /* ------------------------------------------------------------------- concat */
@@ -2414,10 +2398,7 @@ static IndexBody body_of(OpKind kind) {
     case OP_DEPTHWISE_DATA: return gen_depthwise_data;
     case OP_DEPTHWISE_FILTER: return gen_depthwise_filter;
     case OP_BN_STATS: return gen_bn_stats;
-    case OP_SOFTMAX: return gen_softmax;
-    case OP_SOFTMAX_BWD: return gen_softmax_bwd;
-    case OP_LAYERNORM: return gen_layernorm;
-    case OP_LAYERNORM_BWD: return gen_layernorm_bwd;
+    case OP_SOFTMAX: case OP_SOFTMAX_BWD: case OP_LAYERNORM: case OP_LAYERNORM_BWD: return gen_row;
     case OP_CONCAT: return gen_concat;
     case OP_SPLIT: return gen_split;
     case OP_LOSS: return gen_loss;
@@ -2445,11 +2426,8 @@ static IndexBody block_body_of(OpKind kind) {
     case OP_GRAD_SQUARES: return block_grad_squares;
     case OP_TRUST_RATIO: return block_trust_ratio;
     case OP_CLIP_FACTOR: return block_clip_factor;
-    case OP_LAYERNORM: return block_layernorm;
+    case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_SOFTMAX: case OP_SOFTMAX_BWD: return block_row;
     case OP_DEPTHWISE_FILTER: return block_depthwise_filter;
-    case OP_LAYERNORM_BWD: return block_layernorm_bwd;
-    case OP_SOFTMAX: return block_softmax;
-    case OP_SOFTMAX_BWD: return block_softmax_bwd;
     default: return NULL;
     }
 }
