@@ -517,6 +517,7 @@ typedef struct LayerAttrs {
     double slope;             /* the activation's number: leaky_relu's negative_slope, elu's alpha */
     int axis;                 /* softmax, concat: non-negative */
     int64_t heads, key_dim;   /* attention */
+    bool causal;              /* attention: each token attends to itself and those before it */
     Shape target;             /* reshape */
 } LayerAttrs;
 
@@ -779,6 +780,7 @@ struct IrOp {
     int64_t chunk_rows;       /* a sum over rows in two stages (OP_ROW_PARTIALS): rows per chunk; 0: one */
     int64_t concat_offset, concat_width; /* OP_CONCAT/OP_SPLIT: this input's columns */
     double momentum, epsilon;
+    bool causal;              /* OP_SOFTMAX: element j of row r left out past r % axis_len (inner 1) */
     int64_t code;             /* OP_LOSS, OP_METRIC, OP_OPTIMIZER: which, as the contract's code */
     const char *what;         /* ... and its name, for the printed stages */
     bool from_logits;

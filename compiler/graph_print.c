@@ -53,8 +53,8 @@ static const char *details(Ddpc *c, GNode *n) {
         sb_printf(&sb, "epsilon %s", fmt_number(c->arena, a->epsilon));
         break;
     case L_ATTENTION:
-        sb_printf(&sb, "%lld head%s, key_dim %lld", (long long)a->heads, a->heads == 1 ? "" : "s",
-                  (long long)a->key_dim);
+        sb_printf(&sb, "%lld head%s, key_dim %lld%s", (long long)a->heads, a->heads == 1 ? "" : "s",
+                  (long long)a->key_dim, a->causal ? ", causal" : "");
         break;
     case L_DROPOUT:
         sb_printf(&sb, "rate %s", fmt_number(c->arena, a->rate));

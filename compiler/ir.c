@@ -470,6 +470,7 @@ static void lower_attention(Lower *L, GNode *n) {
     op->axis_outer = a->heads * t;
     op->axis_len = t;
     op->axis_inner = 1;
+    op->causal = a->causal; /* row r is query r % t of its head */
     op->range = dim_batched(op->axis_outer);
     op->layer = n;
     int64_t hd[2] = {t, width};

@@ -196,6 +196,8 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
                       (long long)op->pad[2], (long long)op->pad[3]);
         if (op->what)
             sb_printf(&sb, "   %s%s", op->what, op->from_logits ? ", from logits" : "");
+        if (op->kind == OP_SOFTMAX && op->causal)
+            sb_printf(&sb, "   causal");
         if (op->kind == OP_BN_STATS)
             sb_printf(&sb, "   momentum %s", fmt_number(c->arena, op->momentum));
         if (op->kind == OP_LAYERNORM || op->kind == OP_LAYERNORM_BWD)

@@ -1534,14 +1534,33 @@ static LLVMValueRef larger(Cg *cg, LLVMValueRef a, LLVMValueRef b) {
     return sel(cg, fcmp(cg, LLVMRealUGT, b, a), b, a);
 }
 
-/* exp(x - max) in the program's precision, as PyTorch's f32 softmax */
-static LLVMValueRef softmax_exp(Cg *cg, IrOp *op, LLVMValueRef idx, void *max) {
-    return cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx), *(LLVMValueRef *)max),
-                                                cg->real)));
+typedef struct SoftmaxRow {
+    LLVMValueRef base, last;     /* causal: the last element not left out */
+    LLVMValueRef max, scale;
+    bool kept;                   /* each exp is in the output already */
+} SoftmaxRow;
+
+/* A causal row's elements past its query's place: the keys after the query */
+static LLVMValueRef left_out(Cg *cg, IrOp *op, LLVMValueRef idx, const SoftmaxRow *row) {
+    (void)op;
+    return LLVMBuildICmp(cg->b, LLVMIntSGT, idx, row->last, "");
 }
 
-static void store_exp(Cg *cg, IrOp *op, LLVMValueRef idx, void *max) {
-    store_f64(cg, op->out[0], idx, softmax_exp(cg, op, idx, max), false);
+static LLVMValueRef masked_x(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    LLVMValueRef x = load_f64(cg, op->in[0], idx);
+    return op->causal ? sel(cg, left_out(cg, op, idx, arg), F(cg, -INFINITY), x) : x;
+}
+
+/* exp(x - max) in the program's precision, as PyTorch's f32 softmax; 0 left out */
+static LLVMValueRef softmax_exp(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
+    SoftmaxRow *row = arg;
+    LLVMValueRef e = cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx), row->max),
+                                                          cg->real)));
+    return op->causal ? sel(cg, left_out(cg, op, idx, row), F(cg, 0), e) : e;
+}
+
+static void store_exp(Cg *cg, IrOp *op, LLVMValueRef idx, void *row) {
+    store_f64(cg, op->out[0], idx, softmax_exp(cg, op, idx, row), false);
 }
 
 static LLVMValueRef out_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
@@ -1549,30 +1568,28 @@ static LLVMValueRef out_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
     return load_f64(cg, op->out[0], idx);
 }
 
-typedef struct SoftmaxRow {
-    LLVMValueRef max, scale;
-    bool kept;                   /* each exp is in the output already */
-} SoftmaxRow;
-
 static void store_scaled(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
     SoftmaxRow *row = arg;
-    LLVMValueRef e = row->kept ? out_term(cg, op, idx, NULL) : softmax_exp(cg, op, idx, &row->max);
+    LLVMValueRef e = row->kept ? out_term(cg, op, idx, NULL) : softmax_exp(cg, op, idx, row);
     store_f64(cg, op->out[0], idx, fmul(cg, e, row->scale), false);
 }
 
 /* The row's max; each exp made once and kept in the output, in a walk of its own (no
  * sum in it, so a CPU's compiler vectorises the exps; a GPU thread reads back its own
  * elements); their sum in f64; the output scaled by 1 / sum. A bf16 output would
- * round each exp twice, so there each is made again for the scaled store. */
+ * round each exp twice, so there each is made again for the scaled store. A causal
+ * row (attention's, inner 1) leaves out the keys after its query, r % len: they count
+ * as -infinity, so their weights are 0 (and so their gradients). */
 static void softmax_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
-    LLVMValueRef base = row_base(cg, op, r);
-    SoftmaxRow row = {row_combined(cg, op, k, base, x_term, NULL, larger, -INFINITY), NULL,
-                      op->out[0]->dtype != DT_BF16};
+    SoftmaxRow row = {.base = row_base(cg, op, r), .kept = op->out[0]->dtype != DT_BF16};
+    if (op->causal)
+        row.last = add(cg, row.base, rems(cg, r, I(cg, op->axis_len)));
+    row.max = row_combined(cg, op, k, row.base, masked_x, &row, larger, -INFINITY);
     if (row.kept)
-        each_element(cg, op, k, base, store_exp, &row.max);
-    LLVMValueRef sum = row_total(cg, op, k, base, row.kept ? out_term : softmax_exp, &row.max);
+        each_element(cg, op, k, row.base, store_exp, &row);
+    LLVMValueRef sum = row_total(cg, op, k, row.base, row.kept ? out_term : softmax_exp, &row);
     row.scale = fdiv(cg, F(cg, 1), sum);
-    each_element(cg, op, k, base, store_scaled, &row);
+    each_element(cg, op, k, row.base, store_scaled, &row);
 }
 
 static LLVMValueRef y_dy(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {

@@ -244,6 +244,7 @@ static bool attention_rule(Rule *r) {
     int64_t t = in->dim[0], c = in->dim[1];
     a->heads = (int64_t)arg(r, "heads").num;
     a->bias = arg(r, "bias").num != 0;
+    a->causal = arg(r, "causal").num != 0;
     Value key_dim = arg(r, "key_dim");
     if (key_dim.kind == V_NONE && c % a->heads) {
         diag_report(r->c, E_SHAPE_MISMATCH, arg_loc(r, "heads"),

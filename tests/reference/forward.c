@@ -133,47 +133,57 @@ static void dense(const float *x, int t, int k, const float *w, const float *b, 
         }
 }
 
+/* layer.part.what, as the program names its parameters */
+static const float *part(ddp_runtime *rt, const char *layer, const char *part, const char *what) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s.%s", layer, part, what);
+    return param(rt, name);
+}
+
 /* Keras's MultiHeadAttention(num_heads = heads, key_dim = dk) on x [t, c] as query,
  * key and value: per head softmax(q k^T / sqrt(dk)) v, the heads side by side, then
- * the output projection. */
-static void attention(ddp_runtime *rt, const float *x, int t, int c, int heads, int dk, float *y) {
+ * the output projection; causal: query i sees keys 0..i (use_causal_mask). */
+static void attention(ddp_runtime *rt, const char *layer, const float *x, int t, int c, int heads, int dk,
+                      bool causal, float *y) {
     enum { MAX_T = 8, MAX_W = 16 };
     float q[MAX_T * MAX_W], k[MAX_T * MAX_W], v[MAX_T * MAX_W], o[MAX_T * MAX_W];
     int width = heads * dk;
-    dense(x, t, c, param(rt, "t.attn.query.weight"), param(rt, "t.attn.query.bias"), width, q);
-    dense(x, t, c, param(rt, "t.attn.key.weight"), param(rt, "t.attn.key.bias"), width, k);
-    dense(x, t, c, param(rt, "t.attn.value.weight"), param(rt, "t.attn.value.bias"), width, v);
+    dense(x, t, c, part(rt, layer, "query", "weight"), part(rt, layer, "query", "bias"), width, q);
+    dense(x, t, c, part(rt, layer, "key", "weight"), part(rt, layer, "key", "bias"), width, k);
+    dense(x, t, c, part(rt, layer, "value", "weight"), part(rt, layer, "value", "bias"), width, v);
     for (int h = 0; h < heads; h++)
         for (int i = 0; i < t; i++) {
             double score[MAX_T], max = -INFINITY, sum = 0;
-            for (int j = 0; j < t; j++) {
+            int keys = causal ? i + 1 : t;
+            for (int j = 0; j < keys; j++) {
                 double dot = 0;
                 for (int d = 0; d < dk; d++)
                     dot += (double)q[i * width + h * dk + d] * k[j * width + h * dk + d];
                 score[j] = dot / sqrt(dk);
                 max = fmax(max, score[j]);
             }
-            for (int j = 0; j < t; j++)
+            for (int j = 0; j < keys; j++)
                 sum += score[j] = exp(score[j] - max);
             for (int d = 0; d < dk; d++) {
                 double acc = 0;
-                for (int j = 0; j < t; j++)
+                for (int j = 0; j < keys; j++)
                     acc += score[j] / sum * v[j * width + h * dk + d];
                 o[i * width + h * dk + d] = (float)acc;
             }
         }
-    dense(o, t, width, param(rt, "t.attn.output.weight"), param(rt, "t.attn.output.bias"), c, y);
+    dense(o, t, width, part(rt, layer, "output", "weight"), part(rt, layer, "output", "bias"), c, y);
 }
 
 static void transformer(ddp_runtime *rt, const float *x, float *out) {
-    float a[6 * 5], b[6 * 8], c[6 * 8];
+    float a[6 * 5], b[6 * 8], c[6 * 8], d[6 * 8];
     const float *pos = param(rt, "t.pos.weight");
     for (int i = 0; i < 6 * 5; i++)
         a[i] = x[i] + pos[i];
     dense(a, 6, 5, param(rt, "t.proj.weight"), param(rt, "t.proj.bias"), 8, b);
     for (int i = 0; i < 6 * 8; i++)
         b[i] = tanhf(b[i]);
-    attention(rt, b, 6, 8, 2, 3, c);
+    attention(rt, "t.attn", b, 6, 8, 2, 3, false, d);
+    attention(rt, "t.causal", d, 6, 8, 4, 2, true, c);
     layernorm(c, 6, 8, param(rt, "t.ln.weight"), param(rt, "t.ln.bias"), 0.01);
     float mean[8];
     for (int ch = 0; ch < 8; ch++) {
