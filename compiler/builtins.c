@@ -86,7 +86,8 @@ static const Param batchnorm_params[] = {
 static const Param layernorm_params[] = {NUM("epsilon", 1e-3, P_POSITIVE)};
 /* key_dim defaults to the channels over heads (Keras's MultiHeadAttention asks for it) */
 static const Param attention_params[] = {
-    REQ("heads", K_INT, P_POSITIVE), OPT("key_dim", K_INT, P_POSITIVE), BOOL("causal", 0), BOOL("bias", 1),
+    REQ("heads", K_INT, P_POSITIVE), OPT("key_dim", K_INT, P_POSITIVE), BOOL("causal", 0),
+    NUM("dropout", 0, P_FRACTION), BOOL("bias", 1),
     INIT("init", "glorot_uniform"), INIT("bias_init", "zeros"),
 };
 static const Param position_embedding_params[] = {INIT("init", "glorot_uniform")};

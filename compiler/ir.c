@@ -385,6 +385,21 @@ static void lower_dense(Lower *L, GNode *n) {
     L->value[n->id] = activation_op(L, n, z, n->attrs.activation, p->bias);
 }
 
+/* x in training with a share `rate` of its values zeroed at random, the rest scaled by
+ * 1 / (1 - rate), into a tensor named by suffix; the mask keyed by layer n's place in
+ * the graph, the same on every worker. */
+static Tensor *dropped(Lower *L, GNode *n, Tensor *x, double rate, const char *suffix) {
+    Ddpc *c = L->c;
+    XExpr *keep = arena_alloc(c->arena, sizeof *keep);
+    keep->kind = X_KEEP;
+    keep->num = rate;
+    keep->key = n->id;
+    Tensor *y = activation(L, n, suffix, &x->shape);
+    XExpr *e = x_binary(c, X_MUL, x_load(c, x, BC_FULL), x_binary(c, X_MUL, keep, x_const(c, 1 / (1 - rate))));
+    pointwise(c, L->ir, L->phase, y, e)->layer = n;
+    return y;
+}
+
 /* ------------------------------------------------------------- attention */
 
 /* x [..., k] -> x w [..., u] + bias, named by suffix. */
@@ -473,6 +488,8 @@ static void lower_attention(Lower *L, GNode *n) {
     op->causal = a->causal; /* row r is query r % t of its head */
     op->range = dim_batched(op->axis_outer);
     op->layer = n;
+    if (L->phase != PH_EVAL && a->rate > 0) /* Keras's dropout: on the attention weights */
+        weights = dropped(L, n, weights, a->rate, ":dropped");
     int64_t hd[2] = {t, width};
     Shape heads_shape = shape_of(2, hd);
     Tensor *heads = activation(L, n, ":heads", &heads_shape);
@@ -727,20 +744,8 @@ static void lower_layernorm(Lower *L, GNode *n) {
 
 static void lower_dropout(Lower *L, GNode *n) {
     Tensor *x = L->value[n->inputs[0]->id];
-    if (L->phase == PH_EVAL || n->attrs.rate == 0) {
-        L->value[n->id] = view(L, n, x, &n->out);
-        return;
-    }
-    Ddpc *c = L->c;
-    XExpr *keep = arena_alloc(c->arena, sizeof *keep);
-    keep->kind = X_KEEP;
-    keep->num = n->attrs.rate;
-    keep->key = n->id; /* the layer's place in the graph: the same on every worker */
-    Tensor *y = activation(L, n, "", &n->out);
-    XExpr *e = x_binary(c, X_MUL, x_load(c, x, BC_FULL),
-                        x_binary(c, X_MUL, keep, x_const(c, 1 / (1 - n->attrs.rate))));
-    pointwise(c, L->ir, L->phase, y, e)->layer = n;
-    L->value[n->id] = y;
+    L->value[n->id] = L->phase == PH_EVAL || n->attrs.rate == 0 ? view(L, n, x, &n->out)
+                                                                 : dropped(L, n, x, n->attrs.rate, "");
 }
 
 static void lower_add(Lower *L, GNode *n) {

@@ -245,6 +245,7 @@ static bool attention_rule(Rule *r) {
     a->heads = (int64_t)arg(r, "heads").num;
     a->bias = arg(r, "bias").num != 0;
     a->causal = arg(r, "causal").num != 0;
+    a->rate = arg(r, "dropout").num;
     Value key_dim = arg(r, "key_dim");
     if (key_dim.kind == V_NONE && c % a->heads) {
         diag_report(r->c, E_SHAPE_MISMATCH, arg_loc(r, "heads"),
