@@ -1537,7 +1537,6 @@ static LLVMValueRef larger(Cg *cg, LLVMValueRef a, LLVMValueRef b) {
 typedef struct SoftmaxRow {
     LLVMValueRef base, last;     /* causal: the last element not left out */
     LLVMValueRef max, scale;
-    bool kept;                   /* each exp is in the output already */
 } SoftmaxRow;
 
 /* A causal row's elements past its query's place: the keys after the query */
@@ -1570,25 +1569,23 @@ static LLVMValueRef out_term(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
 
 static void store_scaled(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
     SoftmaxRow *row = arg;
-    LLVMValueRef e = row->kept ? out_term(cg, op, idx, NULL) : softmax_exp(cg, op, idx, row);
-    store_f64(cg, op->out[0], idx, fmul(cg, e, row->scale), false);
+    store_f64(cg, op->out[0], idx, fmul(cg, out_term(cg, op, idx, NULL), row->scale), false);
 }
 
 /* The row's max; each exp made once and kept in the output, in a walk of its own (no
  * sum in it, so a CPU's compiler vectorises the exps; a GPU thread reads back its own
- * elements); their sum in f64; the output scaled by 1 / sum. A bf16 output would
- * round each exp twice, so there each is made again for the scaled store. A causal
- * row (attention's, inner 1) leaves out the keys after its query, r % len: they count
- * as -infinity, so their weights are 0 (and so their gradients). */
+ * elements); their sum in f64; the output scaled by 1 / sum. The output is f32 or f64
+ * (precision.c keeps a softmax's f32 under bf16), so an exp is rounded once before
+ * its scaling. A causal row (attention's, inner 1) leaves out the keys after its
+ * query, r % len: they count as -infinity, so their weights are 0 (and so their
+ * gradients). */
 static void softmax_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
-    SoftmaxRow row = {.base = row_base(cg, op, r), .kept = op->out[0]->dtype != DT_BF16};
+    SoftmaxRow row = {.base = row_base(cg, op, r)};
     if (op->causal)
         row.last = add(cg, row.base, rems(cg, r, I(cg, op->axis_len)));
     row.max = row_combined(cg, op, k, row.base, masked_x, &row, larger, -INFINITY);
-    if (row.kept)
-        each_element(cg, op, k, row.base, store_exp, &row);
-    LLVMValueRef sum = row_total(cg, op, k, row.base, row.kept ? out_term : softmax_exp, &row);
-    row.scale = fdiv(cg, F(cg, 1), sum);
+    each_element(cg, op, k, row.base, store_exp, &row);
+    row.scale = fdiv(cg, F(cg, 1), row_total(cg, op, k, row.base, out_term, NULL));
     each_element(cg, op, k, row.base, store_scaled, &row);
 }
 

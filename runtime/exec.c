@@ -388,7 +388,8 @@ static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
         return;
     }
     if (items > 1) {
-        ddp_pool_for(rt->pool, gemm_items, &c, 0, items, c.m * c.n * c.k * items >= GEMM_MIN_PARALLEL_MACS ? 2 : items + 1);
+        bool big = c.m * c.n * c.k * items >= GEMM_MIN_PARALLEL_MACS;
+        ddp_pool_for(rt->pool, gemm_items, &c, 0, items, big ? 2 : items + 1);
         return;
     }
     c.by_rows = c.m >= c.n;
