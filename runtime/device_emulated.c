@@ -69,7 +69,7 @@ void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_
 /* Defined in every built program's emulated GPU object; absent elsewhere. */
 extern const uint64_t ddp_gpu_module_hash __attribute__((weak));
 
-enum { RESERVE = 1ull << 36, ALIGN = 256, STACK = 64 << 10 };
+enum { RESERVE = 1ull << 36, ALIGN = 256, STACK = 64 << 10, HUGE_PAGE = 2 << 20 };
 
 typedef enum { W_UPLOAD, W_DOWNLOAD, W_COPY, W_FILL, W_LAUNCH, W_GEMM, W_CONV, W_RECORD, W_WAIT, W_MARK,
                W_HOST } WorkKind;
@@ -272,9 +272,12 @@ static Emulator *emulator(ddp_device *d) {
     return d->state;
 }
 
-/* Device memory readable and writable while queued work runs, and only then. */
+/* Device memory readable and writable while queued work runs, and only then. In whole
+ * huge pages: each copy and synchronisation opens and closes all of it, and the kernel
+ * then changes one entry for 2 MB instead of 512 (ResNet-50's check spent nine tenths
+ * of its time there). */
 static void open_memory(Emulator *e) {
-    size_t bytes = (e->used + 4095) & ~(size_t)4095;
+    size_t bytes = (e->used + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
     if (bytes && mprotect(e->base, bytes, PROT_READ | PROT_WRITE) == 0)
         e->open_bytes = bytes;
 }
@@ -283,6 +286,22 @@ static void close_memory(Emulator *e) {
     if (e->open_bytes)
         mprotect(e->base, e->open_bytes, PROT_NONE);
     e->open_bytes = 0;
+}
+
+/* The device's range, reserved unreadable, starting on a huge page and asking for them
+ * (where the kernel gives none, only the opening and closing is slower). */
+static unsigned char *reserve_device_range(void) {
+    unsigned char *at = mmap(NULL, RESERVE + HUGE_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (at == MAP_FAILED)
+        return NULL;
+    size_t head = (size_t)(-(uintptr_t)at & (HUGE_PAGE - 1));
+    if (head)
+        munmap(at, head);
+    munmap(at + head + RESERVE, HUGE_PAGE - head);
+#ifdef MADV_HUGEPAGE
+    madvise(at + head, RESERVE, MADV_HUGEPAGE);
+#endif
+    return at + head;
 }
 
 /* Every open device's reserved range, for the fault handler (a slot is free at 0). */
@@ -960,14 +979,12 @@ bool ddp_device_open_emulated(const ddp_program *p, ddp_device **out, char *err,
     e->capturing = -1;
     for (int s = 0; s < DDP_STREAMS; s++)
         e->native[s] = (ddp_emulated_stream){DDP_EMULATED_STREAM_MAGIC, d, s, native_enqueue, native_on_device};
-    e->base = mmap(NULL, RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    e->base = reserve_device_range();
     e->stacks = mmap(NULL, (size_t)DDP_MAX_BLOCK_THREADS * STACK, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     e->shared = malloc(DDP_MAX_SHARED_BYTES);
     e->team = calloc(DDP_MAX_BLOCK_THREADS, sizeof *e->team);
-    if (e->base == MAP_FAILED || e->stacks == MAP_FAILED || !e->shared || !e->team) {
-        if (e->base == MAP_FAILED)
-            e->base = NULL;
+    if (!e->base || e->stacks == MAP_FAILED || !e->shared || !e->team) {
         if (e->stacks == MAP_FAILED)
             e->stacks = NULL;
         close_device(d);

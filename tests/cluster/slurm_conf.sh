@@ -4,8 +4,9 @@
 #     logs, so that it runs beside any other Slurm on the machine, /etc/slurm's
 #     included, and never edits theirs);
 #   - the settings of their slurm.conf: munge, no cgroups (task/none: none are needed,
-#     and slurmd in a network namespace cannot reach them), root daemons, and
-#     config_overrides so a node may claim more CPUs than a small machine has;
+#     and slurmd in a network namespace cannot reach them), root daemons,
+#     config_overrides so a node may claim more CPUs than a small machine has, and
+#     credentials that last 30 s, not 120 (Slurm holds a requeued job that long);
 #   - checked steps: installing, munge, ports that must be free (another is picked,
 #     or the process holding it named), daemons that must come up (the tail of their
 #     log shown when they do not).
@@ -21,6 +22,7 @@ two_nodes_conf=/etc/slurm-$two_nodes_name/slurm.conf
 slurm_common_conf() {
     cat <<'CONF'
 AuthType=auth/munge
+AuthInfo=cred_expire=30
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/builtin

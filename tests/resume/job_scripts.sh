@@ -6,8 +6,9 @@
 # script runs for real with --time=2 --signal=USR1@60: SIGUSR1 reaches both workers
 # about a minute in, they write a checkpoint, worker 0 requeues the job, and the
 # requeued job (same id, SLURM_RESTART_COUNT=1) resumes by itself and finishes with the
-# parameters of a run never stopped, bit for bit. Slurm holds a requeued job for two
-# minutes, so this takes about five.
+# parameters of a run never stopped, bit for bit. Slurm holds a requeued job for as
+# long as a credential lasts (30 s on the test clusters: slurm_conf.sh), so this takes
+# about three minutes.
 set -u
 programs=$1
 here=$(cd "$(dirname "$0")" && pwd)
