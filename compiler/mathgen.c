@@ -328,8 +328,10 @@ static const double erfc_fit[] = {-1.26551223, 1.00002368, 0.37409196, 0.0967841
  * x^2 / 2, up to 98 where an error of half its last place, 4e-6, would move the result
  * by as much, so x^2 is split exactly into hi + lo (lo by a fused multiply-add) and
  * exp(-hi) taken apart from exp(c(t) - lo): within 7 of f32's steps of the exact gelu
- * wherever it is a normal number (tests/train/activations.py holds gelu to 2e-6 relative). Phi is 0
- * below -14 (below f32's least subnormal) and 1 above (within f32's rounding of 1). */
+ * wherever it is a normal number (tests/train/activations.py holds it to 2e-6
+ * relative). Phi is taken as 0 below -14 (where it is at most 5 of f32's least
+ * subnormals, 1.4e-45) and as 1 above 14 (f32's rounding of it). Where a CPU has no
+ * fused multiply-add (the baseline x86-64 code) it is libm's fmaf, as exact. */
 LLVMValueRef cg_normal_cdf(Cg *cg, LLVMValueRef x) {
     if (LLVMTypeOf(x) == cg->f64) {
         LLVMValueRef e = erf64(cg, fmul(cg, x, k(cg, cg->f64, 0.7071067811865476)));

@@ -6,7 +6,7 @@
 #   - the settings of their slurm.conf: munge, no cgroups (task/none: none are needed,
 #     and slurmd in a network namespace cannot reach them), root daemons,
 #     config_overrides so a node may claim more CPUs than a small machine has, and
-#     credentials that last 30 s, not 120 (Slurm holds a requeued job that long);
+#     credentials that last 30 s, not 120 (Slurm holds a requeued job at least that long);
 #   - checked steps: installing, munge, ports that must be free (another is picked,
 #     or the process holding it named), daemons that must come up (the tail of their
 #     log shown when they do not).

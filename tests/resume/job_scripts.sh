@@ -4,11 +4,12 @@
 # the test clusters, whose nodes have stand-in GPUs (the two-node cluster's nodes claim
 # 8 CPUs, so the multi-node script is checked there with --cpus-per-task=2). The CPU
 # script runs for real with --time=2 --signal=USR1@60: SIGUSR1 reaches both workers
-# about a minute in, they write a checkpoint, worker 0 requeues the job, and the
-# requeued job (same id, SLURM_RESTART_COUNT=1) resumes by itself and finishes with the
-# parameters of a run never stopped, bit for bit. Slurm holds a requeued job for as
-# long as a credential lasts (30 s on the test clusters: slurm_conf.sh), so this takes
-# about three minutes.
+# 30 to 60 s in (Slurm looks at time limits every 30 s), they write a checkpoint,
+# worker 0 requeues the job, and the requeued job (same id, SLURM_RESTART_COUNT=1) resumes by itself and finishes with the
+# parameters of a run never stopped, bit for bit (signalled again before it ends, it is
+# requeued again). Slurm holds a requeued job at least as long as a credential lasts
+# (30 s on the test clusters: slurm_conf.sh; 60 to 90 s with its scheduler's passes),
+# so this takes three to five minutes.
 set -u
 programs=$1
 here=$(cd "$(dirname "$0")" && pwd)
