@@ -3,10 +3,12 @@
 sample models in another framework, on random data, for bench/train_throughput.sh.
 
 FRAMEWORK: numpy (the MLP only: forward, backward and SGD written out) or torch.
-MODEL: mlp (samples/fashion_mlp.ddp: 784-256-10, relu, sgd 0.1) or cnn
+MODEL: mlp (samples/fashion_mlp.ddp: 784-256-10, relu, sgd 0.1), cnn
 (samples/fashion.ddp: two 5x5 convolutions with max-pooling, dense 1024, dropout 0.4,
-adam 0.001). Batch 64, float32. Prints one number: samples per second over STEPS
-steps after a warm-up."""
+adam 0.001) or gpt (tests/train/char_lm.ddp: std/gpt over 64 tokens of a vocabulary
+of 256, two blocks of 64 channels and 4 heads, adamw 0.003; written as nanoGPT
+writes it, the attention by scaled_dot_product_attention). Batch 64, float32. Prints
+one number: samples per second over STEPS steps after a warm-up."""
 import os
 import sys
 import time
@@ -21,6 +23,8 @@ BATCH, WARMUP = 64, 5
 rng = np.random.default_rng(0)
 images = rng.uniform(-1, 1, (BATCH * 8, 28, 28)).astype(np.float32)
 labels = rng.integers(0, 10, BATCH * 8)
+TOKENS, VOCAB, WIDTH, HEADS, DEPTH = 64, 256, 64, 4, 2
+text = rng.integers(0, VOCAB, (BATCH * 8, TOKENS + 1))
 
 
 def numpy_mlp():
@@ -53,11 +57,54 @@ def numpy_mlp():
     return step
 
 
+def torch_gpt(torch):
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+            self.qkv, self.proj = nn.Linear(WIDTH, 3 * WIDTH), nn.Linear(WIDTH, WIDTH)
+            self.mlp = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH))
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(WIDTH, dim=2)
+            q, k, v = (a.view(b, t, HEADS, c // HEADS).transpose(1, 2) for a in (q, k, v))
+            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+            return x + self.mlp(self.ln2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens, self.positions = nn.Embedding(VOCAB, WIDTH), nn.Parameter(torch.zeros(TOKENS, WIDTH))
+            self.blocks = nn.Sequential(*[Block() for _ in range(DEPTH)])
+            self.ln, self.head = nn.LayerNorm(WIDTH), nn.Linear(WIDTH, VOCAB)
+
+        def forward(self, idx):
+            return self.head(self.ln(self.blocks(self.tokens(idx) + self.positions)))
+    return GPT()
+
+
 def torch_model():
     import torch
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     nn = torch.nn
+    if model == "gpt":
+        net = torch_gpt(torch)
+        optimizer = torch.optim.AdamW(net.parameters(), lr=0.003)
+        windows = torch.from_numpy(text)
+
+        def gpt_step(i):
+            k = i % 8
+            w = windows[k * BATCH:(k + 1) * BATCH]
+            loss = nn.functional.cross_entropy(net(w[:, :-1]).reshape(-1, VOCAB), w[:, 1:].reshape(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return gpt_step
     if model == "mlp":
         net = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
         optimizer = torch.optim.SGD(net.parameters(), lr=0.1)

@@ -94,7 +94,7 @@ static XExpr *derive(Ddpc *c, XExpr *e, Tensor *t, Bcast bc) {
     switch (e->kind) {
     case X_LOAD:
         return e->t == t && e->bc == bc ? x_const(c, 1) : NULL;
-    case X_CONST: case X_SCALAR: case X_KEEP: case X_GT:
+    case X_CONST: case X_SCALAR: case X_KEEP: case X_GT: case X_ONE_HOT:
         return NULL;
     case X_WHEN:
         db = derive(c, e->b, t, bc);

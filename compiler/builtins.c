@@ -38,6 +38,7 @@ const char *const interpolation_words[] = {[DDP_INTERPOLATION_NEAREST] = "neares
 const char *const policy_words[] = {[DDP_POLICY_IMAGENET] = "imagenet", [DDP_POLICY_CIFAR10] = "cifar10",
                                     [DDP_POLICY_SVHN] = "svhn", [DDP_POLICY_SVHN + 1] = NULL};
 const char *const part_words[] = {[0] = "train", [1] = "test", [2] = NULL}; /* ddp_dataset.part */
+const char *const token_words[] = {"uint8", "uint16", "uint32", NULL}; /* token_file(type = ...) */
 const char *const runtime_scalars[] = {"replicas", "workers", "global_batch", NULL};
 const char *const strategy_kinds[] = {"multi_worker_mirrored", NULL};
 
@@ -91,6 +92,9 @@ static const Param attention_params[] = {
     INIT("init", "glorot_uniform"), INIT("bias_init", "zeros"),
 };
 static const Param position_embedding_params[] = {INIT("init", "glorot_uniform")};
+static const Param embedding_params[] = {
+    REQ("vocab", K_INT, P_POSITIVE), REQ("units", K_INT, P_POSITIVE), INIT("init", "glorot_uniform"),
+};
 static const Param dropout_params[] = {REQ("rate", K_NUM, P_FRACTION)};
 static const Param reshape_params[] = {REQ("shape", K_SHAPE, P_POSITIVE | P_INFER)};
 static const Param add_params[] = {REQ("values", K_TENSOR, P_VARIADIC)};
@@ -214,6 +218,9 @@ static const Param csv_params[] = {
     REQ("path", K_STR, 0), BOOL("header", 1), REQ("features", K_STR_LIST, 0),
     REQ("target", K_STR, 0), NUM("scale", 1, P_POSITIVE), NORMALIZE,
 };
+static const Param tokens_params[] = {
+    REQ("path", K_STR, 0), REQ("window", K_INT, P_POSITIVE), WORD("type", token_words, "uint16"),
+};
 static const Param synthetic_params[] = {
     REQ("shape", K_SHAPE, P_POSITIVE), REQ("classes", K_INT, P_POSITIVE),
     REQ("samples", K_INT, P_POSITIVE),
@@ -281,6 +288,8 @@ const Builtin builtins[] = {
           "multi-head self-attention, with its query, key, value and output projections: [tokens, c] -> [tokens, c]"),
     LAYER("position_embedding", position_embedding_params, L_POSITION_EMBEDDING,
           "a learned value for every position added: [tokens, c] -> [tokens, c]"),
+    LAYER("embedding", embedding_params, L_EMBEDDING,
+          "a learned vector of units values for each token index 0 .. vocab - 1: [tokens] -> [tokens, units]"),
     LAYER("dropout", dropout_params, L_DROPOUT, "zeroes a fraction of values in training"),
     LAYER0("flatten", L_FLATTEN, "[d1, d2, ...] -> [d1 * d2 * ...]"),
     LAYER("reshape", reshape_params, L_RESHAPE, "same values, another shape"),
@@ -366,6 +375,8 @@ const Builtin builtins[] = {
     OTHER("cifar10", B_DATASET, DDP_DATA_CIFAR10, cifar10_params, "CIFAR-10 binary batches"),
     OTHER("npy", B_DATASET, DDP_DATA_NPY, npy_params, "NumPy .npy arrays"),
     OTHER("csv", B_DATASET, DDP_DATA_CSV, csv_params, "numeric CSV columns"),
+    OTHER("token_file", B_DATASET, DDP_DATA_TOKENS, tokens_params,
+          "a flat file of token indices: windows of them, each token's label the one after it"),
     OTHER("synthetic", B_DATASET, DDP_DATA_SYNTHETIC, synthetic_params, "random samples, for benchmarks"),
 
     OTHER("checkpoint", B_CHECKPOINT, 0, checkpoint_params, "periodic checkpoints in a folder"),

@@ -192,6 +192,7 @@ static ddp_dataset dataset_of(Ddpc *c, Value ds) {
         return d;
     static const char *const paths[][2] = {[DDP_DATA_IDX] = {"images", "labels"}, [DDP_DATA_CIFAR10] = {"dir", NULL},
                                            [DDP_DATA_NPY] = {"inputs", "labels"}, [DDP_DATA_CSV] = {"path", NULL},
+                                           [DDP_DATA_TOKENS] = {"path", NULL},
                                            [DDP_DATA_SYNTHETIC] = {NULL, NULL}};
     d.name = ds.decl ? ds.decl->name : "";
     d.kind = ds.builtin->code;
@@ -211,6 +212,9 @@ static ddp_dataset dataset_of(Ddpc *c, Value ds) {
     }
     d.target = str_arg(ds, "target");
     d.classes = (int64_t)num_arg(ds, "classes", 0);
+    d.window = (int64_t)num_arg(ds, "window", 0);
+    Value type = object_arg(ds, "type");
+    d.token_bytes = type.kind == V_WORD ? (int64_t)1 << word_code(token_words, type.str) : 0;
     d.samples = (int64_t)num_arg(ds, "samples", 0);
     normalize_of(c, ds, &d);
     augments_of(c, object_arg(ds, "augment"), &d);

@@ -359,7 +359,7 @@ typedef enum {
 
 typedef enum {
     L_INPUT, L_DENSE, L_CONV2D, L_DEPTHWISE_CONV2D, L_MAXPOOL, L_AVGPOOL, L_GLOBAL_AVGPOOL,
-    L_BATCHNORM, L_LAYERNORM, L_ATTENTION, L_POSITION_EMBEDDING, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
+    L_BATCHNORM, L_LAYERNORM, L_ATTENTION, L_POSITION_EMBEDDING, L_EMBEDDING, L_DROPOUT, L_FLATTEN, L_RESHAPE, L_ADD, L_CONCAT,
     L_RELU, L_RELU6, L_LEAKY_RELU, L_ELU, L_GELU, L_SILU, L_MISH, L_HARD_SWISH, L_SOFTPLUS, L_SIGMOID, L_TANH,
     L_SOFTMAX, L_IDENTITY,
     L_NONE,
@@ -379,6 +379,7 @@ extern const Builtin builtins[];
 extern const int builtin_count;
 extern const Builtin strategy_settings, train_settings, toplevel_train_settings;
 extern const char *const activation_words[], *const init_words[];
+extern const char *const token_words[]; /* token_file(type = ...): word i is 2^i bytes a token */
 /* lists whose index is the contract's code (ddp_cluster_kind, ddp_comm_kind, ...) */
 extern const char *const cluster_words[], *const communication_words[], *const precision_words[],
     *const allreduce_words[], *const part_words[], *const flip_words[],
@@ -506,7 +507,8 @@ Value global_value(Ddpc *c, Node *decl);      /* a top-level let or dataset, eva
 
 /* Layer attributes after checking, in explicit form for the later stages. */
 typedef struct LayerAttrs {
-    int64_t units;            /* dense units, conv filters */
+    int64_t units;            /* dense units, conv filters, embedding's values a token */
+    int64_t vocab;            /* embedding: the token indices it takes, 0 to vocab - 1 */
     int64_t kernel[2], stride[2], dilation[2];
     int64_t pad[4];           /* top, bottom, left, right */
     const char *padding;      /* "same", "valid" or NULL for explicit */
@@ -687,6 +689,7 @@ typedef enum {
     X_GT,        /* a > b ? 1 : 0 */
     X_WHEN,      /* a != 0 ? b : 0, whatever b is there (a NaN too) */
     X_KEEP,      /* dropout: 1 where the sample's draw keeps the element, else 0 */
+    X_ONE_HOT,   /* 1 where a equals the index's remainder by channels (its column), else 0 */
 } XKind;
 
 typedef enum {
@@ -694,6 +697,7 @@ typedef enum {
     BC_CHANNEL,  /* t[i % channels]: a per-channel vector (bias, batchnorm) */
     BC_SAMPLE,   /* t[i / per_sample]: one value per sample */
     BC_SCALAR,   /* t[0] */
+    BC_ROW,      /* t[i / channels]: one value per row of channels (a token's index) */
 } Bcast;
 
 typedef struct XExpr XExpr;
@@ -701,7 +705,7 @@ struct XExpr {
     XKind kind;
     Tensor *t;           /* X_LOAD */
     Bcast bc;
-    int64_t channels;    /* BC_CHANNEL */
+    int64_t channels;    /* BC_CHANNEL, BC_ROW, X_ONE_HOT */
     double num;          /* X_CONST; X_KEEP: the dropout rate */
     int scalar;          /* X_SCALAR */
     int64_t key;         /* X_KEEP: the layer's key in the random stream */
@@ -811,6 +815,7 @@ typedef struct Ir {
     Tensor *input, *label, *sample_id, *output;
     Tensor *eval_output;        /* the model's output in evaluation: kept to the phase's end */
     Tensor *accum;            /* [2 * (1 + metrics)]: loss (sum, count), then each metric */
+    int64_t loss_rows;        /* rows of classes a categorical loss takes apart in a sample's output, else 1 */
     /* [1] f64, beside the accumulators: 0 while every summed gradient and the loss are
      * finite; else 1 + the index of the first gradient element that is not, or 1 +
      * param_count for the loss. Once set it stays set, and the optimizer skips. */

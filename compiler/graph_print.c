@@ -56,6 +56,11 @@ static const char *details(Ddpc *c, GNode *n) {
         sb_printf(&sb, "%lld head%s, key_dim %lld%s", (long long)a->heads, a->heads == 1 ? "" : "s",
                   (long long)a->key_dim, a->causal ? ", causal" : "");
         break;
+    case L_EMBEDDING:
+        sb_printf(&sb, "vocab %lld, %lld unit%s", (long long)a->vocab, (long long)a->units, a->units == 1 ? "" : "s");
+        if (a->init != DDP_INIT_GLOROT_UNIFORM)
+            sb_printf(&sb, ", init %s", init_words[a->init]);
+        break;
     case L_DROPOUT:
         sb_printf(&sb, "rate %s", fmt_number(c->arena, a->rate));
         break;

@@ -367,15 +367,21 @@ static void product_over_last_axis(Lower *L, GNode *n, Tensor *x, Tensor *w, Ten
     op->layer = n;
 }
 
+/* Layer n's weight [in, out], read as a dense layer's: fan-in in, fan-out out. */
+static Tensor *matrix_weight(Lower *L, GNode *n, const char *name, int64_t in, int64_t out, int64_t init) {
+    int64_t wd[2] = {in, out};
+    Tensor *w = param(L, n, name, T_PARAM, shape_of(2, wd), "IO", init);
+    w->fan_in = in;
+    w->fan_out = out;
+    return w;
+}
+
 static void lower_dense(Lower *L, GNode *n) {
     Tensor *x = L->value[n->inputs[0]->id];
     int64_t k = x->shape.dim[x->shape.rank - 1], u = n->attrs.units;
     LayerParams *p = &L->params[n->id];
     if (!p->weight) {
-        int64_t wd[2] = {k, u};
-        p->weight = param(L, n, "weight", T_PARAM, shape_of(2, wd), "IO", n->attrs.init);
-        p->weight->fan_in = k;
-        p->weight->fan_out = u;
+        p->weight = matrix_weight(L, n, "weight", k, u, n->attrs.init);
         if (n->attrs.bias)
             p->bias = param(L, n, "bias", T_PARAM, shape_of(1, &u), "C", n->attrs.bias_init);
     }
@@ -398,6 +404,34 @@ static Tensor *dropped(Lower *L, GNode *n, Tensor *x, double rate, const char *s
     XExpr *e = x_binary(c, X_MUL, x_load(c, x, BC_FULL), x_binary(c, X_MUL, keep, x_const(c, 1 / (1 - rate))));
     pointwise(c, L->ir, L->phase, y, e)->layer = n;
     return y;
+}
+
+/* ------------------------------------------------------------- embedding */
+
+/* A token's vector as the product of its one-hot row and the table [vocab, units]:
+ * forward a GEMM, and backward, the table's gradient one^T dy, a GEMM that sums each
+ * token's rows in a fixed order (a scatter-add's atomics would not), on a GPU on its
+ * tensor cores. It costs vocab x units per token, what the language model's output
+ * layer costs anyway (T5X's one-hot embedding on TPUs). */
+static void lower_embedding(Lower *L, GNode *n) {
+    Ddpc *c = L->c;
+    Tensor *x = L->value[n->inputs[0]->id];
+    int64_t vocab = n->attrs.vocab;
+    LayerParams *p = &L->params[n->id];
+    if (!p->weight)
+        p->weight = matrix_weight(L, n, "weight", vocab, n->attrs.units, n->attrs.init);
+    Shape hot_shape = n->out;
+    hot_shape.dim[hot_shape.rank - 1] = vocab;
+    Tensor *hot = activation(L, n, ":one_hot", &hot_shape);
+    XExpr *e = arena_alloc(c->arena, sizeof *e);
+    e->kind = X_ONE_HOT;
+    e->channels = vocab;
+    e->a = x_load(c, x, BC_ROW);
+    e->a->channels = vocab;
+    pointwise(c, L->ir, L->phase, hot, e)->layer = n;
+    Tensor *y = activation(L, n, "", &n->out);
+    product_over_last_axis(L, n, hot, p->weight, y);
+    L->value[n->id] = y;
 }
 
 /* ------------------------------------------------------------- attention */
@@ -460,12 +494,9 @@ static void lower_attention(Lower *L, GNode *n) {
     static const char *const which[4] = {"query", "key", "value", "output"};
     if (!p->proj_weight[0])
         for (int i = 0; i < 4; i++) {
-            int64_t wd[2] = {i < 3 ? ch : width, i < 3 ? width : ch}, bd = wd[1];
-            Tensor *w = param(L, n, arena_printf(c->arena, "%s.weight", which[i]), T_PARAM, shape_of(2, wd), "IO",
-                              a->init);
-            w->fan_in = wd[0];
-            w->fan_out = wd[1];
-            p->proj_weight[i] = w;
+            int64_t bd = i < 3 ? width : ch;
+            p->proj_weight[i] = matrix_weight(L, n, arena_printf(c->arena, "%s.weight", which[i]), i < 3 ? ch : width,
+                                              bd, a->init);
             if (a->bias)
                 p->proj_bias[i] = param(L, n, arena_printf(c->arena, "%s.bias", which[i]), T_PARAM, shape_of(1, &bd),
                                         "C", a->bias_init);
@@ -822,6 +853,7 @@ static void lower_node(Lower *L, GNode *n) {
     case L_LAYERNORM: lower_layernorm(L, n); break;
     case L_ATTENTION: lower_attention(L, n); break;
     case L_POSITION_EMBEDDING: lower_position_embedding(L, n); break;
+    case L_EMBEDDING: lower_embedding(L, n); break;
     case L_DROPOUT: lower_dropout(L, n); break;
     case L_FLATTEN: case L_RESHAPE: case L_IDENTITY:
         L->value[n->id] = view(L, n, L->value[n->inputs[0]->id], &n->out);
@@ -839,13 +871,32 @@ static void lower_node(Lower *L, GNode *n) {
 
 /* Per-sample values, summed in a fixed order by one accumulate op, so the sums do not
  * depend on threads; a later all-reduce of (sum, count) gives exact global figures. */
-static Tensor *per_sample(Lower *L, const char *what) {
-    Shape none = {0, {0}};
+static Tensor *per_sample(Lower *L, const char *what, int64_t rows) {
+    Shape shape = {rows > 1, {rows}};
     const char *name = arena_printf(L->c->arena, "%s%s", L->phase == PH_EVAL ? "eval:" : "", what);
-    Tensor *t = ir_tensor(L->c, L->ir, name, T_WORK, DT_F64, true, &none);
-    t->per_sample = 1;
-    t->elems = L->ir->batch;
+    Tensor *t = ir_tensor(L->c, L->ir, name, T_WORK, DT_F64, true, &shape);
+    t->per_sample = rows;
+    t->elems = L->ir->batch * rows;
     return t;
+}
+
+static bool categorical_loss(const ddp_settings *config) {
+    return config->loss == DDP_LOSS_SPARSE_CATEGORICAL || config->loss == DDP_LOSS_CATEGORICAL;
+}
+
+/* The rows of classes in a sample's output that a categorical loss or metric takes
+ * apart: one for [classes], one a position for [tokens, classes] (a language model's
+ * next token at every position); its value for the sample is their mean, as Keras's
+ * and PyTorch's mean over every token when samples are of one length. */
+static int64_t class_rows(const Ir *ir) {
+    const Shape *s = &ir->graph->output->out;
+    return categorical_loss(ir->config) ? ir->output->per_sample / s->dim[s->rank - 1] : 1;
+}
+
+/* A loss or metric op over out's rows of channels each; a kernel index a row. */
+static void set_rows(IrOp *op, const Tensor *out, int64_t rows) {
+    op->channels = out->per_sample / rows;
+    op->range = dim_batched(rows);
 }
 
 static void lower_loss_and_metrics(Lower *L, Tensor *out, Tensor *dout) {
@@ -855,15 +906,15 @@ static void lower_loss_and_metrics(Lower *L, Tensor *out, Tensor *dout) {
     IrOp *op = ir_op(c, ir, L->phase, OP_LOSS);
     add_in(op, out);
     add_in(op, ir->label);
-    add_out(op, per_sample(L, "loss"));
+    int64_t rows = ir->loss_rows = class_rows(ir);
+    add_out(op, per_sample(L, "loss", rows));
     if (dout)
         add_out(op, dout);
     op->code = config->loss;
     op->what = builtin_of(B_LOSS, config->loss)->name;
     op->from_logits = config->from_logits != 0;
     op->smoothing = config->label_smoothing;
-    op->range = dim_batched(1);
-    op->channels = out->per_sample;
+    set_rows(op, out, rows);
     IrOp *acc = ir_op(c, ir, L->phase, OP_ACCUMULATE);
     add_in(acc, op->out[0]);
     acc->pair[0] = 0;
@@ -876,13 +927,14 @@ static void lower_loss_and_metrics(Lower *L, Tensor *out, Tensor *dout) {
         IrOp *mo = ir_op(c, ir, L->phase, OP_METRIC);
         add_in(mo, out);
         add_in(mo, ir->label);
-        add_out(mo, per_sample(L, metric->name));
+        bool per_class = metric->kind == DDP_METRIC_ACCURACY || metric->kind == DDP_METRIC_TOP_K;
+        int64_t metric_rows = per_class ? rows : 1; /* binary accuracy and mae: a mean over the whole output */
+        add_out(mo, per_sample(L, metric->name, metric_rows));
         mo->code = metric->kind;
         mo->what = metric->name;
         mo->from_logits = op->from_logits;
         mo->k_top = metric->k;
-        mo->range = dim_batched(1);
-        mo->channels = out->per_sample;
+        set_rows(mo, out, metric_rows);
         if (acc->nin < 8) {
             acc->pair[acc->nin] = (int)metric->pair;
             add_in(acc, mo->out[0]);
@@ -899,10 +951,11 @@ static void lower_loss_and_metrics(Lower *L, Tensor *out, Tensor *dout) {
  * output (one-hot rows, 0/1 targets, regression targets). */
 static Tensor *label_tensor(Ddpc *c, Ir *ir, const Shape *out) {
     if (ir->config->loss == DDP_LOSS_SPARSE_CATEGORICAL) {
-        Shape none = {0, {0}};
-        Tensor *t = ir_tensor(c, ir, "label", T_LABEL, DT_I32, true, &none);
-        t->per_sample = 1;
-        t->elems = ir->batch;
+        Shape none = {0, {0}}, positions = *out;
+        positions.rank--;
+        Tensor *t = ir_tensor(c, ir, "label", T_LABEL, DT_I32, true, positions.rank ? &positions : &none);
+        t->per_sample = shape_count(&positions);
+        t->elems = ir->batch * t->per_sample;
         return t;
     }
     return ir_tensor(c, ir, "label", T_LABEL, ir->dtype, true, out);

@@ -76,7 +76,13 @@ static void expr_to(Ddpc *c, StrBuf *sb, const XExpr *e, int min) {
     switch (e->kind) {
     case X_LOAD:
         sb_printf(sb, "%%%d%s", e->t->id,
-                  e->bc == BC_CHANNEL ? "[c]" : e->bc == BC_SAMPLE ? "[s]" : e->bc == BC_SCALAR ? "[0]" : "");
+                  e->bc == BC_CHANNEL ? "[c]" : e->bc == BC_SAMPLE ? "[s]" : e->bc == BC_SCALAR ? "[0]"
+                  : e->bc == BC_ROW ? "[r]" : "");
+        break;
+    case X_ONE_HOT:
+        sb_printf(sb, "one_hot(");
+        expr_to(c, sb, e->a, 0);
+        sb_printf(sb, ", %lld)", (long long)e->channels);
         break;
     case X_CONST:
         sb_printf(sb, "%s", fmt_number(c->arena, e->num));

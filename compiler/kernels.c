@@ -120,6 +120,8 @@ static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
         }
         else if (e->bc == BC_SCALAR)
             index = I(cg, 0);
+        else if (e->bc == BC_ROW)
+            index = m->row && m->period == e->channels ? m->row : divs(cg, i, I(cg, e->channels));
         v = cg_load(cg, e->t, index);
         if (LLVMTypeOf(v) != cg->real)
             v = cg_from_f64(cg, cg_to_f64(cg, v), cg->real);
@@ -149,6 +151,12 @@ static LLVMValueRef gen_expr(Cg *cg, const XExpr *e, LLVMValueRef i, Memo *m) {
     case X_LOG1P: v = cg_log1p(cg, a); break;
     case X_NORMAL_CDF: v = cg_normal_cdf(cg, a); break;
     case X_KEEP: v = keep_draw(cg, e, i, m); break;
+    case X_ONE_HOT: { /* a exact in the program's type: token indices up to 2^24 in f32 */
+        LLVMValueRef column = m->within && m->period == e->channels ? m->within : rems(cg, i, I(cg, e->channels));
+        LLVMValueRef hit = LLVMBuildFCmp(cg->b, LLVMRealOEQ, a, LLVMBuildSIToFP(cg->b, column, cg->real, ""), "");
+        v = LLVMBuildUIToFP(cg->b, hit, cg->real, "");
+        break;
+    }
     }
     if (m->n < MEMO) {
         m->e[m->n] = e;
@@ -225,7 +233,8 @@ enum { MAX_PERIOD = 1 << 16 };
 static void channel_period(const XExpr *e, int64_t *period) {
     if (!e)
         return;
-    if (e->kind == X_LOAD && e->bc == BC_CHANNEL && *period <= MAX_PERIOD && *period % e->channels != 0)
+    bool per_channel = (e->kind == X_LOAD && e->bc == BC_CHANNEL) || e->kind == X_ONE_HOT;
+    if (per_channel && *period <= MAX_PERIOD && *period % e->channels != 0)
         *period = *period / ddp_gcd(*period, e->channels) * e->channels;
     channel_period(e->a, period);
     channel_period(e->b, period);
@@ -749,6 +758,12 @@ typedef struct SampleSum {
     Tensor *values;
 } SampleSum;
 
+/* The values a per-sample vector holds for n samples: one a sample, or one a row of
+ * classes, each its share of the sample's. */
+static LLVMValueRef value_rows(Cg *cg, const Tensor *values, LLVMValueRef n) {
+    return values->per_sample == 1 ? n : mul(cg, n, I(cg, values->per_sample));
+}
+
 static void sample_visit(Cg *cg, IrOp *op, LLVMValueRef s, void *arg) {
     (void)op;
     SampleSum *a = arg;
@@ -764,7 +779,7 @@ static void block_accumulate(Cg *cg, IrOp *op, LLVMValueRef i) {
     for (int in = 0; in < op->nin; in++) {
         SampleSum a = {cg_var(cg, cg->f64, F(cg, 0), "sum"), op->in[in]};
         set_var(cg, a.acc, F(cg, 0));
-        strided_rows(cg, op, &k, n, sample_visit, &a);
+        strided_rows(cg, op, &k, value_rows(cg, op->in[in], n), sample_visit, &a);
         LLVMValueRef total = block_sum(cg, &k, load_var(cg, a.acc, cg->f64), 0);
         If f = first_thread(cg, &k);
         LLVMValueRef at = I(cg, 2 * op->pair[in]);
@@ -1707,13 +1722,22 @@ static LLVMValueRef smoothed(Cg *cg, IrOp *op, LLVMValueRef t, int64_t k) {
 
 static const double clip_eps = 1e-7; /* Keras' epsilon for probabilities */
 
-/* One sample s: its loss, and if training the gradient of its row, over the live
- * global batch (the loss is the sum over samples divided by it, S10). */
+/* A row's share of its sample's value: 1 / the rows of classes a sample holds (a
+ * language model's positions), whose mean is the sample's loss or metric. */
+static LLVMValueRef row_share(Cg *cg, IrOp *op, LLVMValueRef v) {
+    int64_t rows = op->out[0]->per_sample;
+    return rows == 1 ? v : fmul(cg, v, F(cg, 1.0 / (double)rows));
+}
+
+/* Row s of the output (a sample, or one of its positions): its share of the sample's
+ * loss, and if training the row's gradient, over the live global batch (the loss is
+ * the sum over samples divided by it, S10). */
 static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
     Tensor *z = op->in[0], *label = op->in[1], *dz = op->nout > 1 ? op->out[1] : NULL;
     int64_t k = op->channels;
     LLVMValueRef row = mul(cg, s, I(cg, k));
-    LLVMValueRef inv_n = fdiv(cg, F(cg, 1), LLVMBuildSIToFP(cg->b, cg_scalar_i64(cg, DDP_S_GLOBAL_BATCH), cg->f64, ""));
+    LLVMValueRef global = LLVMBuildSIToFP(cg->b, cg_scalar_i64(cg, DDP_S_GLOBAL_BATCH), cg->f64, "");
+    LLVMValueRef inv_n = row_share(cg, op, fdiv(cg, F(cg, 1), global));
     LLVMValueRef loss;
     if (is_loss(cg, DDP_LOSS_SPARSE_CATEGORICAL) || is_loss(cg, DDP_LOSS_CATEGORICAL)) {
         bool sparse = label->dtype == DT_I32;
@@ -1800,7 +1824,7 @@ static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
         cg_loop_end(cg, &l);
         loss = fmul(cg, load_var(cg, lacc, cg->f64), inv_k);
     }
-    store_f64(cg, op->out[0], s, loss, false);
+    store_f64(cg, op->out[0], s, row_share(cg, op, loss), false);
 }
 
 /* ------------------------------------------------------------------ metrics */
@@ -1819,6 +1843,7 @@ static LLVMValueRef row_argmax(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k) {
     return load_var(cg, where, cg->i64);
 }
 
+/* Row s's value of the metric (a sample's, or a position's), its share stored. */
 static void gen_metric(Cg *cg, IrOp *op, LLVMValueRef s) {
     Tensor *z = op->in[0], *label = op->in[1];
     int64_t k = op->channels;
@@ -1860,7 +1885,7 @@ static void gen_metric(Cg *cg, IrOp *op, LLVMValueRef s) {
         value = LLVMBuildUIToFP(cg->b, and_(cg, valid, lt(cg, load_var(cg, rank, cg->i64), I(cg, op->k_top))),
                                 cg->f64, "");
     }
-    store_f64(cg, op->out[0], s, value, false);
+    store_f64(cg, op->out[0], s, row_share(cg, op, value), false);
 }
 
 /* Adds each per-sample vector's sum over the live batch, and the batch's size, to its
@@ -1870,7 +1895,7 @@ static void gen_accumulate(Cg *cg, IrOp *op, LLVMValueRef i) {
     LLVMValueRef n = cg_local_batch(cg);
     for (int k = 0; k < op->nin; k++) {
         LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
-        Loop l = cg_loop_begin(cg, I(cg, 0), n, "s");
+        Loop l = cg_loop_begin(cg, I(cg, 0), value_rows(cg, op->in[k], n), "s");
         set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), load_f64(cg, op->in[k], cg_loop_index(cg, &l))));
         cg_loop_end(cg, &l);
         LLVMValueRef at = I(cg, 2 * op->pair[k]);

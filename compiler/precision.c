@@ -2,9 +2,9 @@
  * tensors are stored in bfloat16, which stay f32, and the bf16 copies a product
  * makes of an f32 operand.
  *
- * Stored in bf16: the batch's inputs, activations and their gradients, a
- * convolution's columns and KRSC filters, and the filters' gradient as a convolution
- * writes it. Kept f32: the master copy (parameters, their gradients, the optimizer's
+ * Stored in bf16: the batch's inputs (but token indices), activations and their
+ * gradients, a convolution's columns and KRSC filters, and the filters' gradient as a
+ * convolution writes it. Kept f32: the master copy (parameters, their gradients, the optimizer's
  * state), statistics, labels, per-channel sums and every other scratch, softmax's
  * output and the values of the model's last layer (its product and the output), with
  * their gradients, so that softmax, the loss and the metrics read f32 logits. A
@@ -34,6 +34,17 @@ static void keep_f32(bool *keep, Tensor *t) {
     }
 }
 
+/* Token indices an embedding reads stay f32, exact to 2^24 (bf16 holds integers
+ * exactly only to 256). */
+static void keep_indices_f32(bool *keep, const XExpr *e) {
+    if (!e)
+        return;
+    if (e->kind == X_ONE_HOT && e->a->kind == X_LOAD)
+        keep_f32(keep, e->a->t);
+    keep_indices_f32(keep, e->a);
+    keep_indices_f32(keep, e->b);
+}
+
 /* What the loss, metrics and softmax read or write stays f32, and so does the last
  * layer's product: the logits cost little and keep their digits. */
 static bool *f32_tensors(Ddpc *c, Ir *ir) {
@@ -53,6 +64,8 @@ static bool *f32_tensors(Ddpc *c, Ir *ir) {
                 keep_f32(keep, op->out[1]);
             if (op->kind == OP_SOFTMAX)
                 keep_f32(keep, op->out[0]);
+            for (int k = 0; k < op->nout && op->kind == OP_POINTWISE; k++)
+                keep_indices_f32(keep, op->expr[k]);
         }
     return keep;
 }

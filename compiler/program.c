@@ -298,12 +298,26 @@ static ddp_phase phase_steps(Ddpc *c, Ir *ir, Phase ph) {
     return (ddp_phase){.steps = steps, .count = count};
 }
 
+/* The token indices the model's inputs may hold: the smallest vocab of the embeddings
+ * (which read nothing but the input), 0 where none does. */
+static int64_t input_vocab(const Graph *g) {
+    int64_t vocab = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+        const GNode *n = g->nodes.items[i];
+        if (n->op == L_EMBEDDING && (!vocab || n->attrs.vocab < vocab))
+            vocab = n->attrs.vocab;
+    }
+    return vocab;
+}
+
 /* The built program as a C instance of the contract's ddp_program. */
 static ddp_program program_instance(Ddpc *c, Ir *ir, const char *source, const char *ptx, uint64_t hash,
                                     uint64_t gpu_hash) {
     ddp_program p = {.abi_version = DDP_ABI_VERSION, .hash = hash, .name = ir->graph->model, .source = source,
                      .dtype = abi_dtype(ir->dtype), .input_rank = ir->graph->input.rank,
                      .output_elems = ir->output->per_sample, .label_dtype = abi_dtype(ir->label->dtype),
+                     .label_positions = ir->loss_rows,
+                     .input_vocab = input_vocab(ir->graph),
                      .param_count = ir->param_count, .stats_count = ir->stats_count, .ptx = ptx, .gpu_hash = gpu_hash,
                      .settings = *c->config};
     for (int i = 0; i < ir->graph->input.rank && i < 8; i++)

@@ -46,15 +46,12 @@ static void check_loss(Ddpc *c, TrainSpec *spec, Value loss) {
     const char *shape = shape_text(c, out);
     bool categorical = is_named(loss, "sparse_categorical_crossentropy") ||
                        is_named(loss, "categorical_crossentropy");
-    if (categorical && (out->rank != 1 || out->dim[0] < 2)) {
+    if (categorical && (out->rank == 0 || out->dim[out->rank - 1] < 2)) {
         diag_report(c, E_LOSS_MISMATCH, loss.loc,
-                    "%s needs one score per class, an output [classes] with 2 or more, but "
-                    "`%s` outputs %s", loss.builtin->name, g->model, shape);
+                    "%s needs one score per class, an output [classes] or [..., classes] with 2 or more, "
+                    "but `%s` outputs %s", loss.builtin->name, g->model, shape);
         if (out->rank == 1 && out->dim[0] == 1)
             diag_note(c, loss.loc, "with one output for two classes, use binary_crossentropy");
-        if (out->rank > 1 && g->output->op == L_DENSE) /* Keras's Dense: the last axis alone */
-            diag_note(c, g->output->loc, "dense works on the last axis, each position apart; add `flatten` or "
-                                         "`global_avgpool` before it");
         return;
     }
     if (!is_classification(loss))
@@ -92,6 +89,8 @@ static void dataset_facts(Value ds, Shape *shape, int64_t *classes) {
         *classes = (int64_t)object_arg(ds, "classes").num;
     } else if (is_named(ds, "csv")) {
         *shape = (Shape){1, {object_arg(ds, "features").len}};
+    } else if (is_named(ds, "token_file")) {
+        *shape = (Shape){1, {(int64_t)object_arg(ds, "window").num}};
     }
 }
 
@@ -272,6 +271,28 @@ static void check_normalization(Ddpc *c, TrainSpec *spec, Value ds) {
     }
 }
 
+static bool looks_up_tokens(const Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++)
+        if (g->nodes.items[i]->op == L_EMBEDDING)
+            return true;
+    return false;
+}
+
+/* Token indices are read as they are: scaled, normalised or augmented they would be
+ * other tokens. */
+static void check_indices_as_read(Ddpc *c, TrainSpec *spec, Value ds) {
+    static const char *const changes[] = {"scale", "mean", "std", "augment"};
+    for (int i = 0; i < 4 && looks_up_tokens(spec->graph); i++) {
+        Value v = object_arg(ds, changes[i]);
+        if (v.kind == V_NONE || (i == 0 && v.num == 1))
+            continue;
+        diag_report(c, E_DATA_MISMATCH, v.loc.file ? v.loc : ds.loc, "`%s` changes the inputs of %s, but `%s` "
+                    "looks them up as token indices, which must be read as they are", changes[i],
+                    dataset_name(c, ds), spec->graph->model);
+        return;
+    }
+}
+
 /* trained: the dataset trained on (else the validation one) */
 static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool trained) {
     if (ds.kind != V_OBJECT)
@@ -295,10 +316,31 @@ static void check_dataset(Ddpc *c, TrainSpec *spec, Value ds, Value loss, bool t
     bool categorical = is_named(loss, "sparse_categorical_crossentropy") ||
                        is_named(loss, "categorical_crossentropy");
     const Shape *out = &g->output->out;
-    if (classes && categorical && out->rank == 1 && out->dim[0] != classes)
+    if (classes && categorical && out->rank && out->dim[out->rank - 1] != classes)
         diag_report(c, E_DATA_MISMATCH, ds.loc, "%s has %lld classes, but `%s` outputs %s",
                     dataset_name(c, ds), (long long)classes, g->model, shape_text(c, out));
+    /* a file of tokens labels each position with the token after it */
+    if (is_named(ds, "token_file") && (!categorical || out->rank != 2)) {
+        diag_report(c, E_DATA_MISMATCH, ds.loc, "%s labels each of its %s tokens with the one after it, but `%s` "
+                    "outputs %s%s", dataset_name(c, ds), fmt_number(c->arena, object_arg(ds, "window").num),
+                    g->model, shape_text(c, out), categorical ? "" : arena_printf(c->arena, " for %s",
+                    loss.kind == V_OBJECT ? loss.builtin->name : "its loss"));
+        diag_note(c, ds.loc, "a language model outputs [tokens, vocab] scores, with sparse_categorical_crossentropy");
+    }
+    /* a class at each position needs labels of that shape: npy files, tokens, or synthetic ones */
+    if (categorical && out->rank > 1 && !is_named(ds, "npy") && !is_named(ds, "token_file") &&
+        !is_named(ds, "synthetic")) {
+        Shape positions = *out;
+        positions.rank--;
+        diag_report(c, E_DATA_MISMATCH, ds.loc, "%s gives one class a sample, but `%s` outputs %s, a class at "
+                    "each position of %s", dataset_name(c, ds), g->model, shape_text(c, out),
+                    shape_text(c, &positions));
+        if (g->output->op == L_DENSE) /* Keras's Dense: the last axis alone */
+            diag_note(c, g->output->loc, "dense works on the last axis, each position apart; add `flatten` or "
+                                         "`global_avgpool` before it");
+    }
     check_normalization(c, spec, ds);
+    check_indices_as_read(c, spec, ds);
     Value augment = object_arg(ds, "augment");
     bool cropped = crop_window(ds, window); /* validation takes its centre */
     if (trained || cropped)

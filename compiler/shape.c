@@ -272,6 +272,36 @@ static bool position_embedding_rule(Rule *r) {
     return true;
 }
 
+/* The value an embedding reads must be token indices: the model's input, or a reshape
+ * of it, never a computed value (whose gradient the lookup could not pass back). */
+static bool reads_model_input(const GNode *n) {
+    while (n->op == L_RESHAPE || n->op == L_FLATTEN)
+        n = n->inputs[0];
+    return n->op == L_INPUT;
+}
+
+/* Keras's Embedding: [...] indices -> [..., units]. */
+static bool embedding_rule(Rule *r) {
+    Shape *in = &r->call->in[0];
+    LayerAttrs *a = &r->res->attrs;
+    a->vocab = (int64_t)arg(r, "vocab").num;
+    a->units = (int64_t)arg(r, "units").num;
+    if (!reads_model_input(r->call->inputs[0])) {
+        diag_report(r->c, E_EMBEDDING_INPUT, r->call->loc,
+                    "embedding looks up token indices, but its input is computed by `%s`",
+                    r->call->inputs[0]->name);
+        diag_note(r->c, r->call->loc, "apply embedding to the model's input (`in`), whose values are the indices");
+        return false;
+    }
+    if (in->rank == MAX_RANK)
+        return wrong_rank(r, "fewer than 8 axes");
+    r->res->out = *in;
+    r->res->out.dim[r->res->out.rank++] = a->units;
+    if (!mul(a->vocab, a->units, &r->res->params))
+        return too_large(r, "the size");
+    return true;
+}
+
 static bool dropout_rule(Rule *r) {
     r->res->out = r->call->in[0];
     r->res->attrs.rate = arg(r, "rate").num;
@@ -434,6 +464,7 @@ bool shape_infer(Ddpc *c, LayerCall *call, LayerResult *res) {
     case L_LAYERNORM: ok = layernorm_rule(&r); break;
     case L_ATTENTION: ok = attention_rule(&r); break;
     case L_POSITION_EMBEDDING: ok = position_embedding_rule(&r); break;
+    case L_EMBEDDING: ok = embedding_rule(&r); break;
     case L_DROPOUT: ok = dropout_rule(&r); break;
     case L_FLATTEN: ok = flatten_rule(&r); break;
     case L_RESHAPE: ok = reshape_rule(&r); break;

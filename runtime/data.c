@@ -427,12 +427,14 @@ static bool read_files(const ddp_dataset *spec, const char *root, ddp_data *d, c
         [DDP_DATA_CIFAR10] = {"CIFAR-10 folder", NULL},
         [DDP_DATA_NPY] = {"inputs", "labels"},
         [DDP_DATA_CSV] = {"CSV file", NULL},
+        [DDP_DATA_TOKENS] = {"token file", NULL},
     };
     static bool (*const readers[])(ddp_data *, char *, size_t) = {
         [DDP_DATA_IDX] = data_read_idx,
         [DDP_DATA_CIFAR10] = data_read_cifar10,
         [DDP_DATA_NPY] = data_read_npy,
         [DDP_DATA_CSV] = data_read_csv,
+        [DDP_DATA_TOKENS] = data_read_tokens,
     };
     const char *const *role = roles[spec->kind];
     d->unlabelled = spec->kind == DDP_DATA_NPY && !(spec->path[1] && *spec->path[1]);
@@ -441,8 +443,13 @@ static bool read_files(const ddp_dataset *spec, const char *root, ddp_data *d, c
     if (role[1] && !d->unlabelled &&
         !resolve_path(spec, root, spec->path[1], role[1], d->label_where, sizeof d->label_where, err, errlen))
         return false;
-    /* a dataset of several files had each file's labels checked as it was read */
-    if (!readers[spec->kind](d, err, errlen) || (!d->nshards && !data_check_labels(d, err, errlen)))
+    /* a dataset of several files had each file's labels checked as it was read, and
+     * a file of tokens holds whole numbers */
+    if (!readers[spec->kind](d, err, errlen))
+        return false;
+    if (spec->kind == DDP_DATA_TOKENS)
+        return true;
+    if (!d->nshards && !data_check_labels(d, err, errlen))
         return false;
     d->integral_labels = all_whole(d->labels, d->samples * d->label_elems);
     return true;
@@ -498,24 +505,31 @@ void ddp_data_free(ddp_data *d) {
 
 /* ---------------------------------------------------------------- labels */
 
-static int64_t synthetic_class(const ddp_data *d, int64_t sample) {
+/* position: of the sample's label, where it has a class at each of the output's rows */
+static int64_t synthetic_class(const ddp_data *d, int64_t sample, int64_t position) {
     uint32_t w[4];
-    ddp_draw(0, DDP_STREAM_DATA + 1, (uint64_t)sample, 0, 0, w);
+    ddp_draw(0, DDP_STREAM_DATA + 1, (uint64_t)sample, (uint32_t)position, 0, w);
     return (int64_t)(ddp_uniform53(w) * (double)d->spec->classes);
 }
 
 static double label_value(const ddp_data *d, int64_t sample, int64_t j) {
     if (is_synthetic(d))
-        return (double)synthetic_class(d, sample);
+        return (double)synthetic_class(d, sample, j);
     if (d->unlabelled) /* any value will do: no figure is reported */
         return 0;
+    if (d->spec->kind == DDP_DATA_TOKENS) { /* the token after input j */
+        int64_t at = sample * d->label_elems + j + 1;
+        return d->elem == DDP_ELEM_U8 ? ((const uint8_t *)d->inputs)[at]
+               : d->elem == DDP_ELEM_U16 ? ((const uint16_t *)d->inputs)[at] : ((const uint32_t *)d->inputs)[at];
+    }
     return d->labels[sample * d->label_elems + j];
 }
 
-/* Class-index labels become one-hot rows when the loss wants a distribution. */
+/* Class-index labels (one a row of classes) become one-hot rows when the loss wants a
+ * distribution. */
 static bool one_hot(const ddp_data *d, const ddp_program *p) {
-    return p->label_dtype != DDP_I32 && p->settings.loss == DDP_LOSS_CATEGORICAL && d->label_elems == 1 &&
-           p->output_elems > 1;
+    return p->label_dtype != DDP_I32 && p->settings.loss == DDP_LOSS_CATEGORICAL &&
+           (is_synthetic(d) || d->label_elems == p->label_positions) && p->output_elems > p->label_positions;
 }
 
 /* The shard of a dataset of several files that holds sample: the last whose first
@@ -546,6 +560,10 @@ static bool label_outside(const ddp_data *d, double lo, double hi, bool whole, c
         snprintf(what, len, "it has %lld classes (0..%lld)", (long long)classes, (long long)(classes - 1));
         return true;
     }
+    if (d->spec->kind == DDP_DATA_TOKENS) {
+        snprintf(what, len, "it holds the token %lld", (long long)d->token_max);
+        return (double)d->token_max > hi;
+    }
     for (int64_t i = 0; i < d->samples * d->label_elems; i++) {
         double v = d->labels[i];
         if (v < lo || v > hi || (whole && v != floor(v))) {
@@ -573,19 +591,32 @@ static const char *loss_name(int64_t loss) {
 }
 
 static bool class_indices_fit(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
-    char what[160];
+    char what[160], shape[64];
     const char *file;
-    if (d->label_elems != 1)
+    int64_t positions = p->label_positions, classes = p->output_elems / positions;
+    ddp_shape_text(shape, sizeof shape, p->output_shape, (int)p->output_rank);
+    if (d->label_elems != positions && !is_synthetic(d)) {
+        if (positions == 1)
+            return data_fail(err, errlen, labels_file(d),
+                             "holds %lld values per label, but %s wants one class index per sample; use "
+                             "categorical_crossentropy for one-hot or probability labels",
+                             (long long)d->label_elems, loss_name(p->settings.loss));
         return data_fail(err, errlen, labels_file(d),
-                         "holds %lld values per label, but %s wants one class index per sample; use "
-                         "categorical_crossentropy for one-hot or probability labels",
-                         (long long)d->label_elems, loss_name(p->settings.loss));
-    if (label_outside(d, 0, (double)(p->output_elems - 1), true, what, sizeof what, &file))
-        return data_fail(
-            err, errlen, file,
-            "%s, but the model `%s` has %lld outputs, so class indices run 0..%lld; give its last "
-            "layer one unit per class",
-            what, p->name ? p->name : "", (long long)p->output_elems, (long long)(p->output_elems - 1));
+                         "holds %lld class %s a sample, but the model `%s` outputs %s, a class at each of %lld "
+                         "positions; give the labels as (samples, %lld) class indices",
+                         (long long)d->label_elems, d->label_elems == 1 ? "index" : "indices", p->name ? p->name : "",
+                         shape, (long long)positions, (long long)positions);
+    }
+    char outputs[96];
+    if (positions == 1)
+        snprintf(outputs, sizeof outputs, "has %lld outputs", (long long)classes);
+    else
+        snprintf(outputs, sizeof outputs, "outputs %s", shape);
+    if (label_outside(d, 0, (double)(classes - 1), true, what, sizeof what, &file))
+        return data_fail(err, errlen, file,
+                         "%s, but the model `%s` %s, so class indices run 0..%lld; give its last layer one unit "
+                         "per class",
+                         what, p->name ? p->name : "", outputs, (long long)(classes - 1));
     return true;
 }
 
@@ -649,6 +680,57 @@ static bool window_fits(const ddp_data *d, const ddp_program *p, const int64_t w
                      (long long)window[0], (long long)window[1], (long long)pixel, pixel == 1 ? "" : "s");
 }
 
+/* Where a sample's inputs are: in inputs, or in its shard's of a dataset of several
+ * files. */
+static const char *sample_inputs(const ddp_data *d, int64_t sample) {
+    size_t bytes = (size_t)d->elems * (size_t)data_elem_size[d->elem];
+    if (!d->nshards)
+        return (const char *)d->inputs + (size_t)sample * bytes;
+    const ddp_data_shard *shard = shard_of(d, sample);
+    return (const char *)shard->inputs + (size_t)(sample - shard->first) * bytes;
+}
+
+/* Token indices (the inputs of a model whose embedding reads them) must be whole
+ * numbers 0..vocab - 1: each is checked once here, where a wrong one would otherwise
+ * look up nothing, silently. */
+static bool indices_fit(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
+    if (!p->input_vocab || is_synthetic(d))
+        return true;
+    if (d->spec->kind == DDP_DATA_TOKENS)
+        return d->token_max < p->input_vocab ||
+               data_fail(err, errlen, d->where,
+                         "holds the token %lld, but the model `%s` looks tokens up in an embedding of token "
+                         "indices 0..%lld; give the embedding a vocab of at least %lld",
+                         (long long)d->token_max, p->name ? p->name : "", (long long)(p->input_vocab - 1),
+                         (long long)d->token_max + 1);
+    double *row = malloc(sizeof *row * (size_t)d->elems);
+    if (!row)
+        return data_fail(err, errlen, d->where, "out of memory for checking its token indices");
+    for (int64_t s = 0; s < d->samples; s++) {
+        converters[d->elem][1](row, sample_inputs(d, s), d->elems, d->spec->scale);
+        for (int64_t e = 0; e < d->elems; e++) {
+            double v = row[e];
+            if (v >= 0 && v < (double)p->input_vocab && v == floor(v))
+                continue;
+            const char *file = d->where;
+            int64_t sample = s;
+            if (d->nshards) {
+                const ddp_data_shard *shard = shard_of(d, s);
+                file = shard->path;
+                sample -= shard->first;
+            }
+            free(row);
+            return data_fail(err, errlen, file,
+                             "sample %lld holds %.17g at position %lld, but the model `%s` looks it up in an "
+                             "embedding of token indices 0..%lld",
+                             (long long)sample, v, (long long)e, p->name ? p->name : "",
+                             (long long)(p->input_vocab - 1));
+        }
+    }
+    free(row);
+    return true;
+}
+
 bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
     int64_t want = model_input_elems(p), window[2];
     if (!is_synthetic(d) && crop_window(d->spec, window)) {
@@ -664,7 +746,7 @@ bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t er
                          ddp_dims_text(theirs, sizeof theirs, p->input_shape, (int)p->input_rank, ", "),
                          (long long)want);
     }
-    return d->unlabelled || labels_fit(d, p, err, errlen);
+    return indices_fit(d, p, err, errlen) && (d->unlabelled || labels_fit(d, p, err, errlen));
 }
 
 /* --------------------------------------------------------------- batches */
@@ -678,25 +760,18 @@ uint64_t ddp_synthetic_seed(int64_t sample) {
     return (uint64_t)w[0] << 32 | w[1];
 }
 
-static void synthetic_inputs(int64_t sample, int64_t per, bool f64, void *row) {
+/* vocab > 0: token indices, the values in [-1, 1) stretched over 0..vocab - 1 */
+static void synthetic_inputs(int64_t sample, int64_t per, bool f64, int64_t vocab, void *row) {
     uint64_t seed = ddp_synthetic_seed(sample);
     for (int64_t e = 0; e < per; e++) {
         double v = ddp_synthetic_element(seed, e);
+        if (vocab)
+            v = floor((v + 1) / 2 * (double)vocab);
         if (f64)
             ((double *)row)[e] = v;
         else
             ((float *)row)[e] = (float)v;
     }
-}
-
-/* Where a sample's inputs are: in inputs, or in its shard's of a dataset of several
- * files. */
-static const char *sample_inputs(const ddp_data *d, int64_t sample) {
-    size_t bytes = (size_t)d->elems * (size_t)data_elem_size[d->elem];
-    if (!d->nshards)
-        return (const char *)d->inputs + (size_t)sample * bytes;
-    const ddp_data_shard *shard = shard_of(d, sample);
-    return (const char *)shard->inputs + (size_t)(sample - shard->first) * bytes;
 }
 
 static int ascending(const void *a, const void *b) {
@@ -1617,7 +1692,7 @@ static void make_row(RowMaker *rm, int64_t entry, char *row) {
     } else if (is_synthetic(d) && rm->mk.bf16) {
         bf16_inputs(d, sample, NULL, 0, rm->per, (uint16_t *)row);
     } else if (is_synthetic(d)) {
-        synthetic_inputs(sample, rm->per, rm->mk.f64, row);
+        synthetic_inputs(sample, rm->per, rm->mk.f64, p->input_vocab, row);
     } else {
         make_values(&rm->mk, sample, sample_inputs(d, sample), 0, rm->per, row);
     }
@@ -1678,28 +1753,33 @@ static void batch_inputs(const ddp_data *d, const ddp_program *p, const int64_t 
     free(table);
 }
 
-/* A sample's label row of k values: its one-hot row, or the file's. */
-static void label_row(const ddp_data *d, bool hot, int64_t sample, int64_t k, double *out) {
-    int64_t hot_class = hot ? (int64_t)label_value(d, sample, 0) : -1;
+/* A sample's label of k values: its class indices as one-hot rows (positions of them),
+ * or the file's values. */
+static void label_row(const ddp_data *d, bool hot, int64_t positions, int64_t sample, int64_t k, double *out) {
+    int64_t classes = k / positions;
     for (int64_t j = 0; j < k; j++)
-        out[j] = hot ? (double)(j == hot_class) : label_value(d, sample, j);
+        out[j] = hot ? (double)(j % classes == (int64_t)label_value(d, sample, j / classes))
+                     : label_value(d, sample, j);
 }
 
 /* mixes: as batch_inputs's, which mix label rows in the inputs' shares */
 static void batch_labels(const ddp_data *d, const ddp_program *p, const int64_t *indices, int64_t n,
                          const ddp_mix *mixes, void *y) {
     if (p->label_dtype == DDP_I32) { /* class indices: the compiler refuses mixing them */
+        int64_t positions = p->label_positions;
         for (int64_t r = 0; r < n; r++)
-            ((int32_t *)y)[r] = (int32_t)label_value(d, ddp_entry_sample(indices[r], d->samples), 0);
+            for (int64_t j = 0; j < positions; j++)
+                ((int32_t *)y)[r * positions + j] =
+                    (int32_t)label_value(d, ddp_entry_sample(indices[r], d->samples), j);
         return;
     }
     int64_t k = p->output_elems;
     bool hot = one_hot(d, p), f64 = p->label_dtype == DDP_F64;
     double *own = batch_alloc(d, sizeof(double) * (size_t)(2 * k), "labelling"), *other = own + k;
     for (int64_t r = 0; r < n; r++) {
-        label_row(d, hot, ddp_entry_sample(indices[r], d->samples), k, own);
+        label_row(d, hot, p->label_positions, ddp_entry_sample(indices[r], d->samples), k, own);
         if (mixes) {
-            label_row(d, hot, mixes[r].partner, k, other);
+            label_row(d, hot, p->label_positions, mixes[r].partner, k, other);
             for (int64_t j = 0; j < k; j++)
                 own[j] = mixes[r].share * own[j] + (1 - mixes[r].share) * other[j];
         }

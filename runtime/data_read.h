@@ -1,7 +1,7 @@
 /* data_read.h: what the dataset readers (data_idx.c, data_cifar10.c, data_npy.c,
- * data_csv.c) share with data.c, which holds these helpers: reading a file whole,
- * plain or gzip-compressed; byte order and element types; the one-line messages every
- * failure ends in. Private to the data files of the runtime. */
+ * data_csv.c, data_tokens.c) share with data.c, which holds these helpers: reading a
+ * file whole, plain or gzip-compressed; byte order and element types; the one-line
+ * messages every failure ends in. Private to the data files of the runtime. */
 #ifndef DDP_DATA_READ_H
 #define DDP_DATA_READ_H
 
@@ -85,5 +85,6 @@ bool data_read_idx(ddp_data *d, char *err, size_t errlen);
 bool data_read_cifar10(ddp_data *d, char *err, size_t errlen);
 bool data_read_npy(ddp_data *d, char *err, size_t errlen);
 bool data_read_csv(ddp_data *d, char *err, size_t errlen);
+bool data_read_tokens(ddp_data *d, char *err, size_t errlen);
 
 #endif

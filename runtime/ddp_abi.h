@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 22
+#define DDP_ABI_VERSION 23
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -482,13 +482,13 @@ DDP_CONTRACT(ddp_augment)
     X##_F64(T, std)
 DDP_CONTRACT(ddp_channel)
 
-enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_CSV,
+enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_CSV, DDP_DATA_TOKENS,
                         DDP_DATA_SYNTHETIC };
 
 #define DDP_FIELDS_ddp_dataset(X, T)                                                                         \
     X##_STR(T, name)        /* its definition's name, or "" */                                               \
     X##_I64(T, kind)        /* ddp_dataset_kind; -1: none */                                                 \
-    X##_STRS(T, path, 2)    /* idx: images, labels; npy: inputs, labels; cifar10: dir; csv */                \
+    X##_STRS(T, path, 2)    /* idx: images, labels; npy: inputs, labels; cifar10: dir; csv; token_file */        \
     X##_F64(T, scale)                                                                                        \
     X##_I64(T, part)        /* cifar10: 0 train, 1 test */                                                   \
     X##_I64(T, header)      /* csv */                                                                        \
@@ -496,6 +496,8 @@ enum ddp_dataset_kind { DDP_DATA_IDX, DDP_DATA_CIFAR10, DDP_DATA_NPY, DDP_DATA_C
     X##_I64(T, nfeatures)                                                                                    \
     X##_STR(T, target)                                                                                       \
     X##_I64(T, classes)     /* synthetic */                                                                  \
+    X##_I64(T, window)      /* token_file: the tokens of a sample */                                             \
+    X##_I64(T, token_bytes) /* token_file: 1, 2 or 4, each an unsigned little-endian integer */                \
     X##_I64(T, samples)                                                                                      \
     X##_REFS(T, ddp_augment, augment, naugment) /* applied when trained on, never in validation */         \
     X##_I64(T, naugment)                                                                                     \
@@ -575,6 +577,8 @@ enum ddp_phase_kind { DDP_PHASE_FORWARD, DDP_PHASE_BACKWARD, DDP_PHASE_OPTIMIZER
     X##_I64(T, output_rank)                                                                                  \
     X##_I64S(T, output_shape, 8)    /* per sample */                                                         \
     X##_I64(T, label_dtype)         /* DDP_I32 class indices, else the output's dtype */                     \
+    X##_I64(T, label_positions)     /* class indices a sample: one per row of the output's last axis */      \
+    X##_I64(T, input_vocab)         /* > 0: the inputs are token indices, whole numbers below it */          \
     X##_I64(T, param_count)                                                                                  \
     X##_I64(T, stats_count)                                                                                  \
     X##_I64S(T, region_bytes, DDP_REGION_COUNT)                                                              \

@@ -115,7 +115,7 @@ struct ddp_loader {
 static int64_t row_bytes(const ddp_program *p, bool label) {
     int64_t per = 1;
     if (label)
-        return p->label_dtype == DDP_I32 ? 4 : ddp_dtype_size(p->label_dtype) * p->output_elems;
+        return ddp_dtype_size(p->label_dtype) * ddp_label_values(p);
     for (int d = 0; d < p->input_rank; d++)
         per *= p->input_shape[d];
     return ddp_dtype_size(ddp_input_dtype(p)) * per;

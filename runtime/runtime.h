@@ -112,7 +112,8 @@ typedef struct ddp_data {
     int64_t nshards;
     int64_t label_elems;        /* values per sample's label (1 for a class index) */
     bool integral_labels;       /* every label value is a whole number (a class index) */
-    double *labels;             /* samples x label_elems; NULL: synthetic */
+    double *labels;             /* samples x label_elems; NULL: synthetic, tokens (the inputs' next ones) */
+    int64_t token_max;          /* tokens: the largest token that inputs and labels hold */
     bool unlabelled;            /* inputs alone (--predict-inputs): every label reads 0 */
 } ddp_data;
 
@@ -123,6 +124,11 @@ const char *ddp_shape_text(char *buf, size_t len, const int64_t *dims, int rank)
 /* The bytes of one element of a ddp_dtype. */
 static inline int64_t ddp_dtype_size(int64_t dtype) {
     return dtype == DDP_U8 ? 1 : dtype == DDP_BF16 ? 2 : dtype == DDP_F32 || dtype == DDP_I32 ? 4 : 8;
+}
+/* The values of a sample's label in a batch: class indices, one a row of classes of
+ * the output (a language model's, one a position), or one an output. */
+static inline int64_t ddp_label_values(const ddp_program *p) {
+    return p->label_dtype == DDP_I32 ? p->label_positions : p->output_elems;
 }
 /* The element type of the batch's inputs (bf16 under precision = bf16, else the
  * program's dtype). */

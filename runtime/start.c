@@ -51,7 +51,7 @@ static const ddp_dataset *synthetic_like(const ddp_program *p, const ddp_config 
     d->name = "synthetic";
     d->kind = DDP_DATA_SYNTHETIC;
     d->scale = 1;
-    d->classes = p->output_elems > 1 ? p->output_elems : 2;
+    d->classes = p->output_elems > p->label_positions ? p->output_elems / p->label_positions : 2;
     d->samples = samples > 65536 ? samples : 65536;
     return d;
 }
@@ -425,7 +425,7 @@ static int dump_batch(const ddp_program *p, const ddp_config *cfg) {
     if (!open_dataset(cfg, p, spec, &d, &job))
         return 1;
     int64_t n = p->settings.batch_per_replica < d.samples ? p->settings.batch_per_replica : d.samples;
-    int64_t per = 1, labels = p->label_dtype == DDP_I32 ? 1 : p->output_elems;
+    int64_t per = 1, labels = ddp_label_values(p);
     for (int64_t a = 0; a < p->input_rank; a++)
         per *= p->input_shape[a];
     size_t in_size = (size_t)ddp_dtype_size(ddp_input_dtype(p)), label_size = (size_t)ddp_dtype_size(p->label_dtype);
@@ -447,7 +447,7 @@ static int dump_batch(const ddp_program *p, const ddp_config *cfg) {
         int64_t label_dims[1] = {labels};
         ok = ddp_npy_write(cfg->dump_path, "<f4", n, p->input_shape, p->input_rank, x32, sizeof *x32 * (size_t)(n * per),
                            err, sizeof err) &&
-             ddp_npy_write(labels_path, label_descr, n, label_dims, p->label_dtype == DDP_I32 ? 0 : 1, y,
+             ddp_npy_write(labels_path, label_descr, n, label_dims, labels > 1 || p->label_dtype != DDP_I32, y,
                            label_size * (size_t)(n * labels), err, sizeof err);
         if (ok)
             printf("%s: %lld samples of %s's first batch of epoch 1 (samples %lld, %lld, ...); their labels: %s\n",

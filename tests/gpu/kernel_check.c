@@ -234,7 +234,9 @@ static void judge(Check *k, const ddp_buffer *b, const char *what, int64_t seque
         exchange(k, b, at(k->cpu->region, b), true);
 }
 
-/* A batch of smooth inputs (another for each training step) and every class in turn. */
+/* A batch of smooth inputs (token indices where an embedding reads them; another
+ * batch for each training step) and every class in turn, at each of a sample's rows of
+ * classes (a language model's positions). */
 static void make_batch(ddp_runtime *rt, int64_t step) {
     const ddp_program *p = program;
     int64_t batch = p->settings.batch_per_replica, per = 1;
@@ -243,6 +245,8 @@ static void make_batch(ddp_runtime *rt, int64_t step) {
     int input_dtype = (int)p->buffers[p->input_slot].dtype;
     for (int64_t i = 0; i < batch * per; i++) {
         double v = sin(0.3 * (double)i + 0.7 * (double)step) * 2;
+        if (p->input_vocab)
+            v = (double)((i * 7 + step) % p->input_vocab);
         if (input_dtype == DDP_F64)
             ((double *)ddp_buffer_ptr(rt, p->input_slot))[i] = v;
         else if (input_dtype == DDP_BF16)
@@ -250,18 +254,20 @@ static void make_batch(ddp_runtime *rt, int64_t step) {
         else
             ((float *)ddp_buffer_ptr(rt, p->input_slot))[i] = (float)v;
     }
-    int64_t k = p->output_elems;
+    int64_t rows = p->label_positions, k = p->output_elems / rows;
     for (int64_t s = 0; s < batch; s++) {
-        if (p->label_dtype == DDP_I32)
-            ((int32_t *)ddp_buffer_ptr(rt, p->label_slot))[s] = (int32_t)((s + step) % k);
-        else
-            for (int64_t j = 0; j < k; j++) {
-                double t = j == (s + step) % k;
-                if (p->dtype == DDP_F64)
-                    ((double *)ddp_buffer_ptr(rt, p->label_slot))[s * k + j] = t;
-                else
-                    ((float *)ddp_buffer_ptr(rt, p->label_slot))[s * k + j] = (float)t;
-            }
+        for (int64_t r = s * rows; r < (s + 1) * rows; r++) {
+            if (p->label_dtype == DDP_I32)
+                ((int32_t *)ddp_buffer_ptr(rt, p->label_slot))[r] = (int32_t)((r + step) % k);
+            else
+                for (int64_t j = 0; j < k; j++) {
+                    double t = j == (r + step) % k;
+                    if (p->dtype == DDP_F64)
+                        ((double *)ddp_buffer_ptr(rt, p->label_slot))[r * k + j] = t;
+                    else
+                        ((float *)ddp_buffer_ptr(rt, p->label_slot))[r * k + j] = (float)t;
+                }
+        }
         ((int64_t *)ddp_buffer_ptr(rt, p->sample_id_slot))[s] = 100 + step * batch + s;
     }
 }

@@ -31,34 +31,40 @@ static double normal(uint64_t seed, uint32_t stream, uint64_t i) {
     return sqrt(-2 * log(1 - ddp_uniform53(w))) * cos(2 * M_PI * ddp_uniform53(v));
 }
 
+/* A whole number in [0, n), from a normal draw of the stream. */
+static int64_t draw_below(uint32_t stream, uint64_t i, int64_t n) {
+    return (int64_t)((uint64_t)(normal(7, stream, i) * 1e6 + 1e9) % (uint64_t)n);
+}
+
 static void random_batch(ddp_runtime *rt, int64_t batch) {
     const ddp_program *p = rt->program;
     int64_t per = 1;
     for (int d = 0; d < p->input_rank; d++)
         per *= p->input_shape[d];
     double *x = ddp_buffer_ptr(rt, p->input_slot);
-    for (int64_t i = 0; i < batch * per; i++)
-        x[i] = normal(7, 1, (uint64_t)i);
-    int64_t k = p->output_elems;
+    for (int64_t i = 0; i < batch * per; i++) /* token indices where an embedding reads them */
+        x[i] = p->input_vocab ? (double)draw_below(1, (uint64_t)i, p->input_vocab) : normal(7, 1, (uint64_t)i);
+    /* rows of k classes: one a sample, or one a position of a [tokens, classes] output */
+    int64_t rows = batch * p->label_positions, k = p->output_elems / p->label_positions;
     if (p->label_dtype == DDP_I32) {
         int32_t *y = ddp_buffer_ptr(rt, p->label_slot);
-        for (int64_t s = 0; s < batch; s++)
-            y[s] = (int32_t)((uint64_t)(normal(7, 2, (uint64_t)s) * 1e6 + 1e9) % (uint64_t)k);
+        for (int64_t r = 0; r < rows; r++)
+            y[r] = (int32_t)draw_below(2, (uint64_t)r, k);
     } else {
         double *y = ddp_buffer_ptr(rt, p->label_slot);
-        for (int64_t s = 0; s < batch; s++) {
+        for (int64_t r = 0; r < rows; r++) {
             double total = 0;
             for (int64_t j = 0; j < k; j++) {
-                double u = fabs(normal(7, 3, (uint64_t)(s * k + j)));
+                double u = fabs(normal(7, 3, (uint64_t)(r * k + j)));
                 /* targets in (0, 1): one-hot-like rows for categorical losses, values
                  * for the others */
-                y[s * k + j] = p->settings.loss == DDP_LOSS_MSE ? normal(7, 4, (uint64_t)(s * k + j))
+                y[r * k + j] = p->settings.loss == DDP_LOSS_MSE ? normal(7, 4, (uint64_t)(r * k + j))
                                : u / (1 + u);
-                total += y[s * k + j];
+                total += y[r * k + j];
             }
             if (p->settings.loss == DDP_LOSS_CATEGORICAL)
                 for (int64_t j = 0; j < k; j++)
-                    y[s * k + j] /= total;
+                    y[r * k + j] /= total;
         }
     }
     int64_t *ids = ddp_buffer_ptr(rt, p->sample_id_slot);

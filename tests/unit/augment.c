@@ -63,7 +63,8 @@ static double expected(Outcome o, int y, int x, int c, size_t elem) {
 }
 
 static ddp_program image_program(int64_t dtype, int rank) {
-    ddp_program p = {.name = "net", .dtype = dtype, .input_rank = rank, .input_slot = -1};
+    ddp_program p = {.name = "net", .dtype = dtype, .input_rank = rank, .input_slot = -1,
+                     .label_positions = 1};
     int64_t shape[] = {H, W, C};
     memcpy(p.input_shape, shape, sizeof shape);
     return p;

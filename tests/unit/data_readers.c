@@ -483,7 +483,8 @@ static void test_npy_good(void) {
                          .input_rank = 1,
                          .input_shape = {1},
                          .output_elems = 2,
-                         .label_dtype = DDP_I32};
+                         .label_dtype = DDP_I32,
+                         .label_positions = 1};
         double x[3];
         int32_t y[3];
         int64_t ids[3], rows[3] = {0, 1, 2};
@@ -1224,7 +1225,8 @@ static void test_mixing(void) {
 }
 
 static ddp_program model(int64_t dtype, int64_t loss, int64_t outputs, int rank, const int64_t *shape) {
-    ddp_program p = {.name = "net", .dtype = dtype, .input_rank = rank, .output_elems = outputs};
+    ddp_program p = {.name = "net", .dtype = dtype, .input_rank = rank, .output_elems = outputs,
+                     .label_positions = 1};
     p.label_dtype = loss == DDP_LOSS_SPARSE_CATEGORICAL ? DDP_I32 : dtype;
     p.settings.loss = loss;
     memcpy(p.input_shape, shape, (size_t)rank * sizeof *shape);
