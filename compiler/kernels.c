@@ -1684,7 +1684,12 @@ static LLVMValueRef target_class(Cg *cg, IrOp *op, LLVMValueRef s, int64_t k) {
 }
 
 /* max and log-sum-exp of a row of k logits */
-static void row_lse(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k, LLVMValueRef *max, LLVMValueRef *lse) {
+/* The row's largest value and log-sum-exp. With exps (the row's gradient, written
+ * next) the exponentials are stored there first, a loop without a sum that
+ * vectorises, and summed from there in order: one exponential a value, not one in a
+ * sum the loop must keep in order. */
+static void row_lse(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k, Tensor *exps, LLVMValueRef *max,
+                    LLVMValueRef *lse, LLVMValueRef *sum_of_exps) {
     LLVMValueRef mx = cg_var(cg, cg->f64, F(cg, -INFINITY), "max");
     Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
     LLVMValueRef v = load_f64(cg, z, add(cg, row, cg_loop_index(cg, &l)));
@@ -1692,12 +1697,20 @@ static void row_lse(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k, LLVMValueRef
     set_var(cg, mx, sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUGT, v, cur, ""), v, cur));
     cg_loop_end(cg, &l);
     *max = load_var(cg, mx, cg->f64);
+    if (exps) {
+        Loop le = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+        LLVMValueRef at = add(cg, row, cg_loop_index(cg, &le));
+        store_f64(cg, exps, at, cg_exp(cg, fsub(cg, load_f64(cg, z, at), *max)), false);
+        cg_loop_end(cg, &le);
+    }
     LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
     Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
-    LLVMValueRef e = cg_exp(cg, fsub(cg, load_f64(cg, z, add(cg, row, cg_loop_index(cg, &l2))), *max));
+    LLVMValueRef at = add(cg, row, cg_loop_index(cg, &l2));
+    LLVMValueRef e = exps ? load_f64(cg, exps, at) : cg_exp(cg, fsub(cg, load_f64(cg, z, at), *max));
     set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), e));
     cg_loop_end(cg, &l2);
-    *lse = fadd(cg, cg_log(cg, load_var(cg, sum, cg->f64)), *max);
+    *sum_of_exps = load_var(cg, sum, cg->f64);
+    *lse = fadd(cg, cg_log(cg, *sum_of_exps), *max);
 }
 
 static LLVMValueRef row_sum(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k) {
@@ -1755,21 +1768,27 @@ static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
         }
         LLVMValueRef lacc = cg_var(cg, cg->f64, F(cg, 0), "loss");
         if (op->from_logits) {
-            LLVMValueRef mx, lse;
-            row_lse(cg, z, row, k, &mx, &lse);
-            Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
-            LLVMValueRef j = cg_loop_index(cg, &l);
-            LLVMValueRef zj = load_f64(cg, z, add(cg, row, j));
-            LLVMValueRef t = sparse ? LLVMBuildUIToFP(cg->b, eq(cg, j, ysafe), cg->f64, "")
-                                    : smoothed(cg, op, load_f64(cg, label, add(cg, row, j)), k);
-            if (sparse && op->smoothing != 0)
-                t = smoothed(cg, op, t, k);
-            set_var(cg, lacc, fsub(cg, load_var(cg, lacc, cg->f64), fmul(cg, t, fsub(cg, zj, lse))));
-            if (dz) {
-                LLVMValueRef p = cg_exp(cg, fsub(cg, zj, lse));
-                store_f64(cg, dz, add(cg, row, j), fmul(cg, fsub(cg, fmul(cg, p, total_t), t), inv_n), false);
+            LLVMValueRef mx, lse, sum;
+            row_lse(cg, z, row, k, dz, &mx, &lse, &sum);
+            LLVMValueRef inv_sum = fdiv(cg, F(cg, 1), sum);
+            /* the loss, a sum in order; then the gradient, a loop of its own without a
+             * sum, which vectorises */
+            for (int pass = 0; pass < 1 + (dz != NULL); pass++) {
+                Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
+                LLVMValueRef j = cg_loop_index(cg, &l);
+                LLVMValueRef zj = load_f64(cg, z, add(cg, row, j));
+                LLVMValueRef t = sparse ? LLVMBuildUIToFP(cg->b, eq(cg, j, ysafe), cg->f64, "")
+                                        : smoothed(cg, op, load_f64(cg, label, add(cg, row, j)), k);
+                if (sparse && op->smoothing != 0)
+                    t = smoothed(cg, op, t, k);
+                if (pass == 0) {
+                    set_var(cg, lacc, fsub(cg, load_var(cg, lacc, cg->f64), fmul(cg, t, fsub(cg, zj, lse))));
+                } else {
+                    LLVMValueRef p = fmul(cg, load_f64(cg, dz, add(cg, row, j)), inv_sum);
+                    store_f64(cg, dz, add(cg, row, j), fmul(cg, fsub(cg, fmul(cg, p, total_t), t), inv_n), false);
+                }
+                cg_loop_end(cg, &l);
             }
-            cg_loop_end(cg, &l);
         } else {
             LLVMValueRef total = row_sum(cg, z, row, k);
             Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
