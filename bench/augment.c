@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     ddp_program p = {.name = "bench", .dtype = DDP_F32, .input_rank = 3, .input_slot = -1,
-                     .label_dtype = DDP_I32, .output_elems = 1 << 30};
+                     .label_dtype = DDP_I32, .label_positions = 1, .output_elems = 1 << 30};
     p.settings.loss = DDP_LOSS_SPARSE_CATEGORICAL;
     memcpy(p.input_shape, d.shape, sizeof(int64_t) * 3);
     int64_t per = d.shape[0] * d.shape[1] * d.shape[2];

@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     ddp_program p = {.name = "bench", .dtype = DDP_F32, .input_rank = d.rank, .input_slot = -1,
-                     .label_dtype = DDP_I32, .output_elems = 1 << 30};
+                     .label_dtype = DDP_I32, .label_positions = 1, .output_elems = 1 << 30};
     p.settings.loss = DDP_LOSS_SPARSE_CATEGORICAL;
     memcpy(p.input_shape, d.shape, sizeof(int64_t) * (size_t)d.rank);
     int64_t n = d.samples, batches = (n + batch - 1) / batch;
