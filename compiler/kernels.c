@@ -2,8 +2,8 @@
  *
  * Pointwise kernels evaluate their expressions (a DAG: each node once per index) and
  * then store every output, so a kernel may read what it writes. Reductions run one
- * index per output element with a sequential inner loop, in a fixed order, so sums do
- * not depend on threads or on the device. Windows (im2col, pools) gather: each output
+ * index per output element with an inner loop in a fixed order (along a row, eight
+ * interleaved lanes: combine_in_lanes), so sums do not depend on threads. Windows (im2col, pools) gather: each output
  * element reads what it needs, no two indices write the same place, and adjoints
  * (col2im, pool gradients) are gathers too, never scattered additions. Loss, metric and
  * accumulation kernels work per sample; sums of the accumulators are f64.
@@ -638,6 +638,38 @@ typedef LLVMValueRef (*Combine)(Cg *cg, LLVMValueRef a, LLVMValueRef b);
 
 static LLVMValueRef smaller(Cg *cg, LLVMValueRef a, LLVMValueRef b) {
     return sel(cg, fcmp(cg, LLVMRealOLT, b, a), b, a);
+}
+
+/* term(j) for j in [0, n) combined from init on a CPU in eight interleaved lanes (lane
+ * i takes j = i, i + 8, ... below n rounded down to eights), the lanes in a fixed
+ * tree, then the last n % 8 terms in order: the order is the code's, the same for
+ * every target and thread count, and eight independent chains are what a CPU's vector
+ * unit adds at once, where one chain in order waits on each addition. */
+enum { CPU_LANES = 8 };
+typedef LLVMValueRef (*LaneTerm)(Cg *cg, LLVMValueRef j, void *arg);
+
+static LLVMValueRef combine_in_lanes(Cg *cg, LLVMValueRef n, LaneTerm term, void *arg, Combine combine,
+                                     LLVMValueRef init) {
+    LLVMValueRef lane[CPU_LANES];
+    for (int i = 0; i < CPU_LANES; i++)
+        lane[i] = cg_var(cg, cg->f64, init, "lane");
+    LLVMValueRef full = LLVMBuildAnd(cg->b, n, I(cg, -CPU_LANES), "");
+    Loop l = cg_loop_begin_step(cg, I(cg, 0), full, I(cg, CPU_LANES), "j");
+    for (int i = 0; i < CPU_LANES; i++)
+        set_var(cg, lane[i], combine(cg, load_var(cg, lane[i], cg->f64),
+                                     term(cg, add(cg, cg_loop_index(cg, &l), I(cg, i)), arg)));
+    cg_loop_end(cg, &l);
+    LLVMValueRef v[CPU_LANES];
+    for (int i = 0; i < CPU_LANES; i++)
+        v[i] = load_var(cg, lane[i], cg->f64);
+    for (int width = CPU_LANES / 2; width > 0; width /= 2)
+        for (int i = 0; i < width; i++)
+            v[i] = combine(cg, v[i], v[i + width]);
+    LLVMValueRef acc = cg_var(cg, cg->f64, v[0], "acc");
+    Loop tail = cg_loop_begin(cg, full, n, "j");
+    set_var(cg, acc, combine(cg, load_var(cg, acc, cg->f64), term(cg, cg_loop_index(cg, &tail), arg)));
+    cg_loop_end(cg, &tail);
+    return load_var(cg, acc, cg->f64);
 }
 
 /* Every thread's part combined, in slot `slot` of shared memory: each stores its part,
@@ -1417,7 +1449,7 @@ static LLVMValueRef element(Cg *cg, IrOp *op, LLVMValueRef base, LLVMValueRef j)
 /* --------------------------------------------------------------- layernorm */
 
 /* A row of layernorm (or softmax) is walked by one thread on the CPU (k NULL: its
- * elements in order) or, on a GPU, by a block (k: thread t takes elements t, t + T,
+ * elements in order, its sums in lanes) or, on a GPU, by a block (k: thread t takes elements t, t + T,
  * ...; its sums are added across the block in a fixed order), so a warp reads
  * consecutive elements. */
 
@@ -1443,9 +1475,26 @@ static void walk_element(Cg *cg, IrOp *op, LLVMValueRef j, void *arg) {
                                                             w->term(cg, op, idx, w->arg)));
 }
 
+typedef struct RowLane {
+    IrOp *op;
+    RowWalk *walk;
+} RowLane;
+
+static LLVMValueRef row_lane_term(Cg *cg, LLVMValueRef j, void *arg) {
+    RowLane *r = arg;
+    return r->walk->term(cg, r->op, element(cg, r->op, r->walk->base, j), r->walk->arg);
+}
+
 static void walk_row(Cg *cg, IrOp *op, Block *k, RowWalk *w) {
     if (k) {
         strided_rows(cg, op, k, I(cg, op->axis_len), walk_element, w);
+        return;
+    }
+    if (!w->store) {
+        RowLane r = {op, w};
+        Combine combine = w->combine ? w->combine : fadd;
+        LLVMValueRef init = load_var(cg, w->acc, cg->f64);
+        set_var(cg, w->acc, combine_in_lanes(cg, I(cg, op->axis_len), row_lane_term, &r, combine, init));
         return;
     }
     Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, op->axis_len), "j");
@@ -1565,11 +1614,16 @@ static LLVMValueRef masked_x(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
     return op->causal ? sel(cg, left_out(cg, op, idx, arg), F(cg, -INFINITY), x) : x;
 }
 
-/* exp(x - max) in the program's precision, as PyTorch's f32 softmax; 0 left out */
+/* exp(z[at] - max) in the program's precision, as PyTorch's f32 softmax (eight f32
+ * lanes where AVX2 holds four doubles) */
+static LLVMValueRef shifted_exp(Cg *cg, Tensor *z, LLVMValueRef at, LLVMValueRef max) {
+    return cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, z, at), max), cg->real)));
+}
+
+/* shifted_exp, 0 left out */
 static LLVMValueRef softmax_exp(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
     SoftmaxRow *row = arg;
-    LLVMValueRef e = cg_to_f64(cg, cg_exp(cg, cg_from_f64(cg, fsub(cg, load_f64(cg, op->in[0], idx), row->max),
-                                                          cg->real)));
+    LLVMValueRef e = shifted_exp(cg, op->in[0], idx, row->max);
     return op->causal ? sel(cg, left_out(cg, op, idx, row), F(cg, 0), e) : e;
 }
 
@@ -1587,6 +1641,41 @@ static void store_scaled(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
     store_f64(cg, op->out[0], idx, fmul(cg, out_term(cg, op, idx, NULL), row->scale), false);
 }
 
+typedef struct LiveRow {
+    IrOp *op;
+    LLVMValueRef base;
+} LiveRow;
+
+static LLVMValueRef live_x(Cg *cg, LLVMValueRef j, void *arg) {
+    LiveRow *row = arg;
+    return load_f64(cg, row->op->in[0], add(cg, row->base, j));
+}
+
+static LLVMValueRef live_out(Cg *cg, LLVMValueRef j, void *arg) {
+    LiveRow *row = arg;
+    return load_f64(cg, row->op->out[0], add(cg, row->base, j));
+}
+
+/* A causal row on a CPU walks only its live keys, the first live = r % len + 1 (half
+ * the row on average), and writes zeros after them. */
+static void causal_softmax_row_cpu(Cg *cg, IrOp *op, LLVMValueRef r, LLVMValueRef base) {
+    LiveRow row = {op, base};
+    LLVMValueRef live = add(cg, rems(cg, r, I(cg, op->axis_len)), I(cg, 1));
+    LLVMValueRef max = combine_in_lanes(cg, live, live_x, &row, larger, F(cg, -INFINITY));
+    Loop e = cg_loop_begin(cg, I(cg, 0), live, "j");
+    LLVMValueRef at = add(cg, base, cg_loop_index(cg, &e));
+    store_f64(cg, op->out[0], at, shifted_exp(cg, op->in[0], at, max), false);
+    cg_loop_end(cg, &e);
+    LLVMValueRef scale = fdiv(cg, F(cg, 1), combine_in_lanes(cg, live, live_out, &row, fadd, F(cg, 0)));
+    Loop s = cg_loop_begin(cg, I(cg, 0), live, "j");
+    at = add(cg, base, cg_loop_index(cg, &s));
+    store_f64(cg, op->out[0], at, fmul(cg, load_f64(cg, op->out[0], at), scale), false);
+    cg_loop_end(cg, &s);
+    Loop z = cg_loop_begin(cg, live, I(cg, op->axis_len), "j");
+    store_f64(cg, op->out[0], add(cg, base, cg_loop_index(cg, &z)), F(cg, 0), false);
+    cg_loop_end(cg, &z);
+}
+
 /* The row's max; each exp made once and kept in the output, in a walk of its own (no
  * sum in it, so a CPU's compiler vectorises the exps; a GPU thread reads back its own
  * elements); their sum in f64; the output scaled by 1 / sum. The output is f32 or f64
@@ -1596,6 +1685,10 @@ static void store_scaled(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
  * gradients). */
 static void softmax_row(Cg *cg, IrOp *op, Block *k, LLVMValueRef r) {
     SoftmaxRow row = {.base = row_base(cg, op, r)};
+    if (op->causal && !k) {
+        causal_softmax_row_cpu(cg, op, r, row.base);
+        return;
+    }
     if (op->causal)
         row.last = add(cg, row.base, rems(cg, r, I(cg, op->axis_len)));
     row.max = row_combined(cg, op, k, row.base, masked_x, &row, larger, -INFINITY);
@@ -1683,33 +1776,37 @@ static LLVMValueRef target_class(Cg *cg, IrOp *op, LLVMValueRef s, int64_t k) {
     return load_var(cg, where, cg->i64);
 }
 
-/* max and log-sum-exp of a row of k logits */
 /* The row's largest value and log-sum-exp. With exps (the row's gradient, written
  * next) the exponentials are stored there first, a loop without a sum that
- * vectorises, and summed from there in order: one exponential a value, not one in a
- * sum the loop must keep in order. */
+ * vectorises, and summed from there (in lanes, as the max): one exponential a value.
+ * Each exponential is shifted_exp, as the softmax's; the sum is in f64. */
+typedef struct LseRow {
+    Tensor *z, *exps;
+    LLVMValueRef row, max;
+} LseRow;
+
+static LLVMValueRef logit_term(Cg *cg, LLVMValueRef j, void *arg) {
+    LseRow *r = arg;
+    return load_f64(cg, r->z, add(cg, r->row, j));
+}
+
+static LLVMValueRef exp_term(Cg *cg, LLVMValueRef j, void *arg) {
+    LseRow *r = arg;
+    LLVMValueRef at = add(cg, r->row, j);
+    return r->exps ? load_f64(cg, r->exps, at) : shifted_exp(cg, r->z, at, r->max);
+}
+
 static void row_lse(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k, Tensor *exps, LLVMValueRef *max,
                     LLVMValueRef *lse, LLVMValueRef *sum_of_exps) {
-    LLVMValueRef mx = cg_var(cg, cg->f64, F(cg, -INFINITY), "max");
-    Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
-    LLVMValueRef v = load_f64(cg, z, add(cg, row, cg_loop_index(cg, &l)));
-    LLVMValueRef cur = load_var(cg, mx, cg->f64);
-    set_var(cg, mx, sel(cg, LLVMBuildFCmp(cg->b, LLVMRealUGT, v, cur, ""), v, cur));
-    cg_loop_end(cg, &l);
-    *max = load_var(cg, mx, cg->f64);
+    LseRow r = {z, exps, row, NULL};
+    r.max = *max = combine_in_lanes(cg, I(cg, k), logit_term, &r, larger, F(cg, -INFINITY));
     if (exps) {
         Loop le = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
         LLVMValueRef at = add(cg, row, cg_loop_index(cg, &le));
-        store_f64(cg, exps, at, cg_exp(cg, fsub(cg, load_f64(cg, z, at), *max)), false);
+        store_f64(cg, exps, at, shifted_exp(cg, z, at, *max), false);
         cg_loop_end(cg, &le);
     }
-    LLVMValueRef sum = cg_var(cg, cg->f64, F(cg, 0), "sum");
-    Loop l2 = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
-    LLVMValueRef at = add(cg, row, cg_loop_index(cg, &l2));
-    LLVMValueRef e = exps ? load_f64(cg, exps, at) : cg_exp(cg, fsub(cg, load_f64(cg, z, at), *max));
-    set_var(cg, sum, fadd(cg, load_var(cg, sum, cg->f64), e));
-    cg_loop_end(cg, &l2);
-    *sum_of_exps = load_var(cg, sum, cg->f64);
+    *sum_of_exps = combine_in_lanes(cg, I(cg, k), exp_term, &r, fadd, F(cg, 0));
     *lse = fadd(cg, cg_log(cg, *sum_of_exps), *max);
 }
 
@@ -1771,9 +1868,12 @@ static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
             LLVMValueRef mx, lse, sum;
             row_lse(cg, z, row, k, dz, &mx, &lse, &sum);
             LLVMValueRef inv_sum = fdiv(cg, F(cg, 1), sum);
-            /* the loss, a sum in order; then the gradient, a loop of its own without a
-             * sum, which vectorises */
-            for (int pass = 0; pass < 1 + (dz != NULL); pass++) {
+            /* the loss, a sum in order (for a class index, its one term: lse - z_y);
+             * then the gradient, a loop of its own without a sum, which vectorises */
+            bool one_term = sparse && op->smoothing == 0;
+            if (one_term)
+                set_var(cg, lacc, fsub(cg, lse, load_f64(cg, z, add(cg, row, ysafe))));
+            for (int pass = one_term; pass < 1 + (dz != NULL); pass++) {
                 Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
                 LLVMValueRef j = cg_loop_index(cg, &l);
                 LLVMValueRef zj = load_f64(cg, z, add(cg, row, j));

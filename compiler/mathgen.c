@@ -5,7 +5,8 @@
  * target compute the same values from the same operations.
  *
  *   exp:  x = k ln2 + r (Cody-Waite, |r| <= ln2 / 2), Taylor series of exp(r), times 2^k
- *         applied in two halves so that subnormal results come out right.
+ *         applied in two halves so that subnormal results come out right; exp(x + b)
+ *         adds a small b to r, never rounding the sum x + b itself.
  *   log:  x = m 2^e with m in [sqrt(2)/2, sqrt(2)), log m = 2 atanh((m - 1) / (m + 1)).
  *   tanh: 1 - 2 / (exp(2|x|) + 1), or expm1(2x) / (expm1(2x) + 2) near 0 (no cancellation).
  *   erf:  2/sqrt(pi) exp(-x^2) sum (2x^2)^n x / (1 3 ... (2n + 1)), a series of positive
@@ -20,7 +21,7 @@
 
 #include "cg.h"
 
-enum { M_EXP32, M_EXP64, M_LOG32, M_LOG64, M_TANH32, M_TANH64, M_ERF64, M_PHILOX };
+enum { M_EXP32, M_EXP64, M_EXP_SUM32, M_EXP_SUM64, M_LOG32, M_LOG64, M_TANH32, M_TANH64, M_ERF64, M_PHILOX };
 
 /* ------------------------------------------------------ function scaffolding */
 
@@ -101,13 +102,24 @@ static LLVMValueRef k(Cg *cg, LLVMTypeRef t, double v) {
     return LLVMConstReal(t, v);
 }
 
-/* Horner: c[0] + x (c[1] + x (c[2] + ...)) */
-static LLVMValueRef horner(Cg *cg, LLVMValueRef x, const double *c, int n) {
+/* c[0] + c[1] x + ... + c[n-1] x^(n-1) by Estrin's scheme: pairs c[i] + c[i+1] x, then
+ * pairs of those joined by x^2, then by x^4, ...: about 2 log2 n dependent operations
+ * where Horner's rule has 2n, so that a CPU overlaps the terms instead of waiting on
+ * each (the generated functions' polynomials are short, their x small). */
+static LLVMValueRef polynomial(Cg *cg, LLVMValueRef x, const double *c, int n) {
     LLVMTypeRef t = LLVMTypeOf(x);
-    LLVMValueRef acc = k(cg, t, c[n - 1]);
-    for (int i = n - 2; i >= 0; i--)
-        acc = fadd(cg, k(cg, t, c[i]), fmul(cg, x, acc));
-    return acc;
+    LLVMValueRef v[32], power = x;
+    int m = 0;
+    for (int i = 0; i < n; i += 2)
+        v[m++] = i + 1 < n ? fadd(cg, k(cg, t, c[i]), fmul(cg, x, k(cg, t, c[i + 1]))) : k(cg, t, c[i]);
+    while (m > 1) {
+        power = fmul(cg, power, power);
+        int joined = 0;
+        for (int i = 0; i < m; i += 2)
+            v[joined++] = i + 1 < m ? fadd(cg, v[i], fmul(cg, power, v[i + 1])) : v[i];
+        m = joined;
+    }
+    return v[0];
 }
 
 /* ---------------------------------------------------------------------- exp */
@@ -121,15 +133,22 @@ static LLVMValueRef pow2(Cg *cg, LLVMValueRef j, bool wide) {
     return LLVMBuildBitCast(cg->b, bits, ft, "");
 }
 
-static LLVMValueRef make_exp(Cg *cg, bool wide) {
+/* exp(x + b) for b NULL or small beside x: the reduction x - k ln2 is exact for an x of
+ * any size (k ln2_hi has few bits), and b joins the small remainder, so that a sum
+ * whose rounding would cost more than the exp's own error is never rounded. */
+static LLVMValueRef make_exp(Cg *cg, bool wide, bool split) {
     LLVMTypeRef t = wide ? cg->f64 : cg->f32;
+    LLVMTypeRef params[] = {t, t};
+    const char *name = split ? (wide ? "ddp_exp_sum_f64" : "ddp_exp_sum_f32")
+                             : (wide ? "ddp_exp_f64" : "ddp_exp_f32");
     Saved s;
-    LLVMValueRef f = helper_begin(cg, wide ? "ddp_exp_f64" : "ddp_exp_f32", t, &t, 1, &s);
-    LLVMValueRef x = LLVMGetParam(f, 0);
+    LLVMValueRef f = helper_begin(cg, name, t, params, split ? 2 : 1, &s);
+    LLVMValueRef x = LLVMGetParam(f, 0), b = split ? LLVMGetParam(f, 1) : NULL;
+    LLVMValueRef whole = b ? fadd(cg, x, b) : x;
     double hi = wide ? 709.782712893384 : 88.72283905206835;
     double lo = wide ? -745.1332191019412 : -103.97208404541016;
-    LLVMValueRef kf = fmul(cg, x, k(cg, t, 1.4426950408889634));
-    kf = fadd(cg, kf, sel(cg, fcmp(cg, LLVMRealOGE, x, k(cg, t, 0)), k(cg, t, 0.5), k(cg, t, -0.5)));
+    LLVMValueRef kf = fmul(cg, whole, k(cg, t, 1.4426950408889634));
+    kf = fadd(cg, kf, sel(cg, fcmp(cg, LLVMRealOGE, whole, k(cg, t, 0)), k(cg, t, 0.5), k(cg, t, -0.5)));
     /* clamp before converting, so the integer is defined for any x */
     kf = sel(cg, fcmp(cg, LLVMRealOGT, kf, k(cg, t, 2000)), k(cg, t, 2000), kf);
     kf = sel(cg, fcmp(cg, LLVMRealOLT, kf, k(cg, t, -2000)), k(cg, t, -2000), kf);
@@ -141,18 +160,20 @@ static LLVMValueRef make_exp(Cg *cg, bool wide) {
     double ln2_hi = wide ? 6.93147180369123816490e-01 : 0.693145751953125;
     double ln2_lo = wide ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
     LLVMValueRef r = fsub(cg, fsub(cg, x, fmul(cg, kf, k(cg, t, ln2_hi))), fmul(cg, kf, k(cg, t, ln2_lo)));
+    if (b)
+        r = fadd(cg, r, b);
     double c[16];
     int n = wide ? 14 : 8;
     c[0] = 1;
     for (int i = 1; i < n; i++)
         c[i] = c[i - 1] / i;
-    LLVMValueRef p = horner(cg, r, c, n);
+    LLVMValueRef p = polynomial(cg, r, c, n);
     LLVMValueRef half = LLVMBuildSDiv(cg->b, ki, LLVMConstInt(kt, 2, 0), "");
     LLVMValueRef rest = LLVMBuildSub(cg->b, ki, half, "");
     LLVMValueRef y = fmul(cg, fmul(cg, p, pow2(cg, half, wide)), pow2(cg, rest, wide));
-    y = sel(cg, fcmp(cg, LLVMRealOGT, x, k(cg, t, hi)), k(cg, t, INFINITY), y);
-    y = sel(cg, fcmp(cg, LLVMRealOLT, x, k(cg, t, lo)), k(cg, t, 0), y);
-    y = sel(cg, fcmp(cg, LLVMRealUNO, x, x), x, y);
+    y = sel(cg, fcmp(cg, LLVMRealOGT, whole, k(cg, t, hi)), k(cg, t, INFINITY), y);
+    y = sel(cg, fcmp(cg, LLVMRealOLT, whole, k(cg, t, lo)), k(cg, t, 0), y);
+    y = sel(cg, fcmp(cg, LLVMRealUNO, whole, whole), whole, y);
     helper_end(cg, y, &s);
     return f;
 }
@@ -161,8 +182,20 @@ LLVMValueRef cg_exp(Cg *cg, LLVMValueRef x) {
     bool wide = LLVMTypeOf(x) == cg->f64;
     int id = wide ? M_EXP64 : M_EXP32;
     if (!cg->math[id])
-        cg->math[id] = make_exp(cg, wide);
+        cg->math[id] = make_exp(cg, wide, false);
     return call1(cg, cg->math[id], x);
+}
+
+/* exp(x + b), x exact and b small beside it */
+static LLVMValueRef exp_sum(Cg *cg, LLVMValueRef x, LLVMValueRef b) {
+    bool wide = LLVMTypeOf(x) == cg->f64;
+    int id = wide ? M_EXP_SUM64 : M_EXP_SUM32;
+    if (!cg->math[id])
+        cg->math[id] = make_exp(cg, wide, true);
+    LLVMTypeRef t = LLVMTypeOf(x);
+    LLVMTypeRef params[] = {t, t};
+    LLVMValueRef args[] = {x, b};
+    return LLVMBuildCall2(cg->b, LLVMFunctionType(t, params, 2, 0), cg->math[id], args, 2, "");
 }
 
 /* ---------------------------------------------------------------------- log */
@@ -197,7 +230,7 @@ static LLVMValueRef make_log(Cg *cg, bool wide) {
     int n = wide ? 11 : 6;
     for (int i = 0; i < n; i++)
         c[i] = 1.0 / (2 * i + 1);
-    LLVMValueRef logm = fmul(cg, fmul(cg, k(cg, t, 2), sv), horner(cg, z, c, n));
+    LLVMValueRef logm = fmul(cg, fmul(cg, k(cg, t, 2), sv), polynomial(cg, z, c, n));
     double ln2_hi = wide ? 6.93147180369123816490e-01 : 0.693145751953125;
     double ln2_lo = wide ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
     LLVMValueRef y = fadd(cg, fmul(cg, ef, k(cg, t, ln2_hi)), fadd(cg, logm, fmul(cg, ef, k(cg, t, ln2_lo))));
@@ -254,7 +287,7 @@ static LLVMValueRef make_tanh(Cg *cg, bool wide) {
     c[0] = 1;
     for (int i = 1; i < n; i++)
         c[i] = c[i - 1] / (i + 1);
-    LLVMValueRef em1 = fmul(cg, y2, horner(cg, y2, c, n));
+    LLVMValueRef em1 = fmul(cg, y2, polynomial(cg, y2, c, n));
     LLVMValueRef small = fdiv(cg, em1, fadd(cg, em1, k(cg, t, 2)));
     LLVMValueRef e = cg_exp(cg, y2);
     LLVMValueRef large = fsub(cg, k(cg, t, 1), fdiv(cg, k(cg, t, 2), fadd(cg, e, k(cg, t, 1))));
@@ -327,9 +360,9 @@ static const double erfc_fit[] = {-1.26551223, 1.00002368, 0.37409196, 0.0967841
  * lanes where AVX2 holds four doubles): the one term that f32 cannot carry is z^2 =
  * x^2 / 2, up to 98 where an error of half its last place, 4e-6, would move the result
  * by as much, so x^2 is split exactly into hi + lo (lo by a fused multiply-add) and
- * exp(-hi) taken apart from exp(c(t) - lo): within 7 of f32's steps of the exact gelu
- * wherever it is a normal number (tests/train/activations.py holds it to 2e-6
- * relative). Phi is taken as 0 below -14 (where it is at most 5 of f32's least
+ * one exp takes -hi and c(t) - lo unsummed (exp_sum): within 7 of f32's steps of the
+ * exact gelu wherever it is a normal number (tests/train/activations.py holds it to
+ * 2e-6 relative). Phi is taken as 0 below -14 (where it is at most 5 of f32's least
  * subnormals, 1.4e-45) and as 1 above 14 (f32's rounding of it). Where a CPU has no
  * fused multiply-add (the baseline x86-64 code) it is libm's fmaf, as exact. */
 LLVMValueRef cg_normal_cdf(Cg *cg, LLVMValueRef x) {
@@ -344,8 +377,8 @@ LLVMValueRef cg_normal_cdf(Cg *cg, LLVMValueRef x) {
     LLVMValueRef square = fmul(cg, xc, xc);
     LLVMValueRef hi = fmul(cg, square, k(cg, t, 0.5));
     LLVMValueRef lo = fmul(cg, fma_(cg, xc, xc, LLVMBuildFNeg(cg->b, square, "")), k(cg, t, 0.5));
-    LLVMValueRef near = fmul(cg, tt, cg_exp(cg, fsub(cg, horner(cg, tt, erfc_fit, 10), lo)));
-    LLVMValueRef tail = fmul(cg, near, cg_exp(cg, LLVMBuildFNeg(cg->b, hi, "")));
+    LLVMValueRef fit = fsub(cg, polynomial(cg, tt, erfc_fit, 10), lo);
+    LLVMValueRef tail = fmul(cg, tt, exp_sum(cg, LLVMBuildFNeg(cg->b, hi, ""), fit));
     LLVMValueRef erfc = sel(cg, fcmp(cg, LLVMRealOLE, xc, k(cg, t, 0)), tail, fsub(cg, k(cg, t, 2), tail));
     LLVMValueRef phi = fmul(cg, erfc, k(cg, t, 0.5));
     return sel(cg, fcmp(cg, LLVMRealOLT, x, k(cg, t, -14)), k(cg, t, 0), phi);
