@@ -267,6 +267,7 @@ typedef struct GemmCall {
     int64_t groups;       /* a batched product: its groups (the items are batches x groups) */
     bool by_rows;
     int64_t piece;
+    bool small;           /* a batched f32 product by ddp_small_sgemm */
 } GemmCall;
 
 enum { GEMM_PIECES = 32, GEMM_MIN_PIECE = 128, GEMM_MIN_PARALLEL_MACS = 1 << 18 };
@@ -283,7 +284,10 @@ static void blas_gemm(const GemmCall *c, int64_t m, int64_t n, const char *a, co
     enum CBLAS_TRANSPOSE ta = g->transpose_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->transpose_b ? CblasTrans : CblasNoTrans;
     blasint lda = (blasint)c->ld[0], ldb = (blasint)c->ld[1], ldc = (blasint)c->ld[2];
-    if (c->rt->program->dtype == DDP_F64)
+    if (c->small)
+        ddp_small_sgemm(g->transpose_a, g->transpose_b, m, n, c->k, (float)g->alpha, (const float *)a, lda,
+                        (const float *)b, ldb, (float)g->beta, (float *)out, ldc);
+    else if (c->rt->program->dtype == DDP_F64)
         cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)c->k, g->alpha, (const double *)a, lda,
                     (const double *)b, ldb, g->beta, (double *)out, ldc);
     else
@@ -365,7 +369,7 @@ static void fill_product(ddp_runtime *rt, const GemmCall *c, int byte) {
 }
 
 static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
-    GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), {0}, g->groups, false, 0};
+    GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), {0}, g->groups, false, 0, false};
     for (int o = 0; o < 3; o++)
         c.ld[o] = gemm_ld(g, o, c.m, c.n, c.k);
     int64_t items = live(rt, g->batches) * g->groups;
@@ -388,6 +392,7 @@ static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
         return;
     }
     if (items > 1) {
+        c.small = rt->wide_cpu && rt->program->dtype != DDP_F64 && ddp_small_gemm_fits(c.m, c.n, c.k);
         bool big = c.m * c.n * c.k * items >= GEMM_MIN_PARALLEL_MACS;
         ddp_pool_for(rt->pool, gemm_items, &c, 0, items, big ? 2 : items + 1);
         return;

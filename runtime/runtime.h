@@ -423,6 +423,14 @@ struct ddp_device_conv ddp_conv_at(const ddp_runtime *rt, const ddp_conv *cv);
  * batched product's group `group` of every batch (cuBLAS's batch). */
 struct ddp_device_gemm ddp_gemm_at(const ddp_runtime *rt, const ddp_gemm *g, int64_t group, uint64_t a, uint64_t b,
                                    uint64_t c);
+/* A small row-major f32 product C = alpha op(A) op(B) + beta C (C not read when beta
+ * is 0) by AVX2 and FMA, term after term in order (gemm_small.c): the batched
+ * products' path on a CPU that has them, where the product fits. Callers check
+ * __builtin_cpu_supports first. */
+enum { DDP_SMALL_GEMM_FLOATS = 8192 }; /* op(B) padded to 16 columns, at most */
+bool ddp_small_gemm_fits(int64_t m, int64_t n, int64_t k);
+void ddp_small_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 void ddp_zero_accumulators(ddp_runtime *rt);
 double ddp_accumulator(ddp_runtime *rt, int pair, double *count);
 /* The accumulators themselves: accum_pairs (sum, count) pairs, for saving around a
