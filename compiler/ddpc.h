@@ -653,6 +653,7 @@ struct Tensor {
     int64_t elems;       /* elements for a full batch */
     Tensor *base;        /* a view (reshape, flatten) shares its base's storage */
     Tensor *grad;        /* autodiff: the gradient of this value */
+    Tensor *one_hot_of;  /* an embedding's one-hot rows: of these indices (the model's input) */
     GNode *layer;        /* the layer it belongs to, if any */
     /* parameters and statistics */
     int64_t flat;        /* offset in its flat vector, in elements */

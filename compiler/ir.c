@@ -412,7 +412,8 @@ static Tensor *dropped(Lower *L, GNode *n, Tensor *x, double rate, const char *s
  * forward a GEMM, and backward, the table's gradient one^T dy, a GEMM that sums each
  * token's rows in a fixed order (a scatter-add's atomics would not), on a GPU on its
  * tensor cores. It costs vocab x units per token, what the language model's output
- * layer costs anyway (T5X's one-hot embedding on TPUs). */
+ * layer costs anyway (T5X's one-hot embedding on TPUs). The CPU's runtime gathers the
+ * rows instead, and adds the gradient's rows up by token in order (ddp_gemm.one_hot). */
 static void lower_embedding(Lower *L, GNode *n) {
     Ddpc *c = L->c;
     Tensor *x = L->value[n->inputs[0]->id];
@@ -423,6 +424,8 @@ static void lower_embedding(Lower *L, GNode *n) {
     Shape hot_shape = n->out;
     hot_shape.dim[hot_shape.rank - 1] = vocab;
     Tensor *hot = activation(L, n, ":one_hot", &hot_shape);
+    if (x->kind == T_INPUT) /* the input region: live through the whole step */
+        hot->one_hot_of = x;
     XExpr *e = arena_alloc(c->arena, sizeof *e);
     e->kind = X_ONE_HOT;
     e->channels = vocab;

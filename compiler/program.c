@@ -223,6 +223,8 @@ static const ddp_gemm *gemms_table(Ddpc *c, Ir *ir, int64_t *count) {
                             .m = abi_dim(op->m), .n = abi_dim(op->n), .k = abi_dim(op->k),
                             .alpha = op->alpha, .beta = op->accumulate ? 1 : 0, .batches = abi_dim(op->batches),
                             .groups = op->groups};
+        if (op->in[0]->one_hot_of)
+            out[i].one_hot = 1 + tensor_storage(op->in[0]->one_hot_of)->slot;
         for (int o = 0; o < 3; o++) {
             out[i].ld[o] = op->ld[o];
             out[i].batch_stride[o] = op->batch_stride[o];

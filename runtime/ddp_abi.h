@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_ABI_VERSION 23
+#define DDP_ABI_VERSION 24
 
 /* The C definition of a listed structure. */
 #define DDP_DECL_I64(T, name) int64_t name;
@@ -241,7 +241,10 @@ DDP_CONTRACT(ddp_step)
  * is 1. op(A) is m x k, op(B) is k x n. A leading dimension of 0 is the packed one (op(A)
  * stored m x k: k). Batched: batches x groups products, product (i, j) on each operand
  * from element i * batch_stride + j * group_stride (attention: a batch per sample, a
- * group per head, the heads side by side in a row). */
+ * group per head, the heads side by side in a row). With one_hot, A is an embedding's
+ * one-hot rows (row r: 1 in the column equal to element r of that buffer, else 0), so
+ * that an executor may gather B's rows (or, A transposed, add them up by index)
+ * instead of multiplying. */
 #define DDP_FIELDS_ddp_gemm(X, T)                                                                            \
     X##_I64(T, a)                                                                                            \
     X##_I64(T, b)                                                                                            \
@@ -257,7 +260,8 @@ DDP_CONTRACT(ddp_step)
     X##_SUB(T, ddp_dim, batches)                                                                             \
     X##_I64(T, groups)                                                                                       \
     X##_I64S(T, batch_stride, 3)                                                                             \
-    X##_I64S(T, group_stride, 3)
+    X##_I64S(T, group_stride, 3)                                                                             \
+    X##_I64(T, one_hot)             /* 0, or 1 + the buffer slot of A's one-hot rows' indices */
 DDP_CONTRACT(ddp_gemm)
 
 /* A convolution as a library runs it, channels last (NHWC images, KRSC filters), cross-

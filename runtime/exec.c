@@ -368,6 +368,93 @@ static void fill_product(ddp_runtime *rt, const GemmCall *c, int byte) {
                    byte, (size_t)(c->n * es));
 }
 
+/* ----------------------------------------------------------- one-hot rows */
+
+/* An embedding's product (ddp_gemm.one_hot): A's row r is 1 in the column equal to
+ * index r, as the one-hot kernel compares them (an index that is no column, a row of
+ * zeros). Forward, C's row r is alpha times B's row index r: the product's one term,
+ * the same value as the product, read in O(n) instead of O(k n). Transposed, the
+ * table's gradient, row v of C is alpha times the sum of B's rows whose index is v,
+ * in the order of the rows: each range of C's rows scans the indices, so no two
+ * threads write one row and the sums do not depend on the threads. */
+typedef struct OneHot {
+    const GemmCall *c;
+    const char *indices;
+    bool wide_indices; /* f64 */
+    int64_t es;
+} OneHot;
+
+enum { ONE_HOT_PIECES = 16 };
+
+static int64_t hot_column(const OneHot *h, int64_t r, int64_t columns) {
+    double v = h->wide_indices ? ((const double *)h->indices)[r] : ((const float *)h->indices)[r];
+    return v >= 0 && v < (double)columns && v == (double)(int64_t)v ? (int64_t)v : -1;
+}
+
+/* dst = alpha src (src NULL: zeros), or dst += alpha src with add, n elements of es bytes */
+static void scaled_row(char *dst, const char *src, int64_t n, double alpha, bool add, int64_t es) {
+    for (int64_t j = 0; j < n; j++) {
+        if (es == 8) {
+            double s = src ? alpha * ((const double *)src)[j] : 0;
+            ((double *)dst)[j] = add ? ((double *)dst)[j] + s : s;
+        } else {
+            float s = src ? (float)alpha * ((const float *)src)[j] : 0;
+            ((float *)dst)[j] = add ? ((float *)dst)[j] + s : s;
+        }
+    }
+}
+
+static void gather_rows(void *ctx, int64_t first, int64_t last) {
+    const OneHot *h = ctx;
+    const GemmCall *c = h->c;
+    const char *b = c->rt->buffers[c->g->b];
+    char *out = c->rt->buffers[c->g->c];
+    for (int64_t r = first; r < last; r++) {
+        int64_t v = hot_column(h, r, c->k);
+        scaled_row(out + r * c->ld[2] * h->es, v < 0 ? NULL : b + v * c->ld[1] * h->es, c->n, c->g->alpha, false,
+                   h->es);
+    }
+}
+
+static void add_rows_by_index(void *ctx, int64_t first, int64_t last) {
+    const OneHot *h = ctx;
+    const GemmCall *c = h->c;
+    int64_t share = (c->m + ONE_HOT_PIECES - 1) / ONE_HOT_PIECES;
+    int64_t lo = first * share, hi = last * share < c->m ? last * share : c->m;
+    const char *b = c->rt->buffers[c->g->b];
+    char *out = c->rt->buffers[c->g->c];
+    for (int64_t v = lo; v < hi; v++)
+        scaled_row(out + v * c->ld[2] * h->es, NULL, c->n, 1, false, h->es);
+    for (int64_t r = 0; r < c->k; r++) {
+        int64_t v = hot_column(h, r, c->m);
+        if (v >= lo && v < hi)
+            scaled_row(out + v * c->ld[2] * h->es, b + r * c->ld[1] * h->es, c->n, 1, true, h->es);
+    }
+    if (c->g->alpha != 1)
+        for (int64_t v = lo; v < hi; v++)
+            scaled_row(out + v * c->ld[2] * h->es, out + v * c->ld[2] * h->es, c->n, c->g->alpha, false, h->es);
+}
+
+/* The product by its one-hot rows, where it has them (f32 or f64, one product, B not
+ * transposed, C overwritten); false to multiply. */
+static bool one_hot_product(ddp_runtime *rt, const GemmCall *c, int64_t items) {
+    const ddp_gemm *g = c->g;
+    const ddp_program *p = rt->program;
+    if (!g->one_hot || items != 1 || g->transpose_b || g->beta != 0)
+        return false;
+    int64_t slot = g->one_hot - 1, it = p->buffers[slot].dtype;
+    bool program_type = p->buffers[g->a].dtype == p->dtype && p->buffers[g->b].dtype == p->dtype &&
+                        p->buffers[g->c].dtype == p->dtype && p->dtype != DDP_BF16;
+    if (!program_type || (it != DDP_F32 && it != DDP_F64))
+        return false;
+    OneHot h = {c, rt->buffers[slot], it == DDP_F64, rt->elem_size};
+    if (g->transpose_a)
+        ddp_pool_for(rt->pool, add_rows_by_index, &h, 0, ONE_HOT_PIECES, 2);
+    else
+        ddp_pool_for(rt->pool, gather_rows, &h, 0, c->m, 2 * GEMM_MIN_PIECE);
+    return true;
+}
+
 static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
     GemmCall c = {rt, g, live(rt, g->m), live(rt, g->n), live(rt, g->k), {0}, g->groups, false, 0, false};
     for (int o = 0; o < 3; o++)
@@ -391,6 +478,8 @@ static void run_gemm(ddp_runtime *rt, const ddp_gemm *g) {
         }
         return;
     }
+    if (one_hot_product(rt, &c, items))
+        return;
     if (items > 1) {
         c.small = rt->wide_cpu && rt->program->dtype != DDP_F64 && ddp_small_gemm_fits(c.m, c.n, c.k);
         bool big = c.m * c.n * c.k * items >= GEMM_MIN_PARALLEL_MACS;
