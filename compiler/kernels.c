@@ -3,8 +3,8 @@
  * Pointwise kernels evaluate their expressions (a DAG: each node once per index) and
  * then store every output, so a kernel may read what it writes. Reductions run one
  * index per output element with an inner loop in a fixed order (along a row, eight
- * interleaved lanes: combine_in_lanes), so sums do not depend on threads. Windows (im2col, pools) gather: each output
- * element reads what it needs, no two indices write the same place, and adjoints
+ * interleaved lanes: combine_in_lanes), so sums do not depend on threads. Windows
+ * (im2col, pools) gather: each output element reads what it needs, no two indices write the same place, and adjoints
  * (col2im, pool gradients) are gathers too, never scattered additions. Loss, metric and
  * accumulation kernels work per sample; sums of the accumulators are f64.
  *
@@ -647,6 +647,17 @@ static LLVMValueRef smaller(Cg *cg, LLVMValueRef a, LLVMValueRef b) {
  * unit adds at once, where one chain in order waits on each addition. */
 enum { CPU_LANES = 8 };
 typedef LLVMValueRef (*LaneTerm)(Cg *cg, LLVMValueRef j, void *arg);
+
+/* A LaneTerm's argument for element base + j of a tensor (tensor_row_term) */
+typedef struct TensorRow {
+    Tensor *t;
+    LLVMValueRef base;
+} TensorRow;
+
+static LLVMValueRef tensor_row_term(Cg *cg, LLVMValueRef j, void *arg) {
+    TensorRow *row = arg;
+    return load_f64(cg, row->t, add(cg, row->base, j));
+}
 
 static LLVMValueRef combine_in_lanes(Cg *cg, LLVMValueRef n, LaneTerm term, void *arg, Combine combine,
                                      LLVMValueRef init) {
@@ -1449,9 +1460,9 @@ static LLVMValueRef element(Cg *cg, IrOp *op, LLVMValueRef base, LLVMValueRef j)
 /* --------------------------------------------------------------- layernorm */
 
 /* A row of layernorm (or softmax) is walked by one thread on the CPU (k NULL: its
- * elements in order, its sums in lanes) or, on a GPU, by a block (k: thread t takes elements t, t + T,
- * ...; its sums are added across the block in a fixed order), so a warp reads
- * consecutive elements. */
+ * elements in order, its sums in lanes) or, on a GPU, by a block (k: thread t takes
+ * elements t, t + T, ...; its sums are added across the block in a fixed order), so a
+ * warp reads consecutive elements. */
 
 typedef LLVMValueRef (*RowTerm)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
 typedef void (*RowStore)(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg);
@@ -1641,32 +1652,17 @@ static void store_scaled(Cg *cg, IrOp *op, LLVMValueRef idx, void *arg) {
     store_f64(cg, op->out[0], idx, fmul(cg, out_term(cg, op, idx, NULL), row->scale), false);
 }
 
-typedef struct LiveRow {
-    IrOp *op;
-    LLVMValueRef base;
-} LiveRow;
-
-static LLVMValueRef live_x(Cg *cg, LLVMValueRef j, void *arg) {
-    LiveRow *row = arg;
-    return load_f64(cg, row->op->in[0], add(cg, row->base, j));
-}
-
-static LLVMValueRef live_out(Cg *cg, LLVMValueRef j, void *arg) {
-    LiveRow *row = arg;
-    return load_f64(cg, row->op->out[0], add(cg, row->base, j));
-}
-
 /* A causal row on a CPU walks only its live keys, the first live = r % len + 1 (half
  * the row on average), and writes zeros after them. */
 static void causal_softmax_row_cpu(Cg *cg, IrOp *op, LLVMValueRef r, LLVMValueRef base) {
-    LiveRow row = {op, base};
+    TensorRow x = {op->in[0], base}, y = {op->out[0], base};
     LLVMValueRef live = add(cg, rems(cg, r, I(cg, op->axis_len)), I(cg, 1));
-    LLVMValueRef max = combine_in_lanes(cg, live, live_x, &row, larger, F(cg, -INFINITY));
+    LLVMValueRef max = combine_in_lanes(cg, live, tensor_row_term, &x, larger, F(cg, -INFINITY));
     Loop e = cg_loop_begin(cg, I(cg, 0), live, "j");
     LLVMValueRef at = add(cg, base, cg_loop_index(cg, &e));
     store_f64(cg, op->out[0], at, shifted_exp(cg, op->in[0], at, max), false);
     cg_loop_end(cg, &e);
-    LLVMValueRef scale = fdiv(cg, F(cg, 1), combine_in_lanes(cg, live, live_out, &row, fadd, F(cg, 0)));
+    LLVMValueRef scale = fdiv(cg, F(cg, 1), combine_in_lanes(cg, live, tensor_row_term, &y, fadd, F(cg, 0)));
     Loop s = cg_loop_begin(cg, I(cg, 0), live, "j");
     at = add(cg, base, cg_loop_index(cg, &s));
     store_f64(cg, op->out[0], at, fmul(cg, load_f64(cg, op->out[0], at), scale), false);
@@ -1785,11 +1781,6 @@ typedef struct LseRow {
     LLVMValueRef row, max;
 } LseRow;
 
-static LLVMValueRef logit_term(Cg *cg, LLVMValueRef j, void *arg) {
-    LseRow *r = arg;
-    return load_f64(cg, r->z, add(cg, r->row, j));
-}
-
 static LLVMValueRef exp_term(Cg *cg, LLVMValueRef j, void *arg) {
     LseRow *r = arg;
     LLVMValueRef at = add(cg, r->row, j);
@@ -1798,8 +1789,9 @@ static LLVMValueRef exp_term(Cg *cg, LLVMValueRef j, void *arg) {
 
 static void row_lse(Cg *cg, Tensor *z, LLVMValueRef row, int64_t k, Tensor *exps, LLVMValueRef *max,
                     LLVMValueRef *lse, LLVMValueRef *sum_of_exps) {
+    TensorRow logits = {z, row};
     LseRow r = {z, exps, row, NULL};
-    r.max = *max = combine_in_lanes(cg, I(cg, k), logit_term, &r, larger, F(cg, -INFINITY));
+    r.max = *max = combine_in_lanes(cg, I(cg, k), tensor_row_term, &logits, larger, F(cg, -INFINITY));
     if (exps) {
         Loop le = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
         LLVMValueRef at = add(cg, row, cg_loop_index(cg, &le));

@@ -393,15 +393,16 @@ static int64_t hot_column(const OneHot *h, int64_t r, int64_t columns) {
 
 /* dst = alpha src (src NULL: zeros), or dst += alpha src with add, n elements of es bytes */
 static void scaled_row(char *dst, const char *src, int64_t n, double alpha, bool add, int64_t es) {
-    for (int64_t j = 0; j < n; j++) {
-        if (es == 8) {
+    if (es == 8)
+        for (int64_t j = 0; j < n; j++) {
             double s = src ? alpha * ((const double *)src)[j] : 0;
             ((double *)dst)[j] = add ? ((double *)dst)[j] + s : s;
-        } else {
+        }
+    else
+        for (int64_t j = 0; j < n; j++) {
             float s = src ? (float)alpha * ((const float *)src)[j] : 0;
             ((float *)dst)[j] = add ? ((float *)dst)[j] + s : s;
         }
-    }
 }
 
 static void gather_rows(void *ctx, int64_t first, int64_t last) {
