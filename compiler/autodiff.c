@@ -94,7 +94,7 @@ static XExpr *derive(Ddpc *c, XExpr *e, Tensor *t, Bcast bc) {
     switch (e->kind) {
     case X_LOAD:
         return e->t == t && e->bc == bc ? x_const(c, 1) : NULL;
-    case X_CONST: case X_SCALAR: case X_KEEP: case X_GT: case X_ONE_HOT:
+    case X_CONST: case X_SCALAR: case X_GT: case X_ONE_HOT:
         return NULL;
     case X_WHEN:
         db = derive(c, e->b, t, bc);
@@ -257,7 +257,7 @@ static bool x_equal(const XExpr *a, const XExpr *b) {
     if (a == b)
         return true;
     if (!a || !b || a->kind != b->kind || a->t != b->t || a->bc != b->bc || a->num != b->num ||
-        a->scalar != b->scalar || a->key != b->key)
+        a->scalar != b->scalar)
         return false;
     return x_equal(a->a, b->a) && x_equal(a->b, b->b);
 }

@@ -116,6 +116,9 @@ Loop cg_loop_begin(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, const char *name);
 Loop cg_loop_begin_step(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef step, const char *name);
 LLVMValueRef cg_loop_index(Cg *cg, Loop *l);
 void cg_loop_end(Cg *cg, Loop *l);
+/* The same, asking LLVM's loop vectorizer for `width` iterations a vector where its
+ * cost model would take fewer. */
+void cg_loop_end_vector_width(Cg *cg, Loop *l, int width);
 /* A variable in the entry block (accumulators, flags). */
 LLVMValueRef cg_var(Cg *cg, LLVMTypeRef type, LLVMValueRef init, const char *name);
 /* if (cond) { ... } — returns the block after; the caller emits the then-part between. */
@@ -158,9 +161,8 @@ LLVMValueRef cg_sqrt(Cg *cg, LLVMValueRef x);
 LLVMValueRef cg_expm1(Cg *cg, LLVMValueRef x);
 LLVMValueRef cg_log1p(Cg *cg, LLVMValueRef x);
 LLVMValueRef cg_normal_cdf(Cg *cg, LLVMValueRef x);
-/* Philox4x32-10, the first output word, for a key and counter (ddp_abi.h). */
-LLVMValueRef cg_philox(Cg *cg, LLVMValueRef key0, LLVMValueRef key1, LLVMValueRef ctr0,
-                       LLVMValueRef ctr1, LLVMValueRef ctr2, LLVMValueRef ctr3);
+/* Philox4x32-10's four output words for a key and counter (ddp_abi.h). */
+void cg_philox(Cg *cg, const LLVMValueRef key[2], const LLVMValueRef counter[4], LLVMValueRef words[4]);
 
 /* ------------------------------------------------------------ kernels.c */
 

@@ -689,7 +689,6 @@ typedef enum {
     X_SIGMOID,   /* 1 / (1 + exp(-a)), whose derivative s (1 - s) stays finite where exp(-a) does not */
     X_GT,        /* a > b ? 1 : 0 */
     X_WHEN,      /* a != 0 ? b : 0, whatever b is there (a NaN too) */
-    X_KEEP,      /* dropout: 1 where the sample's draw keeps the element, else 0 */
     X_ONE_HOT,   /* 1 where a equals the index's remainder by channels (its column), else 0 */
 } XKind;
 
@@ -707,15 +706,16 @@ struct XExpr {
     Tensor *t;           /* X_LOAD */
     Bcast bc;
     int64_t channels;    /* BC_CHANNEL, BC_ROW, X_ONE_HOT */
-    double num;          /* X_CONST; X_KEEP: the dropout rate */
+    double num;          /* X_CONST */
     int scalar;          /* X_SCALAR */
-    int64_t key;         /* X_KEEP: the layer's key in the random stream */
     XExpr *a, *b;
 };
 
 typedef enum {
     OP_GEMM,          /* out = op(in0) op(in1) (+ out) */
     OP_POINTWISE,     /* out[k][i] = expr[k](i) */
+    OP_DROPOUT_MASK,  /* -> out u8: 1 where dropout keeps the element, else 0 (rate, key); an index
+                         per DROPOUT_DRAW elements of a sample, one Philox draw for them */
     OP_IM2COL,        /* in0 [n, h, w, c] -> out [n * oh * ow, kh * kw * c] */
     OP_COL2IM,        /* the adjoint: columns added back into an image */
     OP_CONV,          /* a library convolution (code: ddp_conv_mode); in x|dy, filters (KRSC)|dy; out y|dx|dfilters, workspace */
@@ -786,6 +786,8 @@ struct IrOp {
     int64_t concat_offset, concat_width; /* OP_CONCAT/OP_SPLIT: this input's columns */
     double momentum, epsilon;
     bool causal;              /* OP_SOFTMAX: element j of row r left out past r % axis_len (inner 1) */
+    double rate;              /* OP_DROPOUT_MASK: the share of elements dropped, */
+    int64_t key;              /* ... and the layer's key in the random stream */
     int64_t code;             /* OP_LOSS, OP_METRIC, OP_OPTIMIZER: which, as the contract's code */
     const char *what;         /* ... and its name, for the printed stages */
     bool from_logits;
@@ -797,6 +799,7 @@ struct IrOp {
     int kernel_index;         /* after codegen: the kernel that runs it */
 };
 
+enum { DROPOUT_DRAW = 4 };     /* elements of a dropout mask per Philox draw: its four words */
 enum { NONFINITE_CHUNK = 4096 }; /* gradient elements per index of OP_FIND_NONFINITE and OP_GRAD_SQUARES */
 
 typedef struct Bucket {

@@ -58,7 +58,7 @@ const char *dtype_name(DType dt) {
 
 const char *op_kind_name(OpKind k) {
     static const char *const names[] = {
-        [OP_GEMM] = "gemm", [OP_POINTWISE] = "pointwise", [OP_IM2COL] = "im2col",
+        [OP_GEMM] = "gemm", [OP_POINTWISE] = "pointwise", [OP_DROPOUT_MASK] = "dropout_mask", [OP_IM2COL] = "im2col",
         [OP_COL2IM] = "col2im", [OP_CONV] = "conv", [OP_FILTERS_TO_KRSC] = "filters_to_krsc",
         [OP_FILTERS_TO_HWIO] = "filters_to_hwio", [OP_MAXPOOL] = "maxpool", [OP_MAXPOOL_BWD] = "maxpool_bwd",
         [OP_AVGPOOL] = "avgpool", [OP_AVGPOOL_BWD] = "avgpool_bwd", [OP_GAP] = "gap",
@@ -392,16 +392,25 @@ static void lower_dense(Lower *L, GNode *n) {
 }
 
 /* x in training with a share `rate` of its values zeroed at random, the rest scaled by
- * 1 / (1 - rate), into a tensor named by suffix; the mask keyed by layer n's place in
- * the graph, the same on every worker. */
+ * 1 / (1 - rate), into a tensor named by suffix. The mask, keyed by layer n's place in
+ * the graph and the same on every worker, is drawn into a tensor of bytes that the
+ * backward pass reads again: a Philox draw gives four elements their draws, where
+ * drawing each element's as the pointwise kernels read it would take a draw each,
+ * twice. */
 static Tensor *dropped(Lower *L, GNode *n, Tensor *x, double rate, const char *suffix) {
     Ddpc *c = L->c;
-    XExpr *keep = arena_alloc(c->arena, sizeof *keep);
-    keep->kind = X_KEEP;
-    keep->num = rate;
-    keep->key = n->id;
+    Tensor *mask = ir_tensor(c, L->ir, arena_printf(c->arena, "%s%s:keep", n->name, suffix), T_ACT, DT_U8,
+                             x->batched, &x->shape);
+    mask->layer = n;
+    IrOp *draw = ir_op(c, L->ir, L->phase, OP_DROPOUT_MASK);
+    add_out(draw, mask);
+    draw->rate = rate;
+    draw->key = n->id;
+    draw->range = dim_batched((mask->per_sample + DROPOUT_DRAW - 1) / DROPOUT_DRAW);
+    draw->layer = n;
     Tensor *y = activation(L, n, suffix, &x->shape);
-    XExpr *e = x_binary(c, X_MUL, x_load(c, x, BC_FULL), x_binary(c, X_MUL, keep, x_const(c, 1 / (1 - rate))));
+    XExpr *e = x_binary(c, X_MUL, x_load(c, x, BC_FULL),
+                        x_binary(c, X_MUL, x_load(c, mask, BC_FULL), x_const(c, 1 / (1 - rate))));
     pointwise(c, L->ir, L->phase, y, e)->layer = n;
     return y;
 }

@@ -90,9 +90,6 @@ static void expr_to(Ddpc *c, StrBuf *sb, const XExpr *e, int min) {
     case X_SCALAR:
         sb_printf(sb, "%s", scalar_names[e->scalar]);
         break;
-    case X_KEEP:
-        sb_printf(sb, "keep(%s, %lld)", fmt_number(c->arena, e->num), (long long)e->key);
-        break;
     case X_NEG:
         sb_putc(sb, '-');
         expr_to(c, sb, e->a, 3);
@@ -204,6 +201,8 @@ static void op_line(Ddpc *c, FILE *out, const IrOp *op) {
             sb_printf(&sb, "   %s%s", op->what, op->from_logits ? ", from logits" : "");
         if (op->kind == OP_SOFTMAX && op->causal)
             sb_printf(&sb, "   causal");
+        if (op->kind == OP_DROPOUT_MASK)
+            sb_printf(&sb, "   rate %s, key %lld", fmt_number(c->arena, op->rate), (long long)op->key);
         if (op->kind == OP_BN_STATS)
             sb_printf(&sb, "   momentum %s", fmt_number(c->arena, op->momentum));
         if (op->kind == OP_LAYERNORM || op->kind == OP_LAYERNORM_BWD)

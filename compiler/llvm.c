@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/DebugInfo.h>
 #include <llvm-c/Support.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
@@ -360,13 +361,32 @@ LLVMValueRef cg_loop_index(Cg *cg, Loop *l) {
     return widened(cg, LLVMBuildLoad2(cg->b, l->type, l->var, ""));
 }
 
-void cg_loop_end(Cg *cg, Loop *l) {
+static LLVMValueRef loop_latch(Cg *cg, Loop *l) {
     LLVMBuildBr(cg->b, l->next);
     LLVMPositionBuilderAtEnd(cg->b, l->next);
     LLVMValueRef i = LLVMBuildLoad2(cg->b, l->type, l->var, "");
     LLVMBuildStore(cg->b, LLVMBuildAdd(cg->b, i, l->step, ""), l->var);
-    LLVMBuildBr(cg->b, l->cond);
+    LLVMValueRef back = LLVMBuildBr(cg->b, l->cond);
     LLVMPositionBuilderAtEnd(cg->b, l->exit);
+    return back;
+}
+
+void cg_loop_end(Cg *cg, Loop *l) {
+    loop_latch(cg, l);
+}
+
+/* The loop's `llvm.loop` node: its first operand itself (made through a temporary
+ * node: the C API has no distinct ones), then the vector width asked for. */
+void cg_loop_end_vector_width(Cg *cg, Loop *l, int width) {
+    LLVMValueRef back = loop_latch(cg, l);
+    const char *name = "llvm.loop.vectorize.width";
+    LLVMMetadataRef property[2] = {LLVMMDStringInContext2(cg->ctx, name, strlen(name)),
+                                   LLVMValueAsMetadata(LLVMConstInt(cg->i32, (unsigned)width, false))};
+    LLVMMetadataRef self = LLVMTemporaryMDNode(cg->ctx, NULL, 0);
+    LLVMMetadataRef operands[2] = {self, LLVMMDNodeInContext2(cg->ctx, property, 2)};
+    LLVMMetadataRef id = LLVMMDNodeInContext2(cg->ctx, operands, 2);
+    LLVMMetadataReplaceAllUsesWith(self, id);
+    LLVMSetMetadata(back, LLVMGetMDKindIDInContext(cg->ctx, "llvm.loop", 9), LLVMMetadataAsValue(cg->ctx, id));
 }
 
 If cg_if_begin(Cg *cg, LLVMValueRef cond) {

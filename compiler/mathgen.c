@@ -21,7 +21,7 @@
 
 #include "cg.h"
 
-enum { M_EXP32, M_EXP64, M_EXP_SUM32, M_EXP_SUM64, M_LOG32, M_LOG64, M_TANH32, M_TANH64, M_ERF64, M_PHILOX };
+enum { M_EXP32, M_EXP64, M_EXP_SUM32, M_EXP_SUM64, M_LOG32, M_LOG64, M_TANH32, M_TANH64, M_ERF64 };
 
 /* ------------------------------------------------------ function scaffolding */
 
@@ -393,17 +393,11 @@ static LLVMValueRef mul_hi_lo(Cg *cg, uint32_t m, LLVMValueRef x, LLVMValueRef *
     return LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, p, LLVMConstInt(cg->i64, 32, 0), ""), cg->i32, "");
 }
 
-static LLVMValueRef make_philox(Cg *cg) {
-    LLVMTypeRef params[6] = {cg->i32, cg->i32, cg->i32, cg->i32, cg->i32, cg->i32};
-    Saved s;
-    LLVMValueRef f = helper_begin(cg, "ddp_philox", cg->i32, params, 6, &s);
-    /* inlined even where -O2 finds it too long: a loop of draws that calls it cannot
-     * vectorise (dropout's mask, over a row of the CPU, 8 draws at a time with AVX2) */
-    unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
-    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(cg->ctx, always, 0));
-    LLVMValueRef k0 = LLVMGetParam(f, 0), k1 = LLVMGetParam(f, 1);
-    LLVMValueRef c0 = LLVMGetParam(f, 2), c1 = LLVMGetParam(f, 3), c2 = LLVMGetParam(f, 4),
-                 c3 = LLVMGetParam(f, 5);
+/* Emitted where it is used: a loop of draws vectorises (a dropout mask's groups, on a
+ * CPU's row, several draws at a time). */
+void cg_philox(Cg *cg, const LLVMValueRef key[2], const LLVMValueRef counter[4], LLVMValueRef words[4]) {
+    LLVMValueRef k0 = key[0], k1 = key[1];
+    LLVMValueRef c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
     for (int round = 0; round < 10; round++) {
         if (round > 0) {
             k0 = LLVMBuildAdd(cg->b, k0, LLVMConstInt(cg->i32, 0x9E3779B9u, 0), "");
@@ -419,15 +413,5 @@ static LLVMValueRef make_philox(Cg *cg) {
         c2 = n2;
         c3 = lo0;
     }
-    helper_end(cg, c0, &s);
-    return f;
-}
-
-LLVMValueRef cg_philox(Cg *cg, LLVMValueRef key0, LLVMValueRef key1, LLVMValueRef ctr0,
-                       LLVMValueRef ctr1, LLVMValueRef ctr2, LLVMValueRef ctr3) {
-    if (!cg->math[M_PHILOX])
-        cg->math[M_PHILOX] = make_philox(cg);
-    LLVMTypeRef params[6] = {cg->i32, cg->i32, cg->i32, cg->i32, cg->i32, cg->i32};
-    LLVMValueRef args[6] = {key0, key1, ctr0, ctr1, ctr2, ctr3};
-    return LLVMBuildCall2(cg->b, LLVMFunctionType(cg->i32, params, 6, 0), cg->math[M_PHILOX], args, 6, "");
+    words[0] = c0, words[1] = c1, words[2] = c2, words[3] = c3;
 }

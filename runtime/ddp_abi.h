@@ -350,7 +350,9 @@ DDP_CONTRACT(ddp_rt_expr)
  * DDP_STREAM_INIT, DDP_STREAM_DATA, DDP_STREAM_AUGMENT + the augmentation's place in
  * its list). A draw depends on nothing else: not on the worker, the thread or the
  * device. The first output word w gives the uniform number (w >> 8) * 2^-24 in [0, 1)
- * (two words, 53 bits, for f64 initialisation). A synthetic dataset's sample i draws
+ * (two words, 53 bits, for f64 initialisation). A dropout mask draws once for every
+ * four elements of a sample (element: the place / 4): word k keeps the sample's element
+ * 4 element + k where it is at least the rate times 2^32, rounded. A synthetic dataset's sample i draws
  * once (element 0); its words 0 and 1 seed a SplitMix64 sequence over the sample's
  * elements (runtime/data.c). An augmentation draws once per sample and epoch (element
  * 0, step the epoch from 0, as shuffling's; a resized crop's tries elements 0 to 9,
