@@ -7,8 +7,12 @@ MODEL: mlp (samples/fashion_mlp.ddp: 784-256-10, relu, sgd 0.1), cnn
 (samples/fashion.ddp: two 5x5 convolutions with max-pooling, dense 1024, dropout 0.4,
 adam 0.001) or gpt (tests/train/char_lm.ddp: std/gpt over 64 tokens of a vocabulary
 of 256, two blocks of 64 channels and 4 heads, adamw 0.003; written as nanoGPT
-writes it, the attention by scaled_dot_product_attention). Batch 64, float32. Prints
-one number: samples per second over STEPS steps after a warm-up."""
+writes it, the attention by scaled_dot_product_attention) or vit
+(samples/cifar10_vit.ddp: 4x4 patches of 32x32x3 images, six pre-norm encoder blocks
+of 192 channels, 3 heads and an MLP of 384, dropout 0.1, the mean of the tokens;
+adamw 0.001 with weight decay 0.05, gradients clipped to norm 1, label smoothing
+0.1). Batch 64, float32. Prints one number: samples per second over STEPS steps after
+a warm-up."""
 import os
 import sys
 import time
@@ -25,6 +29,7 @@ images = rng.uniform(-1, 1, (BATCH * 8, 28, 28)).astype(np.float32)
 labels = rng.integers(0, 10, BATCH * 8)
 TOKENS, VOCAB, WIDTH, HEADS, DEPTH = 64, 256, 64, 4, 2
 text = rng.integers(0, VOCAB, (BATCH * 8, TOKENS + 1))
+PATCH, VIT_WIDTH, VIT_DEPTH, VIT_HEADS, VIT_MLP, VIT_DROPOUT = 4, 192, 6, 3, 384, 0.1
 
 
 def numpy_mlp():
@@ -87,6 +92,39 @@ def torch_gpt(torch):
     return GPT()
 
 
+def torch_vit(torch):
+    nn = torch.nn
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(VIT_WIDTH, eps=1e-6), nn.LayerNorm(VIT_WIDTH, eps=1e-6)
+            self.attention = nn.MultiheadAttention(VIT_WIDTH, VIT_HEADS, batch_first=True)
+            self.drop = nn.Dropout(VIT_DROPOUT)
+            self.mlp = nn.Sequential(nn.Linear(VIT_WIDTH, VIT_MLP), nn.GELU(), nn.Dropout(VIT_DROPOUT),
+                                     nn.Linear(VIT_MLP, VIT_WIDTH), nn.Dropout(VIT_DROPOUT))
+
+        def forward(self, x):
+            y = self.ln1(x)
+            x = x + self.drop(self.attention(y, y, y, need_weights=False)[0])
+            return x + self.mlp(self.ln2(x))
+
+    class ViT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.patches = nn.Conv2d(3, VIT_WIDTH, PATCH, stride=PATCH)
+            self.positions = nn.Parameter(torch.zeros((32 // PATCH) ** 2, VIT_WIDTH))
+            self.drop = nn.Dropout(VIT_DROPOUT)
+            self.blocks = nn.Sequential(*[Encoder() for _ in range(VIT_DEPTH)])
+            self.ln, self.head = nn.LayerNorm(VIT_WIDTH, eps=1e-6), nn.Linear(VIT_WIDTH, 10)
+
+        def forward(self, x):  # x: (batch, 32, 32, 3), channels last as ddp holds images
+            x = self.patches(x.permute(0, 3, 1, 2)).flatten(2).transpose(1, 2)
+            x = self.blocks(self.drop(x + self.positions))
+            return self.head(self.ln(x).mean(dim=1))
+    return ViT()
+
+
 def torch_model():
     import torch
     torch.set_num_threads(threads)
@@ -105,6 +143,21 @@ def torch_model():
             loss.backward()
             optimizer.step()
         return gpt_step
+    if model == "vit":
+        net = torch_vit(torch)
+        optimizer = torch.optim.AdamW(net.parameters(), lr=0.001, weight_decay=0.05)
+        pictures = torch.from_numpy(rng.uniform(-1, 1, (BATCH * 8, 32, 32, 3)).astype(np.float32))
+        classes = torch.from_numpy(labels)
+
+        def vit_step(i):
+            k = i % 8
+            out = net(pictures[k * BATCH:(k + 1) * BATCH])
+            loss = nn.functional.cross_entropy(out, classes[k * BATCH:(k + 1) * BATCH], label_smoothing=0.1)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            optimizer.step()
+        return vit_step
     if model == "mlp":
         net = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
         optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
