@@ -4,9 +4,10 @@
  * then store every output, so a kernel may read what it writes. Reductions run one
  * index per output element with an inner loop in a fixed order (along a row, eight
  * interleaved lanes: combine_in_lanes), so sums do not depend on threads. Windows
- * (im2col, pools) gather: each output element reads what it needs, no two indices write the same place, and adjoints
- * (col2im, pool gradients) are gathers too, never scattered additions. Loss, metric and
- * accumulation kernels work per sample; sums of the accumulators are f64.
+ * (im2col, pools) gather: each output element reads what it needs, no two indices write
+ * the same place, and adjoints (col2im, pool gradients) are gathers too, never
+ * scattered additions. Loss, metric and accumulation kernels work per sample; sums of
+ * the accumulators are f64.
  *
  * On a GPU the reductions (sums over rows: bias and batch-norm gradients, batch-norm
  * statistics, global average pooling, the loss and metric sums) are launched one block
@@ -358,7 +359,8 @@ static void gen_dropout_mask_cpu(Cg *cg, IrOp *op) {
     Loop s = cg_loop_begin(cg, divs(cg, cg->begin, groups),
                            divs(cg, add(cg, cg->end, I(cg, op->range.per_sample - 1)), groups), "sample");
     LLVMValueRef index = cg_loop_index(cg, &s), row = mul(cg, index, groups);
-    LLVMValueRef first = sub(cg, smax(cg, cg->begin, row), row), last = sub(cg, smin(cg, cg->end, add(cg, row, groups)), row);
+    LLVMValueRef first = sub(cg, smax(cg, cg->begin, row), row);
+    LLVMValueRef last = sub(cg, smin(cg, cg->end, add(cg, row, groups)), row);
     Loop g = cg_loop_begin(cg, first, last, "group");
     draw_dropout_group(cg, op, index, cg_loop_index(cg, &g));
     cg_loop_end_vector_width(cg, &g, DROPOUT_CPU_DRAWS);

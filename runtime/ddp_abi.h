@@ -347,19 +347,20 @@ DDP_CONTRACT(ddp_rt_expr)
  *   key     = {seed & 0xffffffff, (seed >> 32) ^ stream}
  *   counter = {element, sample & 0xffffffff, sample >> 32, step}
  * where stream names the use (DDP_STREAM_DROPOUT + layer key, DDP_STREAM_SHUFFLE,
- * DDP_STREAM_INIT, DDP_STREAM_DATA, DDP_STREAM_AUGMENT + the augmentation's place in
- * its list). A draw depends on nothing else: not on the worker, the thread or the
- * device. The first output word w gives the uniform number (w >> 8) * 2^-24 in [0, 1)
- * (two words, 53 bits, for f64 initialisation). A dropout mask draws once for every
- * four elements of a sample (element: the place / 4): word k keeps the sample's element
- * 4 element + k where it is at least the rate times 2^32, rounded. A synthetic dataset's sample i draws
- * once (element 0); its words 0 and 1 seed a SplitMix64 sequence over the sample's
- * elements (runtime/data.c). An augmentation draws once per sample and epoch (element
- * 0, step the epoch from 0, as shuffling's; a resized crop's tries elements 0 to 9,
- * its place element 10), so the samples of an epoch change alike however the job
+ * DDP_STREAM_INIT, DDP_STREAM_DATA, DDP_STREAM_AUGMENT + the augmentation's place in its
+ * list). A draw depends on nothing else: not on the worker, the thread or the device.
+ * The first output word w gives the uniform number (w >> 8) * 2^-24 in [0, 1) (two
+ * words, 53 bits, for f64 initialisation). A dropout mask draws once for every four
+ * elements of a sample: the draw of element g keeps the sample's element 4g + k where
+ * its word k is at least the rate times 2^32, rounded. A synthetic dataset's
+ * sample i draws once (element 0); its words 0 and 1 seed a SplitMix64 sequence over the
+ * sample's elements (runtime/data.c). An augmentation draws once per sample and epoch
+ * (element 0, step the epoch from 0, as shuffling's; a resized crop's tries elements 0
+ * to 9, its place element 10), so the samples of an epoch change alike however the job
  * is cut into workers, and a resumed run changes them as the uninterrupted one. With
  * augment_repeats, copy c of sample s draws (augmentations, dropout) as sample s + c n
- * of a dataset of n would. */
+ * of a dataset of n would.
+ */
 enum { DDP_STREAM_DROPOUT = 1 << 16, DDP_STREAM_SHUFFLE = 2 << 16, DDP_STREAM_INIT = 3 << 16,
        DDP_STREAM_DATA = 4 << 16, DDP_STREAM_AUGMENT = 5 << 16 };
 
