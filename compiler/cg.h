@@ -50,11 +50,12 @@ void cg_dispose(Cg *cg);
  * arena. */
 bool cg_emit(Cg *cg, int opt_level, char **out, size_t *len, const char **error);
 char *cg_module_text(Cg *cg); /* the LLVM IR, for --stage=llvm */
-/* The GPU module lowered twice (llvm.c says how): PTX text, whose first line names the
- * module's hash, and a host object of the same kernels, named *_gpu, for the emulated
- * device. */
-bool cg_emit_gpu(Cg *cg, char **ptx, size_t *ptx_len, char **obj, size_t *obj_len, uint64_t *hash,
-                 const char **error);
+/* The GPU module lowered twice (llvm.c says how), by separate processes of a build:
+ * PTX text, whose first line names the module's hash; and a host object of the same
+ * kernels, named *_gpu, for the emulated device. The PTX is optimised at
+ * cg->opt_level, the emulated device's object not at all (llvm.c says why). */
+bool cg_emit_ptx(Cg *cg, char **ptx, size_t *ptx_len, const char **error);
+bool cg_emit_emulated(Cg *cg, char **obj, size_t *obj_len, const char **error);
 /* A GPU thread's place in its launch, and its block's barrier and shared memory (the
  * GPU module only): i32 values, and an i8 pointer. */
 LLVMValueRef cg_gpu_block(Cg *cg);
