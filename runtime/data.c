@@ -394,11 +394,8 @@ bool data_check_labels(const ddp_data *d, char *err, size_t errlen) {
                         d->label_elems, err, errlen);
 }
 
-bool ddp_data_check_inputs(const ddp_data *d, int64_t part, int64_t parts, char *err, size_t errlen) {
-    int64_t begin, size;
-    ddp_shard_range(d->samples, parts, part, &begin, &size);
-    if (is_synthetic(d))
-        return true;
+/* Samples [begin, begin + size) hold finite numbers. */
+static bool inputs_finite(const ddp_data *d, int64_t begin, int64_t size, char *err, size_t errlen) {
     int64_t width = d->elems * data_elem_size[d->elem];
     if (!d->nshards)
         return check_finite(d->where, "sample", "element", (const char *)d->inputs + begin * width, d->elem,
@@ -560,10 +557,8 @@ static bool label_outside(const ddp_data *d, double lo, double hi, bool whole, c
         snprintf(what, len, "it has %lld classes (0..%lld)", (long long)classes, (long long)(classes - 1));
         return true;
     }
-    if (d->spec->kind == DDP_DATA_TOKENS) {
-        snprintf(what, len, "it holds the token %lld", (long long)d->token_max);
-        return (double)d->token_max > hi;
-    }
+    if (d->spec->kind == DDP_DATA_TOKENS) /* checked in parts: tokens_fit */
+        return false;
     for (int64_t i = 0; i < d->samples * d->label_elems; i++) {
         double v = d->labels[i];
         if (v < lo || v > hi || (whole && v != floor(v))) {
@@ -590,6 +585,33 @@ static const char *loss_name(int64_t loss) {
     return loss >= 0 && loss < 4 ? names[loss] : "the loss";
 }
 
+/* Labels are class indices (one_hot: made one-hot as batches are assembled). */
+static bool class_labels(const ddp_data *d, const ddp_program *p) {
+    return p->label_dtype == DDP_I32 || one_hot(d, p);
+}
+
+/* The message for a label outside the loss's range, what saying which (label_outside's
+ * words) and file where. */
+static bool label_range_fail(const ddp_data *d, const ddp_program *p, const char *file, const char *what, char *err,
+                             size_t errlen) {
+    if (!class_labels(d, p))
+        return data_fail(err, errlen, file,
+                         "%s, but binary_crossentropy needs targets in [0, 1]; rescale the labels or use "
+                         "mean_squared_error",
+                         what);
+    char shape[64], outputs[96];
+    int64_t positions = p->label_positions, classes = p->output_elems / positions;
+    ddp_shape_text(shape, sizeof shape, p->output_shape, (int)p->output_rank);
+    if (positions == 1)
+        snprintf(outputs, sizeof outputs, "has %lld outputs", (long long)classes);
+    else
+        snprintf(outputs, sizeof outputs, "outputs %s", shape);
+    return data_fail(err, errlen, file,
+                     "%s, but the model `%s` %s, so class indices run 0..%lld; give its last layer one unit "
+                     "per class",
+                     what, p->name ? p->name : "", outputs, (long long)(classes - 1));
+}
+
 static bool class_indices_fit(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
     char what[160], shape[64];
     const char *file;
@@ -607,17 +629,8 @@ static bool class_indices_fit(const ddp_data *d, const ddp_program *p, char *err
                          (long long)d->label_elems, d->label_elems == 1 ? "index" : "indices", p->name ? p->name : "",
                          shape, (long long)positions, (long long)positions);
     }
-    char outputs[96];
-    if (positions == 1)
-        snprintf(outputs, sizeof outputs, "has %lld outputs", (long long)classes);
-    else
-        snprintf(outputs, sizeof outputs, "outputs %s", shape);
-    if (label_outside(d, 0, (double)(classes - 1), true, what, sizeof what, &file))
-        return data_fail(err, errlen, file,
-                         "%s, but the model `%s` %s, so class indices run 0..%lld; give its last layer one unit "
-                         "per class",
-                         what, p->name ? p->name : "", outputs, (long long)(classes - 1));
-    return true;
+    return !label_outside(d, 0, (double)(classes - 1), true, what, sizeof what, &file) ||
+           label_range_fail(d, p, file, what, err, errlen);
 }
 
 static bool label_count_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
@@ -632,18 +645,14 @@ static bool label_count_fits(const ddp_data *d, const ddp_program *p, char *err,
 }
 
 static bool labels_fit(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
-    if (p->label_dtype == DDP_I32 || one_hot(d, p))
+    if (class_labels(d, p))
         return class_indices_fit(d, p, err, errlen);
     if (!label_count_fits(d, p, err, errlen))
         return false;
     char what[160];
     const char *file;
-    if (p->settings.loss == DDP_LOSS_BINARY && label_outside(d, 0, 1, false, what, sizeof what, &file))
-        return data_fail(err, errlen, file,
-                         "%s, but binary_crossentropy needs targets in [0, 1]; rescale the labels or use "
-                         "mean_squared_error",
-                         what);
-    return true;
+    return p->settings.loss != DDP_LOSS_BINARY || !label_outside(d, 0, 1, false, what, sizeof what, &file) ||
+           label_range_fail(d, p, file, what, err, errlen);
 }
 
 /* The window [height, width] the dataset's first augmentation makes of each sample
@@ -691,22 +700,16 @@ static const char *sample_inputs(const ddp_data *d, int64_t sample) {
 }
 
 /* Token indices (the inputs of a model whose embedding reads them) must be whole
- * numbers 0..vocab - 1: each is checked once here, where a wrong one would otherwise
- * look up nothing, silently. */
-static bool indices_fit(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
-    if (!p->input_vocab || is_synthetic(d))
+ * numbers 0..vocab - 1: each of samples [begin, begin + size) is checked once here,
+ * where a wrong one would otherwise look up nothing, silently. */
+static bool indices_fit(const ddp_data *d, const ddp_program *p, int64_t begin, int64_t size, char *err,
+                        size_t errlen) {
+    if (!p->input_vocab || !size)
         return true;
-    if (d->spec->kind == DDP_DATA_TOKENS)
-        return d->token_max < p->input_vocab ||
-               data_fail(err, errlen, d->where,
-                         "holds the token %lld, but the model `%s` looks tokens up in an embedding of token "
-                         "indices 0..%lld; give the embedding a vocab of at least %lld",
-                         (long long)d->token_max, p->name ? p->name : "", (long long)(p->input_vocab - 1),
-                         (long long)d->token_max + 1);
     double *row = malloc(sizeof *row * (size_t)d->elems);
     if (!row)
         return data_fail(err, errlen, d->where, "out of memory for checking its token indices");
-    for (int64_t s = 0; s < d->samples; s++) {
+    for (int64_t s = begin; s < begin + size; s++) {
         converters[d->elem][1](row, sample_inputs(d, s), d->elems, d->spec->scale);
         for (int64_t e = 0; e < d->elems; e++) {
             double v = row[e];
@@ -731,6 +734,43 @@ static bool indices_fit(const ddp_data *d, const ddp_program *p, char *err, size
     return true;
 }
 
+/* A token file's tokens that samples [begin, begin + size) read (their inputs, and one
+ * token further their labels) must lie below the embedding's vocab and, as labels,
+ * below the classes (binary_crossentropy: below 2). A worker that finds one past them
+ * reads the whole file for its largest token, which the message names, as it would
+ * with one worker: only a run that fails pays for that. */
+static bool tokens_fit(const ddp_data *d, const ddp_program *p, int64_t begin, int64_t size, char *err,
+                       size_t errlen) {
+    int64_t vocab = p->input_vocab, classes = 0, window = d->elems;
+    if (class_labels(d, p))
+        classes = p->output_elems / p->label_positions;
+    else if (p->settings.loss == DDP_LOSS_BINARY)
+        classes = 2;
+    int64_t bound = !vocab ? classes : !classes ? vocab : vocab < classes ? vocab : classes;
+    if (!bound || !size || data_largest_token(d, begin * window, size * window + 1) < bound)
+        return true;
+    int64_t most = data_largest_token(d, 0, d->samples * window + 1);
+    if (vocab && most >= vocab)
+        return data_fail(err, errlen, d->where,
+                         "holds the token %lld, but the model `%s` looks tokens up in an embedding of token "
+                         "indices 0..%lld; give the embedding a vocab of at least %lld",
+                         (long long)most, p->name ? p->name : "", (long long)(vocab - 1), (long long)most + 1);
+    char what[64];
+    snprintf(what, sizeof what, "it holds the token %lld", (long long)most);
+    return label_range_fail(d, p, d->where, what, err, errlen);
+}
+
+bool ddp_data_check_inputs(const ddp_data *d, const ddp_program *p, int64_t part, int64_t parts, char *err,
+                           size_t errlen) {
+    int64_t begin, size;
+    ddp_shard_range(d->samples, parts, part, &begin, &size);
+    if (is_synthetic(d))
+        return true;
+    if (d->spec->kind == DDP_DATA_TOKENS) /* whole numbers, and finite */
+        return !p || tokens_fit(d, p, begin, size, err, errlen);
+    return inputs_finite(d, begin, size, err, errlen) && (!p || indices_fit(d, p, begin, size, err, errlen));
+}
+
 bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen) {
     int64_t want = model_input_elems(p), window[2];
     if (!is_synthetic(d) && crop_window(d->spec, window)) {
@@ -746,7 +786,7 @@ bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t er
                          ddp_dims_text(theirs, sizeof theirs, p->input_shape, (int)p->input_rank, ", "),
                          (long long)want);
     }
-    return indices_fit(d, p, err, errlen) && (d->unlabelled || labels_fit(d, p, err, errlen));
+    return d->unlabelled || labels_fit(d, p, err, errlen);
 }
 
 /* --------------------------------------------------------------- batches */

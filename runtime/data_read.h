@@ -86,5 +86,7 @@ bool data_read_cifar10(ddp_data *d, char *err, size_t errlen);
 bool data_read_npy(ddp_data *d, char *err, size_t errlen);
 bool data_read_csv(ddp_data *d, char *err, size_t errlen);
 bool data_read_tokens(ddp_data *d, char *err, size_t errlen);
+/* The largest of a token file's count tokens from token first on. */
+int64_t data_largest_token(const ddp_data *d, int64_t first, int64_t count);
 
 #endif

@@ -5,21 +5,34 @@
  *
  * The file is mapped, not copied, and the labels are read from the same mapping
  * (data.c's label_value), so billions of tokens cost no memory of their own. The
- * tokens after the last whole window and the one token after it are not read. */
+ * tokens after the last whole window and the one token after it are not read. Their
+ * range (below the embedding's vocab and the classes) is checked by the workers of a
+ * job a part each (data.c's tokens_fit), not at opening by every worker. */
 #include <stdio.h>
 
 #include "data_read.h"
 
 static const char *const type_names[] = {[1] = "uint8", [2] = "uint16", [4] = "uint32"};
 
-/* The largest of count tokens of width bytes. */
+/* The largest of count tokens of width bytes: a loop for each width, so each is a
+ * vector maximum. */
 static int64_t largest_token(const unsigned char *p, size_t count, int width) {
     uint32_t most = 0;
-    for (size_t i = 0; i < count; i++) {
-        uint32_t v = width == 1 ? p[i] : width == 2 ? ((const uint16_t *)p)[i] : ((const uint32_t *)p)[i];
-        most = v > most ? v : most;
-    }
+    if (width == 1)
+        for (size_t i = 0; i < count; i++)
+            most = p[i] > most ? p[i] : most;
+    else if (width == 2)
+        for (size_t i = 0; i < count; i++)
+            most = ((const uint16_t *)p)[i] > most ? ((const uint16_t *)p)[i] : most;
+    else
+        for (size_t i = 0; i < count; i++)
+            most = ((const uint32_t *)p)[i] > most ? ((const uint32_t *)p)[i] : most;
     return most;
+}
+
+int64_t data_largest_token(const ddp_data *d, int64_t first, int64_t count) {
+    int width = (int)d->spec->token_bytes;
+    return largest_token((const unsigned char *)d->inputs + first * width, (size_t)count, width);
 }
 
 bool data_read_tokens(ddp_data *d, char *err, size_t errlen) {
@@ -49,7 +62,6 @@ bool data_read_tokens(ddp_data *d, char *err, size_t errlen) {
     data_set_sample_shape(d, 1, &window);
     d->label_elems = window;
     d->integral_labels = true;
-    d->token_max = largest_token(b.data, (size_t)(d->samples * window + 1), width);
     d->inputs = data_keep_inputs(d, &b, 0, width);
     return d->inputs || data_fail(err, errlen, d->where, "out of memory for %zu tokens", count);
 }

@@ -19,17 +19,35 @@
 
 /* ------------------------------------------------------------------ order */
 
+/* The position that position i swaps with: one of [0, i], drawn with counter
+ * (0, i, epoch). */
+static int64_t swap_partner(uint64_t seed, int64_t epoch, int64_t i) {
+    uint32_t w[4];
+    ddp_draw(seed, DDP_STREAM_SHUFFLE, (uint64_t)i, 0, (uint32_t)epoch, w);
+    return ddp_draw_below(w, i + 1);
+}
+
+/* Fisher-Yates from the end. A partner depends on its position alone, so each is
+ * drawn SHUFFLE_AHEAD swaps early and its entry asked into the cache then: an order
+ * larger than the cache (a corpus of millions of windows) otherwise waits on memory
+ * at every swap. */
+enum { SHUFFLE_AHEAD = 32 };
+
 void ddp_epoch_order(uint64_t seed, int64_t epoch, bool shuffle, int64_t n, int64_t *order) {
     for (int64_t i = 0; i < n; i++)
         order[i] = i;
     if (!shuffle)
         return;
-    /* Fisher-Yates from the end: position i swaps with one of [0, i], drawn with
-     * counter (0, i, epoch) */
+    int64_t partner[SHUFFLE_AHEAD];
+    for (int64_t i = n - 1; i > 0 && i > n - 1 - SHUFFLE_AHEAD; i--)
+        partner[i % SHUFFLE_AHEAD] = swap_partner(seed, epoch, i);
     for (int64_t i = n - 1; i > 0; i--) {
-        uint32_t w[4];
-        ddp_draw(seed, DDP_STREAM_SHUFFLE, (uint64_t)i, 0, (uint32_t)epoch, w);
-        int64_t j = ddp_draw_below(w, i + 1);
+        int64_t j = partner[i % SHUFFLE_AHEAD], later = i - SHUFFLE_AHEAD;
+        if (later > 0) {
+            int64_t k = swap_partner(seed, epoch, later);
+            partner[later % SHUFFLE_AHEAD] = k;
+            __builtin_prefetch(&order[k], 1);
+        }
         int64_t t = order[i];
         order[i] = order[j];
         order[j] = t;

@@ -113,7 +113,6 @@ typedef struct ddp_data {
     int64_t label_elems;        /* values per sample's label (1 for a class index) */
     bool integral_labels;       /* every label value is a whole number (a class index) */
     double *labels;             /* samples x label_elems; NULL: synthetic, tokens (the inputs' next ones) */
-    int64_t token_max;          /* tokens: the largest token that inputs and labels hold */
     bool unlabelled;            /* inputs alone (--predict-inputs): every label reads 0 */
 } ddp_data;
 
@@ -170,9 +169,12 @@ static inline double ddp_synthetic_element(uint64_t sample_seed, int64_t e) {
  * holds one message naming the file and what is wrong with it, ending with what to do. */
 bool ddp_data_open(const ddp_dataset *spec, const char *root, ddp_data *d, char *err, size_t errlen);
 /* Checks that the inputs of part `part` of `parts` of the samples (ddp_shard_range)
- * are finite numbers, as ddp_data_open's messages say. The workers of a job check a
- * part each, so a dataset is read once between them, not once by each. */
-bool ddp_data_check_inputs(const ddp_data *d, int64_t part, int64_t parts, char *err, size_t errlen);
+ * are finite numbers, as ddp_data_open's messages say, and with a program p (NULL:
+ * none), that the token indices an embedding looks up are below its vocab and a token
+ * file's tokens below the classes too (a message as ddp_data_fits's). The workers of
+ * a job check a part each, so a dataset is read once between them, not once by each. */
+bool ddp_data_check_inputs(const ddp_data *d, const ddp_program *p, int64_t part, int64_t parts, char *err,
+                           size_t errlen);
 void ddp_data_free(ddp_data *d);
 /* The bytes a dataset holds: its files' mapped (one copy in the page cache for every
  * worker of the node) and those in this worker's own memory. */
@@ -185,7 +187,8 @@ int64_t ddp_data_asked_ahead(const ddp_data *d);
 bool ddp_data_files_unchanged(char *err, size_t errlen);
 /* Checks that the data fits the program: per-sample element count against the
  * model's input, labels against the loss and the model's output (class indices below
- * the number of outputs, binary targets in [0, 1], ...). */
+ * the number of outputs, binary targets in [0, 1], ...); the values of the inputs
+ * are ddp_data_check_inputs's. */
 bool ddp_data_fits(const ddp_data *d, const ddp_program *p, char *err, size_t errlen);
 /* What a training epoch's augmentations draw from: the run's seed and the epoch. */
 typedef struct ddp_draw_key {

@@ -36,7 +36,7 @@ static bool open_dataset(const ddp_config *cfg, const ddp_program *p, const ddp_
                          ddp_job *job) {
     char err[2048];
     if (ddp_data_open(spec, cfg->data_root, d, err, sizeof err) && ddp_data_fits(d, p, err, sizeof err) &&
-        ddp_data_check_inputs(d, cfg->cluster.rank, cfg->cluster.world, err, sizeof err))
+        ddp_data_check_inputs(d, p, cfg->cluster.rank, cfg->cluster.world, err, sizeof err))
         return true;
     ddp_data_free(d);
     fail(job, err);

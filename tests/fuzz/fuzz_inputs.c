@@ -69,7 +69,7 @@ static void open_dataset(const ddp_dataset *spec) {
         return;
     }
     for (int64_t part = 0; part < 3; part++) /* as three workers check them */
-        if (!ddp_data_check_inputs(&d, part, 3, err, sizeof err) && (!err[0] || !memchr(err, 0, sizeof err)))
+        if (!ddp_data_check_inputs(&d, NULL, part, 3, err, sizeof err) && (!err[0] || !memchr(err, 0, sizeof err)))
             abort();
     double sum = 0;
     for (int64_t i = 0; i < d.samples * d.label_elems; i++)

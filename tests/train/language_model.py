@@ -174,10 +174,15 @@ def main():
             "tokens up in an embedding of token indices 0..299" % path("text.bin"))
     write_stream(root, STREAM)
     bad = [r[:] for r in CHECK]
-    bad[3][2] = VOCAB
+    bad[3][0] = VOCAB  # an input alone: the labels are the tokens after it
     write_tokens(root, "check_", bad)
-    refused("a token past the vocabulary in a .npy file", "%s: sample 3 holds 300 at position 2, but the model `lm` "
+    refused("a token past the vocabulary in a .npy file", "%s: sample 3 holds 300 at position 0, but the model `lm` "
             "looks it up in an embedding of token indices 0..299" % path("check_tokens.npy"))
+    bad = [r[:] for r in CHECK]
+    bad[3][2] = VOCAB  # an input and a label: the labels, checked first
+    write_tokens(root, "check_", bad)
+    refused("a token past the classes in a .npy file of labels", "%s: sample 3 has the label value 300 (value 1 of "
+            "its label), but the model `lm` outputs [4, 300], so class indices run 0..299" % path("check_next.npy"))
     write_tokens(root, "check_", CHECK)
     open(path("check_next.npy"), "wb").write(npy("<i4", [5], b"".join(struct.pack("<i", r[1]) for r in CHECK)))
     refused("one class a sample for a class at each position", "%s: holds 1 class index a sample, but the model `lm` "

@@ -147,7 +147,7 @@ static ddp_dataset dataset(int kind, const char *name, const char *path0, const 
 static bool open_checked(const ddp_dataset *spec, ddp_data *d, char *err, size_t errlen) {
     if (!ddp_data_open(spec, root, d, err, errlen))
         return false;
-    if (ddp_data_check_inputs(d, 0, 1, err, errlen))
+    if (ddp_data_check_inputs(d, NULL, 0, 1, err, errlen))
         return true;
     ddp_data_free(d);
     return false;
@@ -1461,10 +1461,12 @@ static void test_npy_patterns(void) {
 
 /* --------------------------------------------------- inputs checked in parts */
 
-/* part of parts checked: passes, or fails with a message holding `says` */
-static void check_part(int line, const ddp_data *d, int64_t part, int64_t parts, const char *says) {
+/* part of parts checked against the program p (NULL: none): passes, or fails with a
+ * message holding `says` */
+static void check_part_against(int line, const ddp_data *d, const ddp_program *p, int64_t part, int64_t parts,
+                               const char *says) {
     char err[1024] = "";
-    bool ok = ddp_data_check_inputs(d, part, parts, err, sizeof err);
+    bool ok = ddp_data_check_inputs(d, p, part, parts, err, sizeof err);
     if (says)
         check_message(line, ok, err, says, NULL);
     else if (!ok) {
@@ -1472,6 +1474,10 @@ static void check_part(int line, const ddp_data *d, int64_t part, int64_t parts,
                 (long long)parts, err);
         failures++;
     }
+}
+
+static void check_part(int line, const ddp_data *d, int64_t part, int64_t parts, const char *says) {
+    check_part_against(line, d, NULL, part, parts, says);
 }
 
 /* The workers of a job check a part of the inputs each (ddp_shard_range's), which
@@ -1553,6 +1559,93 @@ static void test_check_parts(void) {
         check_part(__LINE__, &d, 0, 3, NULL); /* sample 0 alone */
         ddp_data_free(&d);
     }
+}
+
+/* The token indices an embedding looks up and a token file's tokens are checked in
+ * parts too: each worker reads the tokens its samples read (inputs, and labels one
+ * further, the file's last token the last sample's label alone), and one that finds a
+ * token past the bounds names the whole file's largest, as one worker would. */
+static void test_check_token_parts(void) {
+    enum { WINDOW = 4, SAMPLES = 5, TOKENS = WINDOW * SAMPLES + 1 };
+    uint16_t tokens[TOKENS];
+    for (int i = 0; i < TOKENS; i++)
+        tokens[i] = (uint16_t)(i * 7 % 300);
+    ddp_dataset spec = dataset(DDP_DATA_TOKENS, "corpus", "parts_of/tokens.bin", "");
+    spec.token_bytes = 2;
+    spec.window = WINDOW;
+    /* a model of [4] token indices, an embedding of 300, a class of 300 at each place */
+    static const int64_t four[] = {WINDOW};
+    ddp_program lm = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, WINDOW * 300, 1, four);
+    lm.label_positions = WINDOW;
+    lm.output_rank = 2;
+    lm.output_shape[0] = WINDOW;
+    lm.output_shape[1] = 300;
+    lm.input_vocab = 300;
+    ddp_program no_embedding = lm;
+    no_embedding.input_vocab = 0;
+    const char *vocab = "parts_of/tokens.bin: holds the token 350, but the model `net` looks tokens up in an "
+                        "embedding of token indices 0..299; give the embedding a vocab of at least 351";
+    /* parts of 2: samples 0..2 read tokens 0..12, samples 3 and 4 tokens 12..20 */
+    const struct {
+        int at[2];
+        uint16_t token[2];
+        const ddp_program *p;
+        const char *says[2];
+    } cases[] = {
+        {{-1, -1}, {0, 0}, &lm, {NULL, NULL}},
+        {{14, -1}, {350, 0}, &lm, {NULL, "holds the token 350, but the model `net` looks tokens up"}},
+        {{3, 14}, {350, 300}, &lm, {vocab, vocab}}, /* the largest, wherever it lies */
+        {{12, -1}, {300, 0}, &lm, {"holds the token 300", "holds the token 300"}}, /* in both parts */
+        {{20, -1}, {300, 0}, &lm, {NULL, "holds the token 300, but the model `net` looks tokens up"}},
+        {{20, -1}, {300, 0}, &no_embedding,
+         {NULL, "parts_of/tokens.bin: it holds the token 300, but the model `net` outputs [4, 300], so class "
+                "indices run 0..299; give its last layer one unit per class"}},
+    };
+    make_folder("parts_of");
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        uint16_t file[TOKENS];
+        memcpy(file, tokens, sizeof file);
+        for (int k = 0; k < 2; k++)
+            if (cases[c].at[k] >= 0)
+                file[cases[c].at[k]] = cases[c].token[k];
+        write_file("parts_of/tokens.bin", file, sizeof file);
+        ddp_data d;
+        char err[1024];
+        if (!ddp_data_open(&spec, root, &d, err, sizeof err) || !fits(&d, cases[c].p)) {
+            fprintf(stderr, "case %zu: unexpected failure: %s\n", c, err);
+            failures++;
+            continue;
+        }
+        for (int part = 0; part < 2; part++)
+            check_part_against(__LINE__, &d, cases[c].p, part, 2, cases[c].says[part]);
+        check_part_against(__LINE__, &d, cases[c].p, 0, 1, cases[c].says[0] ? cases[c].says[0] : cases[c].says[1]);
+        check_part(__LINE__, &d, 0, 1, NULL); /* without a model: no bounds */
+        ddp_data_free(&d);
+    }
+
+    /* an embedding's indices in a .npy, samples of 3: sample 3 holds 7.5 */
+    static const float indices[5 * 3] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 7.5f, 1, 2, 3, 4};
+    bytes *b = npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (5, 3), }", indices, sizeof indices);
+    write_file("parts_of/indices.npy", b->data, b->len);
+    static const int64_t three[] = {3};
+    ddp_program embed = model(DDP_F32, DDP_LOSS_SPARSE_CATEGORICAL, 10, 1, three);
+    embed.input_vocab = 10;
+    spec = dataset(DDP_DATA_NPY, "indices", "parts_of/indices.npy", "");
+    ddp_data d;
+    char err[1024];
+    if (!ddp_data_open(&spec, root, &d, err, sizeof err)) {
+        fprintf(stderr, "unexpected failure: %s\n", err);
+        failures++;
+        return;
+    }
+    const char *says = "parts_of/indices.npy: sample 3 holds 7.5 at position 1, but the model `net` looks it up in an "
+                       "embedding of token indices 0..9";
+    check_part_against(__LINE__, &d, &embed, 0, 2, NULL);
+    check_part_against(__LINE__, &d, &embed, 1, 2, says);
+    check_part_against(__LINE__, &d, &embed, 0, 1, says);
+    embed.input_vocab = 0;
+    check_part_against(__LINE__, &d, &embed, 0, 1, NULL);
+    ddp_data_free(&d);
 }
 
 /* ------------------------------------------------------------- mapped files */
@@ -1859,6 +1952,7 @@ int main(int argc, char **argv) {
     test_synthetic();
     test_npy_patterns();
     test_check_parts();
+    test_check_token_parts();
     test_mapped_npy();
     test_prefetch();
     test_mapped_file_changed();
