@@ -7,6 +7,7 @@
  * The executable needs no GPU library to start: the runtime loads the CUDA driver,
  * cuBLAS and NCCL with dlopen only when a GPU run is asked for. */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,8 +133,71 @@ typedef enum { MODULE_PTX, MODULE_EMULATED, MODULE_WIDE, CHILD_MODULES } ChildMo
 
 typedef struct Child {
     pid_t pid;
-    char path[64];
+    ChildModule module;
+    const char *path;
 } Child;
+
+/* A build's temporary files, in $TMPDIR (else /tmp: a cluster's login node may give
+ * each user a TMPDIR of their own, or a /tmp too small for ResNet-50's objects), are
+ * removed however the build ends: done, failed, or stopped by SIGINT, SIGTERM or
+ * SIGHUP (a Ctrl-C during a build leaves none behind: the handler ends the children,
+ * unlinks the files, all of which a handler may do, and ends the process by the same
+ * signal). Each is registered before it exists, so none can be made and missed. */
+enum { TEMPS = 8 };
+static char temp_paths[TEMPS][PATH_MAX];
+static volatile sig_atomic_t ntemps;
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction before_build[3];
+
+static const char *temp_dir(void) {
+    const char *dir = getenv("TMPDIR");
+    return dir && *dir ? dir : "/tmp";
+}
+
+static void remove_temps(void) {
+    for (int i = 0; i < ntemps; i++)
+        unlink(temp_paths[i]);
+}
+
+/* The children writing modules, which a stop ends before their files go (else one
+ * could write its file again after). */
+static volatile sig_atomic_t child_pids[CHILD_MODULES];
+
+static void on_stop_signal(int sig) {
+    for (int i = 0; i < CHILD_MODULES; i++)
+        if (child_pids[i] > 0) {
+            kill(child_pids[i], SIGKILL);
+            waitpid(child_pids[i], NULL, 0);
+        }
+    remove_temps();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Handlers that remove the files (on), or those before the build again (off). */
+static void temps_guarded(bool on) {
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++)
+        sigaction(stop_signals[i], on ? &sa : &before_build[i], on ? &before_build[i] : NULL);
+}
+
+/* A new empty temporary file: its path, or NULL with the message printed. A build
+ * makes five. */
+static const char *new_temp(void) {
+    char *path = temp_paths[ntemps];
+    errno = ENAMETOOLONG;
+    if (ntemps < TEMPS && snprintf(path, PATH_MAX, "%s/ddp-build-XXXXXX", temp_dir()) < PATH_MAX) {
+        ntemps++;
+        int fd = mkstemp(path);
+        if (fd >= 0 && close(fd) == 0)
+            return path;
+    }
+    fprintf(stderr, "ddpc: cannot make a temporary file in %s%s: %s\n", temp_dir(),
+            getenv("TMPDIR") && *getenv("TMPDIR") ? " (TMPDIR)" : "", strerror(errno));
+    return NULL;
+}
+
 
 static bool child_output(Cg *cg, ChildModule module, int opt, char **out, size_t *len, const char **error) {
     cg->opt_level = opt;
@@ -144,18 +208,23 @@ static bool child_output(Cg *cg, ChildModule module, int opt, char **out, size_t
     }
 }
 
+/* A child started on the module, or false with the message printed. */
 static bool spawn_module(Ddpc *c, Ir *ir, ChildModule module, int opt, Child *child) {
-    snprintf(child->path, sizeof child->path, "/tmp/ddp-build-XXXXXX");
-    int fd = mkstemp(child->path);
-    if (fd < 0)
+    child->module = module;
+    if (!(child->path = new_temp()))
         return false;
-    close(fd);
     fflush(NULL);
     child->pid = fork();
-    if (child->pid < 0)
+    if (child->pid < 0) {
+        fprintf(stderr, "ddpc: cannot start the code generators: %s\n", strerror(errno));
         return false;
-    if (child->pid > 0)
+    }
+    if (child->pid > 0) {
+        child_pids[module] = child->pid;
         return true;
+    }
+    for (int i = 0; i < 3; i++) /* the parent removes the files */
+        signal(stop_signals[i], SIG_DFL);
     Cg cg;
     const char *error = NULL, *why = NULL;
     char *out;
@@ -173,7 +242,7 @@ static bool await_child(Child *child) {
     while (waitpid(child->pid, &status, 0) < 0)
         if (errno != EINTR)
             return false;
-    child->pid = 0;
+    child->pid = child_pids[child->module] = 0;
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
@@ -192,9 +261,8 @@ static void discard(Child *child) {
     if (child->pid > 0) {
         kill(child->pid, SIGKILL);
         waitpid(child->pid, NULL, 0);
+        child->pid = child_pids[child->module] = 0;
     }
-    if (child->path[0])
-        unlink(child->path);
 }
 
 /* The fastest linker there is: lld, then gold, then cc's own. */
@@ -254,25 +322,19 @@ static bool combine_objects(const char *output, char *const objects[OBJECTS]) {
     return true;
 }
 
-/* A CPU module's object, written to a new temporary file named in path (64 bytes). */
-static bool emit_object(Cg *cg, int opt_level, char *path) {
+/* A CPU module's object, written to a new temporary file: its path, or NULL with the
+ * message printed. */
+static const char *emit_object(Cg *cg, int opt_level) {
     char *obj;
     size_t len;
-    const char *error = NULL, *why = NULL;
-    if (!cg_emit(cg, opt_level, &obj, &len, &error)) {
+    const char *error = NULL, *why = NULL, *path = NULL;
+    if (!cg_emit(cg, opt_level, &obj, &len, &error))
         fprintf(stderr, "ddpc: %s\n", error);
-        return false;
+    else if ((path = new_temp()) && !write_file(path, obj, len, &why)) {
+        fprintf(stderr, "ddpc: cannot write a temporary object file: %s\n", why);
+        path = NULL;
     }
-    snprintf(path, 64, "/tmp/ddp-build-XXXXXX");
-    int fd = mkstemp(path);
-    if (fd < 0 || close(fd) != 0 || !write_file(path, obj, len, &why)) {
-        fprintf(stderr, "ddpc: cannot write a temporary object file: %s\n", why ? why : strerror(errno));
-        if (fd >= 0)
-            unlink(path);
-        path[0] = '\0';
-        return false;
-    }
-    return true;
+    return path;
 }
 
 /* The baseline's kernels are emitted while the children work; the descriptor, which
@@ -283,25 +345,24 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t hash = program_hash(c, ir);
     Child child[CHILD_MODULES] = {0};
-    char base_path[64] = "", desc_path[64] = "";
+    const char *base = NULL, *descriptor = NULL, *error = NULL;
     int status = 1;
-    const char *error = NULL;
     if (!cg_assign_kernels(c, ir, &error)) {
         fprintf(stderr, "ddpc: %s\n", error);
         return 1;
     }
+    temps_guarded(true);
     for (int m = 0; m < CHILD_MODULES; m++)
-        if (!spawn_module(c, ir, (ChildModule)m, o->opt_level, &child[m])) {
-            fprintf(stderr, "ddpc: cannot start the code generators: %s\n", strerror(errno));
+        if (!spawn_module(c, ir, (ChildModule)m, o->opt_level, &child[m]))
             goto done;
-        }
     Cg cg;
     bool ok = generate(c, ir, TARGET_CPU_BASE, o->opt_level, &cg, &error);
     if (!ok)
         fprintf(stderr, "ddpc: %s\n", error);
-    ok = ok && emit_object(&cg, o->opt_level, base_path);
+    else
+        base = emit_object(&cg, o->opt_level);
     cg_dispose(&cg);
-    if (!ok)
+    if (!base)
         goto done;
     size_t ptx_len;
     char *ptx = await_ptx(c, &child[MODULE_PTX], &ptx_len);
@@ -316,16 +377,17 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
         goto done;
     }
     cg_program(&cg, source, ptx, hash, gpu_hash);
-    ok = emit_object(&cg, o->opt_level, desc_path);
+    descriptor = emit_object(&cg, o->opt_level);
     cg_dispose(&cg);
-    if (!ok)
+    if (!descriptor)
         goto done;
     for (int m = MODULE_EMULATED; m <= MODULE_WIDE; m++)
         if (!await_child(&child[m])) {
             fprintf(stderr, "ddpc: generating the %s code failed\n", m == MODULE_WIDE ? "AVX2" : "emulated GPU's");
             goto done;
         }
-    char *objects[OBJECTS] = {base_path, desc_path, child[MODULE_WIDE].path, child[MODULE_EMULATED].path};
+    char *objects[OBJECTS] = {(char *)base, (char *)descriptor, (char *)child[MODULE_WIDE].path,
+                              (char *)child[MODULE_EMULATED].path};
     if (o->object_only ? !combine_objects(o->output, objects) : !link_executable(c, o, objects))
         goto done;
     status = 0;
@@ -335,9 +397,8 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
 done:
     for (int m = 0; m < CHILD_MODULES; m++)
         discard(&child[m]);
-    if (base_path[0])
-        unlink(base_path);
-    if (desc_path[0])
-        unlink(desc_path);
+    remove_temps();
+    ntemps = 0;
+    temps_guarded(false);
     return status;
 }

@@ -65,7 +65,8 @@ static const char usage[] =
     "  -h, --help             this help\n"
     "  --version              the version\n"
     "\n"
-    "environment: DDP_STDLIB overrides the standard library folder; NO_COLOR turns colour off.\n";
+    "environment: DDP_STDLIB overrides the standard library folder; NO_COLOR turns colour off;\n"
+    "TMPDIR is where a build writes its temporary files (default /tmp).\n";
 
 typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS, STAGE_IR, STAGE_PLAN,
                STAGE_LLVM, STAGE_PTX } Stage;
