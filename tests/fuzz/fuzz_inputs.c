@@ -20,7 +20,11 @@
  *     then lines of text, the values of cluster_variables in order (a line "~"
  *     leaves its variable unset, as do the lines missing at the end);
  *   9 NumPy, a dataset of two pairs of files read through the patterns x-*.npy and
- *     y-*.npy: three two-byte lengths (x-1, y-1, x-2), the files, y-2 the rest.
+ *     y-*.npy: three two-byte lengths (x-1, y-1, x-2), the files, y-2 the rest;
+ *  10 a token file: a byte choosing the tokens' width (1, 2 or 4 bytes), a byte the
+ *     window (1 + it % 16 tokens), then the file.
+ * Each dataset's values are checked in three parts as three workers check them, with
+ * no model and with one whose embedding reads them (ddp_data_check_inputs).
  * Files are written into a folder of this process's own, below TMPDIR. */
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +47,7 @@ enum {
     KIND_SAFETENSORS_SIZED,
     KIND_CLUSTER,
     KIND_NPY_PARTS,
+    KIND_TOKENS,
     KINDS
 };
 
@@ -68,11 +73,18 @@ static void open_dataset(const ddp_dataset *spec) {
             abort(); /* a refusal always says why */
         return;
     }
+    /* a model whose embedding looks up 200 token indices, with 300 classes at each
+     * position of a label */
+    ddp_program lm = {.name = "fuzzed", .label_dtype = DDP_I32, .input_vocab = 200,
+                      .label_positions = d.label_elems > 0 ? d.label_elems : 1};
+    lm.output_elems = 300 * lm.label_positions;
     for (int64_t part = 0; part < 3; part++) /* as three workers check them */
-        if (!ddp_data_check_inputs(&d, NULL, part, 3, err, sizeof err) && (!err[0] || !memchr(err, 0, sizeof err)))
-            abort();
+        for (int model = 0; model < 2; model++)
+            if (!ddp_data_check_inputs(&d, model ? &lm : NULL, part, 3, err, sizeof err) &&
+                (!err[0] || !memchr(err, 0, sizeof err)))
+                abort();
     double sum = 0;
-    for (int64_t i = 0; i < d.samples * d.label_elems; i++)
+    for (int64_t i = 0; d.labels && i < d.samples * d.label_elems; i++) /* a token file's are its inputs */
         sum += d.labels[i];
     int64_t sample = d.elems * data_elem_size[d.elem];
     for (int64_t s = 0; s < (d.nshards ? d.nshards : 1); s++) { /* each file's samples */
@@ -112,6 +124,16 @@ static void npy_parts(const uint8_t *data, size_t size) {
         at += n;
     }
     ddp_dataset spec = {.name = "fuzzed", .kind = DDP_DATA_NPY, .path = {"x-*.npy", "y-*.npy"}, .scale = 1};
+    open_dataset(&spec);
+}
+
+static void tokens(const uint8_t *data, size_t size) {
+    static const int64_t widths[] = {1, 2, 4};
+    if (size < 2)
+        return;
+    write_file("tokens.bin", data + 2, size - 2);
+    ddp_dataset spec = {.name = "fuzzed", .kind = DDP_DATA_TOKENS, .path = {"tokens.bin", NULL}, .scale = 1,
+                        .token_bytes = widths[data[0] % 3], .window = 1 + data[1] % 16};
     open_dataset(&spec);
 }
 
@@ -282,6 +304,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case KIND_SAFETENSORS_SIZED: sized_safetensors(data + 1, size - 1); break;
     case KIND_CLUSTER: cluster(data + 1, size - 1); break;
     case KIND_NPY_PARTS: npy_parts(data + 1, size - 1); break;
+    case KIND_TOKENS: tokens(data + 1, size - 1); break;
     }
     return 0;
 }

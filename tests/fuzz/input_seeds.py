@@ -54,6 +54,7 @@ seeds = {
     "cluster_env": bytes([8, 2]) + b"~\n~\n~\n~\n~\n~\n~\n~\n1\n4\n1\n2\nhost-0:29500\n",
     "npy_parts": npy_parts([npy("|u1", "(2, 3)", bytes(range(6))), npy("<i8", "(2,)", struct.pack("<2q", 0, 1)),
                             npy("|u1", "(1, 3)", bytes([7, 8, 9])), npy("|u1", "(1,)", bytes([1]))]),
+    "tokens": bytes([10, 1, 3]) + struct.pack("<9H", 1, 2, 250, 4, 5, 6, 7, 8, 299),
 }
 os.makedirs(sys.argv[1], exist_ok=True)
 for name, data in seeds.items():
