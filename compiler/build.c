@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -337,6 +338,28 @@ static const char *emit_object(Cg *cg, int opt_level) {
     return path;
 }
 
+/* Whether the output can be written: not a folder, in a folder that is there and
+ * may be written. Checked before code generation (ResNet-50's takes seconds), so a
+ * mistyped -o is said at once, in ddpc's words rather than the linker's. */
+static bool output_writable(const char *output) {
+    struct stat st;
+    if (stat(output, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "ddpc: -o %s is a folder; give the path of the file to write\n", output);
+        return false;
+    }
+    char folder[PATH_MAX];
+    const char *slash = strrchr(output, '/');
+    int len = !slash ? 1 : slash == output ? 1 : (int)(slash - output);
+    snprintf(folder, sizeof folder, "%.*s", len, !slash ? "." : output);
+    const char *why = stat(folder, &st) != 0           ? "is not there"
+                      : !S_ISDIR(st.st_mode)             ? "is not a folder"
+                      : access(folder, W_OK | X_OK) != 0 ? "may not be written"
+                                                         : NULL;
+    if (why)
+        fprintf(stderr, "ddpc: cannot write %s: the folder %s %s\n", output, folder, why);
+    return !why;
+}
+
 /* The baseline's kernels are emitted while the children work; the descriptor, which
  * holds the PTX, is a module of its own, made once the PTX is there (a few
  * milliseconds), so no module waits for another. */
@@ -347,6 +370,8 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
     Child child[CHILD_MODULES] = {0};
     const char *base = NULL, *descriptor = NULL, *error = NULL;
     int status = 1;
+    if (!output_writable(o->output))
+        return 1;
     if (!cg_assign_kernels(c, ir, &error)) {
         fprintf(stderr, "ddpc: %s\n", error);
         return 1;
