@@ -402,6 +402,7 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
         goto done;
     }
     cg_program(&cg, source, ptx, hash, gpu_hash);
+    cg.uncached = true;
     descriptor = emit_object(&cg, o->opt_level);
     cg_dispose(&cg);
     if (!descriptor)

@@ -8,6 +8,8 @@
 #ifndef CG_H
 #define CG_H
 
+#include <limits.h>
+
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
@@ -26,6 +28,8 @@ typedef struct Cg {
     LLVMBuilderRef b;
     LLVMTargetMachineRef tm;
     int opt_level;
+    bool uncached;                 /* emitted without the cache (the descriptor: it changes with
+                                    * every setting and takes milliseconds) */
     LLVMTypeRef void_t, i1, i8, i16, i32, i64, f32, f64, real, ptr, kernel_type;
     /* the kernel being generated */
     LLVMValueRef fn, bufs, scalars, begin, end;
@@ -41,6 +45,17 @@ typedef struct Cg {
     /* helper functions, made on first use */
     LLVMValueRef math[16];
 } Cg;
+
+/* --------------------------------------------------------------- cache.c */
+
+/* The path of the cache's entry for module m emitted for tm at opt_level as type;
+ * false where there is no cache (cache.c says where it lives). */
+bool cache_entry(LLVMModuleRef m, LLVMTargetMachineRef tm, int opt_level, LLVMCodeGenFileType type,
+                 char path[PATH_MAX]);
+/* The entry's content, in the arena; NULL where it is not there or is damaged. */
+char *cache_get(Ddpc *c, const char *path, size_t *len);
+/* The content kept as the entry at path; nothing where it cannot be written. */
+void cache_put(const char *path, const char *data, size_t len);
 
 /* ---------------------------------------------------------------- llvm.c */
 

@@ -13,6 +13,7 @@
  * the buffer pointers a kernel loads from the table (so they are loaded once, outside
  * every loop), and `start`, where the work begins. The entry block is closed with a
  * branch to start when the kernel ends. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -525,9 +526,14 @@ static bool is_kernel(Cg *cg, LLVMValueRef f) {
     return false;
 }
 
-/* Runs the optimisation pipeline on m and emits it for tm. */
+/* Runs the optimisation pipeline on m and emits it for tm, or takes what that gave
+ * before from the cache (cache.c). */
 static bool emit_module(Cg *cg, LLVMModuleRef m, LLVMTargetMachineRef tm, LLVMCodeGenFileType type, const char *what,
                         char **out, size_t *len, const char **error) {
+    char entry[PATH_MAX];
+    bool cached = !cg->uncached && cache_entry(m, tm, cg->opt_level, type, entry);
+    if (cached && (*out = cache_get(cg->c, entry, len)))
+        return true;
     char *msg = NULL;
     if (LLVMVerifyModule(m, LLVMReturnStatusAction, &msg)) {
         *error = arena_printf(cg->c->arena, "generated %s code failed verification: %s", what, msg);
@@ -559,6 +565,8 @@ static bool emit_module(Cg *cg, LLVMModuleRef m, LLVMTargetMachineRef tm, LLVMCo
     memcpy(*out, LLVMGetBufferStart(buf), *len);
     (*out)[*len] = '\0';
     LLVMDisposeMemoryBuffer(buf);
+    if (cached)
+        cache_put(entry, *out, *len);
     return true;
 }
 

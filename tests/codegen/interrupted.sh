@@ -5,6 +5,7 @@
 # again afterwards), or refused a TMPDIR that is not there (status 1, the folder named).
 set -u
 ddpc=$1 sample=$2
+export DDP_CACHE_DIR=off # builds that generate their code, for the whole time they take
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-interrupted.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/tmp"

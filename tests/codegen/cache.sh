@@ -1,0 +1,59 @@
+#!/bin/sh
+# cache.sh DDPC SAMPLE: ddpc's cache of generated code (compiler/cache.c). A build fills
+# it with its four modules (PTX, the emulated GPU's object, the two CPU variants); the
+# same build again takes them from it and makes the same bytes; another number of
+# epochs reuses all four, f64 code makes four more; a damaged entry (cut
+# short, or one byte changed) is made again, and the program is the same bytes;
+# DDP_CACHE_SIZE keeps the folder within it, the entries used longest ago going first;
+# DDP_CACHE_DIR=off keeps none.
+set -u
+ddpc=$1 sample=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-cache.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { echo "ok: $*"; }
+entries() { ls "$work/cache" 2>/dev/null | grep -c -E '^[0-9a-f]{64}$'; }
+export DDP_CACHE_DIR=$work/cache
+
+"$ddpc" build "$sample" -o "$work/first" || exit 1
+[ "$(entries)" -eq 4 ] && ok "a build leaves its 4 modules" || fail "a build left $(entries) entries"
+"$ddpc" build "$sample" -o "$work/again" || exit 1
+cmp -s "$work/first" "$work/again" && [ "$(entries)" -eq 4 ] && ok "the same build again: the same bytes" ||
+    fail "the same build again: $(entries) entries, $(cmp "$work/first" "$work/again")"
+DDP_CACHE_DIR=off "$ddpc" build "$sample" -o "$work/uncached" || exit 1
+cmp -s "$work/first" "$work/uncached" && ok "the same bytes as a build without the cache" ||
+    fail "a build without the cache made other bytes"
+"$ddpc" build "$sample" -o "$work/epochs" -Depochs=7 || exit 1
+[ "$(entries)" -eq 4 ] && ! cmp -s "$work/first" "$work/epochs" && ok "another number of epochs: no module made again" ||
+    fail "another number of epochs: $(entries) entries"
+"$ddpc" build "$sample" -o "$work/f64" --dtype f64 || exit 1
+[ "$(entries)" -eq 8 ] && ok "f64 code: 4 modules more" || fail "f64 code: $(entries) entries"
+
+# damaged entries: every entry of the first build cut short or with a byte changed
+i=0
+for entry in "$work/cache"/*; do
+    i=$((i + 1))
+    size=$(wc -c < "$entry")
+    if [ $((i % 2)) -eq 0 ]; then
+        head -c $((size / 2)) "$entry" > "$work/cut" && mv "$work/cut" "$entry"
+    else
+        printf 'X' | dd of="$entry" bs=1 seek=$((size - 7)) conv=notrunc 2>/dev/null
+    fi
+done
+"$ddpc" build "$sample" -o "$work/repaired" || exit 1
+cmp -s "$work/first" "$work/repaired" && ok "damaged entries made again: the same bytes" ||
+    fail "damaged entries: the program differs"
+"$ddpc" build "$sample" -o "$work/after" && cmp -s "$work/first" "$work/after" || fail "after the repair"
+
+# a limit smaller than the entries: the folder kept within it, the newest entry kept
+largest=$(ls -l "$work/cache" | awk 'NR > 1 && $5 > m { m = $5 } END { print m }')
+DDP_CACHE_SIZE=$largest "$ddpc" build "$sample" -o "$work/small" -O1 || exit 1
+total=$(ls -l "$work/cache" | awk 'NR > 1 { t += $5 } END { print t }')
+[ "$total" -le "$largest" ] && [ "$(entries)" -ge 1 ] && ok "DDP_CACHE_SIZE=$largest: $(entries) entries, $total bytes" ||
+    fail "DDP_CACHE_SIZE=$largest: $total bytes in $(entries) entries"
+
+rm -rf "$work/cache"
+DDP_CACHE_DIR=off "$ddpc" build "$sample" -o "$work/none" && [ ! -e "$work/cache" ] && [ ! -e off ] &&
+    ok "DDP_CACHE_DIR=off: no folder made" || fail "DDP_CACHE_DIR=off"
+[ $failures -eq 0 ]
