@@ -125,7 +125,7 @@ bool build_emit_code(Ddpc *c, Ir *ir, bool ptx, int opt, FILE *out) {
 /* ------------------------------------------------------- parallel modules */
 
 /* The modules built by child processes, each into a temporary file, while this
- * process builds the baseline CPU module: the PTX (which the baseline's descriptor
+ * process builds the baseline CPU module: the PTX (which the program's descriptor
  * holds, so it is asked for first), the emulated device's object of the same kernels,
  * and the wide CPU variant. Processes, not threads: each has its own LLVM context and
  * its own arena. No module waits for another, so on two cores a build takes about
@@ -199,7 +199,6 @@ static const char *new_temp(void) {
     return NULL;
 }
 
-
 static bool child_output(Cg *cg, ChildModule module, int opt, char **out, size_t *len, const char **error) {
     cg->opt_level = opt;
     switch (module) {
@@ -209,23 +208,33 @@ static bool child_output(Cg *cg, ChildModule module, int opt, char **out, size_t
     }
 }
 
-/* A child started on the module, or false with the message printed. */
+/* A child started on the module, or false with the message printed. The stop
+ * signals wait while it starts, so none comes before the parent knows the child (to
+ * end it) or before the child has the default handlers (the parent removes the
+ * files). */
 static bool spawn_module(Ddpc *c, Ir *ir, ChildModule module, int opt, Child *child) {
     child->module = module;
     if (!(child->path = new_temp()))
         return false;
     fflush(NULL);
+    sigset_t stops, before;
+    sigemptyset(&stops);
+    for (int i = 0; i < 3; i++)
+        sigaddset(&stops, stop_signals[i]);
+    sigprocmask(SIG_BLOCK, &stops, &before);
     child->pid = fork();
-    if (child->pid < 0) {
-        fprintf(stderr, "ddpc: cannot start the code generators: %s\n", strerror(errno));
-        return false;
+    if (child->pid != 0) {
+        int error = errno;
+        if (child->pid > 0)
+            child_pids[module] = child->pid;
+        sigprocmask(SIG_SETMASK, &before, NULL);
+        if (child->pid < 0)
+            fprintf(stderr, "ddpc: cannot start the code generators: %s\n", strerror(error));
+        return child->pid > 0;
     }
-    if (child->pid > 0) {
-        child_pids[module] = child->pid;
-        return true;
-    }
-    for (int i = 0; i < 3; i++) /* the parent removes the files */
+    for (int i = 0; i < 3; i++)
         signal(stop_signals[i], SIG_DFL);
+    sigprocmask(SIG_SETMASK, &before, NULL);
     Cg cg;
     const char *error = NULL, *why = NULL;
     char *out;

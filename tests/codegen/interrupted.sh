@@ -1,8 +1,8 @@
 #!/bin/sh
 # interrupted.sh DDPC SAMPLE: ddpc build's temporary files go to $TMPDIR, and none is
 # left behind when the build ends: done, stopped by SIGINT, SIGTERM or SIGHUP midway
-# (the status the signal gives, 128 + its number, and no child left to write its file
-# again afterwards), or refused a TMPDIR that is not there (status 1, the folder named).
+# (the status the signal gives, 128 + its number, and no child left running to write
+# its file again), or refused a TMPDIR that is not there (status 1, the folder named).
 set -u
 ddpc=$1 sample=$2
 export DDP_CACHE_DIR=off # builds that generate their code, for the whole time they take
@@ -26,7 +26,11 @@ for pair in INT:2 TERM:15 HUP:1; do
     kill -$signal $pid
     wait $pid
     status=$?
-    sleep 2 # a child left running would write its file again by now
+    # no code generator left running (each has TMPDIR in its environment), which would
+    # write its file again
+    left=$(grep -l -s "TMPDIR=$work/tmp" /proc/[0-9]*/environ | wc -l)
+    [ "$left" -eq 0 ] || fail "SIG$signal: $left code generators left running"
+    sleep 1
     want=$((128 + ${pair#*:}))
     if [ "$during" -gt 0 ] && [ $status -eq $want ] && [ "$(count)" -eq 0 ] && [ ! -e "$work/program" ]; then
         echo "ok: SIG$signal during the build: status $status, the $during temporary files in TMPDIR removed"
