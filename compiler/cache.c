@@ -12,8 +12,10 @@
  * again rather than used. The folder is $DDP_CACHE_DIR, else $XDG_CACHE_HOME/ddp, else
  * ~/.cache/ddp (DDP_CACHE_DIR=off: no cache). Past DDP_CACHE_SIZE bytes (256 MiB; a
  * home folder on a cluster often has a small quota) the entries used longest ago go
- * until it holds three quarters of that. The cache never fails a build: where it
- * cannot read or write, the code is generated as without it. */
+ * until it holds three quarters of that, one build (or one of a build's code
+ * generators) at a time under a lock on the folder's .lock: two trimming at once would
+ * each keep its own entry and remove the other's, and leave none. The cache never
+ * fails a build: where it cannot read or write, the code is generated as without it. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -154,11 +157,22 @@ static long long size_limit(void) {
 }
 
 /* The entries used longest ago removed while the folder holds more than the limit,
- * down to three quarters of it; the entry just written (keep) stays. */
+ * down to three quarters of it; the entry just written (keep) stays. Under the lock,
+ * the last to trim sees every entry written before it, so the folder ends within the
+ * limit. (Without one, where the lock cannot be made, as well as it can.) */
 static void trim(const char *dir, const char *keep) {
+    char lock_path[PATH_MAX + 8];
+    snprintf(lock_path, sizeof lock_path, "%s/.lock", dir);
+    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock >= 0)
+        while (flock(lock, LOCK_EX) != 0 && errno == EINTR)
+            continue;
     DIR *d = opendir(dir);
-    if (!d)
+    if (!d) {
+        if (lock >= 0)
+            close(lock); /* closing it lets the lock go */
         return;
+    }
     Entry *entries = NULL;
     size_t count = 0, cap = 0;
     long long total = 0;
@@ -191,6 +205,8 @@ static void trim(const char *dir, const char *keep) {
         }
     }
     free(entries);
+    if (lock >= 0)
+        close(lock);
 }
 
 void cache_put(const char *path, const char *data, size_t len) {

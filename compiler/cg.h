@@ -166,6 +166,32 @@ static inline LLVMValueRef fdiv(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return
 static inline LLVMValueRef fcmp(Cg *cg, LLVMRealPredicate p, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFCmp(cg->b, p, a, b, ""); }
 static inline LLVMValueRef fgt(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFCmp(cg->b, LLVMRealOGT, a, b, ""); }
 
+/* A C call's arguments are evaluated in no set order (gcc and clang pick different
+ * ones), and an argument that builds an instruction puts it in the block as it is
+ * evaluated: the IR, so the code and its cache key (cache.c), would depend on the
+ * compiler that built ddpc. These macros give the short names their operands in order,
+ * left to right; a call that passes two built values elsewhere names the first. (The
+ * parentheses around a name call the function, not the macro.) */
+#define IN_ORDER(f, cg, a, b) ({ LLVMValueRef in_order_a = (a); (f)(cg, in_order_a, (b)); })
+#define add(cg, a, b) IN_ORDER(add, cg, a, b)
+#define sub(cg, a, b) IN_ORDER(sub, cg, a, b)
+#define mul(cg, a, b) IN_ORDER(mul, cg, a, b)
+#define divs(cg, a, b) IN_ORDER(divs, cg, a, b)
+#define rems(cg, a, b) IN_ORDER(rems, cg, a, b)
+#define lt(cg, a, b) IN_ORDER(lt, cg, a, b)
+#define ge(cg, a, b) IN_ORDER(ge, cg, a, b)
+#define eq(cg, a, b) IN_ORDER(eq, cg, a, b)
+#define and_(cg, a, b) IN_ORDER(and_, cg, a, b)
+#define smin(cg, a, b) IN_ORDER(smin, cg, a, b)
+#define smax(cg, a, b) IN_ORDER(smax, cg, a, b)
+#define fadd(cg, a, b) IN_ORDER(fadd, cg, a, b)
+#define fsub(cg, a, b) IN_ORDER(fsub, cg, a, b)
+#define fmul(cg, a, b) IN_ORDER(fmul, cg, a, b)
+#define fdiv(cg, a, b) IN_ORDER(fdiv, cg, a, b)
+#define fgt(cg, a, b) IN_ORDER(fgt, cg, a, b)
+#define sel(cg, c, a, b) ({ LLVMValueRef in_order_c = (c), in_order_b = (a); (sel)(cg, in_order_c, in_order_b, (b)); })
+#define fcmp(cg, p, a, b) ({ LLVMValueRef in_order_a = (a); (fcmp)(cg, p, in_order_a, (b)); })
+
 /* ------------------------------------------------------------ mathgen.c */
 
 /* exp, log, tanh, erf in the type of x (f32 or f64), generated as IR so every target

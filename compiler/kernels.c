@@ -309,12 +309,14 @@ static void draw_dropout_group(Cg *cg, IrOp *op, LLVMValueRef index, LLVMValueRe
     LLVMValueRef sample = cg_load(cg, cg->ir->sample_id, index);
     LLVMValueRef seed = cg_scalar_i64(cg, DDP_S_SEED), step = cg_scalar_i64(cg, DDP_S_STEP), hi32 = I(cg, 32);
     LLVMValueRef stream = LLVMConstInt(cg->i32, (unsigned long long)(DDP_STREAM_DROPOUT + op->key), 0);
-    LLVMValueRef key[2] = {LLVMBuildTrunc(cg->b, seed, cg->i32, ""),
-                           LLVMBuildXor(cg->b, LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, seed, hi32, ""), cg->i32, ""),
-                                        stream, "")};
-    LLVMValueRef counter[4] = {LLVMBuildTrunc(cg->b, group, cg->i32, ""), LLVMBuildTrunc(cg->b, sample, cg->i32, ""),
-                               LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, sample, hi32, ""), cg->i32, ""),
-                               LLVMBuildTrunc(cg->b, step, cg->i32, "")};
+    /* one word a declaration: an initialiser list's values come in no set order */
+    LLVMValueRef seed_lo = LLVMBuildTrunc(cg->b, seed, cg->i32, "");
+    LLVMValueRef seed_hi = LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, seed, hi32, ""), cg->i32, "");
+    LLVMValueRef key[2] = {seed_lo, LLVMBuildXor(cg->b, seed_hi, stream, "")};
+    LLVMValueRef group_lo = LLVMBuildTrunc(cg->b, group, cg->i32, "");
+    LLVMValueRef sample_lo = LLVMBuildTrunc(cg->b, sample, cg->i32, "");
+    LLVMValueRef sample_hi = LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, sample, hi32, ""), cg->i32, "");
+    LLVMValueRef counter[4] = {group_lo, sample_lo, sample_hi, LLVMBuildTrunc(cg->b, step, cg->i32, "")};
     LLVMValueRef words[DROPOUT_DRAW];
     cg_philox(cg, key, counter, words);
     double scaled = nearbyint(op->rate * 4294967296.0);
@@ -344,7 +346,8 @@ static void draw_dropout_group(Cg *cg, IrOp *op, LLVMValueRef index, LLVMValueRe
 
 static void gen_dropout_mask(Cg *cg, IrOp *op, LLVMValueRef i) {
     LLVMValueRef groups = I(cg, op->range.per_sample);
-    draw_dropout_group(cg, op, divs(cg, i, groups), rems(cg, i, groups));
+    LLVMValueRef sample = divs(cg, i, groups);
+    draw_dropout_group(cg, op, sample, rems(cg, i, groups));
 }
 
 /* A CPU's range walked sample by sample: the sample's id and key read once, and the
@@ -356,8 +359,9 @@ enum { DROPOUT_CPU_DRAWS = 16 };
 
 static void gen_dropout_mask_cpu(Cg *cg, IrOp *op) {
     LLVMValueRef groups = I(cg, op->range.per_sample);
-    Loop s = cg_loop_begin(cg, divs(cg, cg->begin, groups),
-                           divs(cg, add(cg, cg->end, I(cg, op->range.per_sample - 1)), groups), "sample");
+    LLVMValueRef first_sample = divs(cg, cg->begin, groups);
+    Loop s = cg_loop_begin(cg, first_sample, divs(cg, add(cg, cg->end, I(cg, op->range.per_sample - 1)), groups),
+                           "sample");
     LLVMValueRef index = cg_loop_index(cg, &s), row = mul(cg, index, groups);
     LLVMValueRef first = sub(cg, smax(cg, cg->begin, row), row);
     LLVMValueRef last = sub(cg, smin(cg, cg->end, add(cg, row, groups)), row);
@@ -466,8 +470,10 @@ static void gen_row_partials(Cg *cg, IrOp *op, LLVMValueRef i) {
     Loop l = cg_loop_begin(cg, add(cg, lo, mul(cg, groups, I(cg, ROWS_AT_ONCE))), hi, "row");
     add_rows(cg, op, cg_loop_index(cg, &l), 1, &t, acc);
     cg_loop_end(cg, &l);
-    for (int s = 0; s < sums; s++)
-        store_f64(cg, op->out[0], partial_at(cg, op, s, chunk, c), load_var(cg, acc[s], cg->f64), false);
+    for (int s = 0; s < sums; s++) {
+        LLVMValueRef to = partial_at(cg, op, s, chunk, c);
+        store_f64(cg, op->out[0], to, load_var(cg, acc[s], cg->f64), false);
+    }
 }
 
 /* A CPU's sums over rows (a first stage's, or a sum straight over the rows) run rows
@@ -512,8 +518,10 @@ static void cpu_sums_start(Cg *cg, IrOp *op, CpuSums *s, LLVMValueRef lo, LLVMVa
     for (int k = 0; k < s->sums; k++)
         set_var(cg, stack_at(cg, s->acc, k, op->channels, c), F(cg, 0));
     Memo m = {0};
-    for (int k = 0; k < s->parts.n; k++)
-        set_var(cg, stack_at(cg, s->values, k, op->channels, c), gen_expr(cg, s->parts.e[k], c, &m));
+    for (int k = 0; k < s->parts.n; k++) {
+        LLVMValueRef to = stack_at(cg, s->values, k, op->channels, c);
+        set_var(cg, to, gen_expr(cg, s->parts.e[k], c, &m));
+    }
     cg_loop_end(cg, &l);
 }
 
@@ -719,9 +727,10 @@ static LLVMValueRef combine_in_lanes(Cg *cg, LLVMValueRef n, LaneTerm term, void
         lane[i] = cg_var(cg, cg->f64, init, "lane");
     LLVMValueRef full = LLVMBuildAnd(cg->b, n, I(cg, -CPU_LANES), "");
     Loop l = cg_loop_begin_step(cg, I(cg, 0), full, I(cg, CPU_LANES), "j");
-    for (int i = 0; i < CPU_LANES; i++)
-        set_var(cg, lane[i], combine(cg, load_var(cg, lane[i], cg->f64),
-                                     term(cg, add(cg, cg_loop_index(cg, &l), I(cg, i)), arg)));
+    for (int i = 0; i < CPU_LANES; i++) {
+        LLVMValueRef sofar = load_var(cg, lane[i], cg->f64);
+        set_var(cg, lane[i], combine(cg, sofar, term(cg, add(cg, cg_loop_index(cg, &l), I(cg, i)), arg)));
+    }
     cg_loop_end(cg, &l);
     LLVMValueRef v[CPU_LANES];
     for (int i = 0; i < CPU_LANES; i++)
@@ -731,7 +740,8 @@ static LLVMValueRef combine_in_lanes(Cg *cg, LLVMValueRef n, LaneTerm term, void
             v[i] = combine(cg, v[i], v[i + width]);
     LLVMValueRef acc = cg_var(cg, cg->f64, v[0], "acc");
     Loop tail = cg_loop_begin(cg, full, n, "j");
-    set_var(cg, acc, combine(cg, load_var(cg, acc, cg->f64), term(cg, cg_loop_index(cg, &tail), arg)));
+    LLVMValueRef sofar = load_var(cg, acc, cg->f64);
+    set_var(cg, acc, combine(cg, sofar, term(cg, cg_loop_index(cg, &tail), arg)));
     cg_loop_end(cg, &tail);
     return load_var(cg, acc, cg->f64);
 }
@@ -747,8 +757,8 @@ static LLVMValueRef block_combine(Cg *cg, Block *k, LLVMValueRef part, int slot,
         If f = cg_if_begin(cg, lt(cg, k->thread, I(cg, half)));
         LLVMValueRef mine = shared_at(cg, k, add(cg, base, k->thread));
         LLVMValueRef other = shared_at(cg, k, add(cg, base, add(cg, k->thread, I(cg, half))));
-        LLVMBuildStore(cg->b, combine(cg, LLVMBuildLoad2(cg->b, cg->f64, mine, ""),
-                                      LLVMBuildLoad2(cg->b, cg->f64, other, "")), mine);
+        LLVMValueRef own = LLVMBuildLoad2(cg->b, cg->f64, mine, "");
+        LLVMBuildStore(cg->b, combine(cg, own, LLVMBuildLoad2(cg->b, cg->f64, other, "")), mine);
         cg_if_end(cg, &f);
         cg_gpu_barrier(cg);
     }
@@ -880,7 +890,8 @@ static void block_accumulate(Cg *cg, IrOp *op, LLVMValueRef i) {
         If f = first_thread(cg, &k);
         LLVMValueRef at = I(cg, 2 * op->pair[in]);
         store_f64(cg, op->out[0], at, total, true);
-        store_f64(cg, op->out[0], add(cg, at, I(cg, 1)), LLVMBuildSIToFP(cg->b, n, cg->f64, ""), true);
+        LLVMValueRef count_at = add(cg, at, I(cg, 1));
+        store_f64(cg, op->out[0], count_at, LLVMBuildSIToFP(cg->b, n, cg->f64, ""), true);
         cg_if_end(cg, &f);
     }
 }
@@ -937,7 +948,8 @@ static void gen_im2col(Cg *cg, IrOp *op, LLVMValueRef row) {
     Loop lc = cg_loop_begin(cg, I(cg, 0), I(cg, g.c), "c");
     LLVMValueRef c = cg_loop_index(cg, &lc);
     LLVMValueRef v = cg_load(cg, op->in[0], add(cg, src, c));
-    cg_store(cg, op->out[0], add(cg, dst, c), sel(cg, inside, v, LLVMConstNull(LLVMTypeOf(v))));
+    LLVMValueRef to = add(cg, dst, c);
+    cg_store(cg, op->out[0], to, sel(cg, inside, v, LLVMConstNull(LLVMTypeOf(v))));
     cg_loop_end(cg, &lc);
     cg_loop_end(cg, &lw);
     cg_loop_end(cg, &lh);
@@ -953,7 +965,8 @@ static void gen_im2col(Cg *cg, IrOp *op, LLVMValueRef row) {
 static void gen_filters_to_krsc(Cg *cg, IrOp *op, LLVMValueRef i) {
     int64_t k = op->in[0]->shape.dim[3], rsc = op->in[0]->elems / k;
     LLVMValueRef filter = rems(cg, i, I(cg, k)), at = divs(cg, i, I(cg, k));
-    cg_store(cg, op->out[0], add(cg, mul(cg, filter, I(cg, rsc)), at), cg_load(cg, op->in[0], i));
+    LLVMValueRef to = add(cg, mul(cg, filter, I(cg, rsc)), at);
+    cg_store(cg, op->out[0], to, cg_load(cg, op->in[0], i));
 }
 
 static void gen_filters_to_hwio(Cg *cg, IrOp *op, LLVMValueRef i) {
@@ -1051,7 +1064,8 @@ static void col2im_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef ow, LLV
     LLVMValueRef from = add(cg, mul(cg, row, I(cg, kk)), col);
     LLVMValueRef to = mul(cg, a->pixel, I(cg, a->g.c));
     Channels ch = channels_begin(cg, a->g.c);
-    store_f64(cg, op->out[0], add(cg, to, ch.c), load_f64(cg, op->in[0], add(cg, from, ch.c)), true);
+    LLVMValueRef at = add(cg, to, ch.c);
+    store_f64(cg, op->out[0], at, load_f64(cg, op->in[0], add(cg, from, ch.c)), true);
     channels_end(cg, &ch);
 }
 
@@ -1082,7 +1096,8 @@ static void window_elements(Cg *cg, IrOp *op, Geo g, LLVMValueRef s, LLVMValueRe
     If f;
     if (padded) /* without padding every window lies inside the image */
         f = cg_if_begin(cg, and_(cg, in_range(cg, ih, g.h), in_range(cg, iw, g.w)));
-    visit(cg, op, image_index(cg, g, s, ih, iw, c), add(cg, mul(cg, kh, I(cg, op->kernel[1])), kw), arg);
+    LLVMValueRef pixel = image_index(cg, g, s, ih, iw, c);
+    visit(cg, op, pixel, add(cg, mul(cg, kh, I(cg, op->kernel[1])), kw), arg);
     if (padded)
         cg_if_end(cg, &f);
     cg_loop_end(cg, &lw);
@@ -1110,7 +1125,8 @@ static void argmax_visit(Cg *cg, IrOp *op, LLVMValueRef idx, LLVMValueRef tap, v
  * input index; a NaN counts as largest. */
 static LLVMValueRef window_argmax(Cg *cg, IrOp *op, Geo g, LLVMValueRef s, LLVMValueRef oh, LLVMValueRef ow,
                                   LLVMValueRef c, LLVMValueRef *best_value) {
-    Argmax a = {cg_var(cg, cg->f64, F(cg, -INFINITY), "best"), cg_var(cg, cg->i64, I(cg, -1), "where")};
+    LLVMValueRef best = cg_var(cg, cg->f64, F(cg, -INFINITY), "best");
+    Argmax a = {best, cg_var(cg, cg->i64, I(cg, -1), "where")};
     window_elements(cg, op, g, s, oh, ow, c, argmax_visit, &a);
     if (best_value)
         *best_value = load_var(cg, a.best, cg->f64);
@@ -1170,8 +1186,8 @@ static void gen_maxpool_bwd_by_window(Cg *cg, IrOp *op, Geo g, LLVMValueRef wind
     LLVMValueRef oh, ow;
     pixel_coords(cg, window, g.oh, g.ow, &a.s, &oh, &ow);
     Channels ch = channels_begin(cg, g.c);
-    Spread s = {window_argmax(cg, op, g, a.s, oh, ow, ch.c, NULL),
-                load_f64(cg, op->in[1], output_index(cg, &a, oh, ow, ch.c))};
+    LLVMValueRef where = window_argmax(cg, op, g, a.s, oh, ow, ch.c, NULL);
+    Spread s = {where, load_f64(cg, op->in[1], output_index(cg, &a, oh, ow, ch.c))};
     window_elements(cg, op, g, a.s, oh, ow, ch.c, spread_visit, &s);
     channels_end(cg, &ch);
 }
@@ -1231,8 +1247,8 @@ static void gen_avgpool(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     Channels ch = channels_begin(cg, g.c);
     LLVMValueRef acc = cg_var(cg, cg->f64, F(cg, 0), "acc");
     window_elements(cg, op, g, s, oh, ow, ch.c, sum_visit, acc);
-    store_f64(cg, op->out[0], add(cg, mul(cg, pixel, I(cg, g.c)), ch.c), fdiv(cg, load_var(cg, acc, cg->f64), count),
-              false);
+    LLVMValueRef to = add(cg, mul(cg, pixel, I(cg, g.c)), ch.c);
+    store_f64(cg, op->out[0], to, fdiv(cg, load_var(cg, acc, cg->f64), count), false);
     channels_end(cg, &ch);
 }
 
@@ -1326,8 +1342,8 @@ static void depthwise_pixel_cpu(Cg *cg, IrOp *op, Geo g, LLVMValueRef pixel, LLV
     channels_end(cg, &zero);
     window_elements(cg, op, g, s, oh, ow, I(cg, 0), tap_visit, &a);
     Channels ch = channels_begin(cg, a.outputs);
-    store_f64(cg, op->out[0], add(cg, mul(cg, pixel, I(cg, a.outputs)), ch.c),
-              LLVMBuildLoad2(cg->b, cg->f64, sum_at(cg, a.sums, ch.c), ""), false);
+    LLVMValueRef to = add(cg, mul(cg, pixel, I(cg, a.outputs)), ch.c);
+    store_f64(cg, op->out[0], to, LLVMBuildLoad2(cg->b, cg->f64, sum_at(cg, a.sums, ch.c), ""), false);
     channels_end(cg, &ch);
 }
 
@@ -1344,7 +1360,8 @@ static void gen_depthwise(Cg *cg, IrOp *op, LLVMValueRef pixel) {
     Channels ch = channels_begin(cg, f);
     Depthwise a = {cg_var(cg, cg->f64, F(cg, 0), "acc"), ch.c, f};
     window_elements(cg, op, g, s, oh, ow, m == 1 ? ch.c : divs(cg, ch.c, I(cg, m)), depthwise_visit, &a);
-    store_f64(cg, op->out[0], add(cg, mul(cg, pixel, I(cg, f)), ch.c), load_var(cg, a.acc, cg->f64), false);
+    LLVMValueRef to = add(cg, mul(cg, pixel, I(cg, f)), ch.c);
+    store_f64(cg, op->out[0], to, load_var(cg, a.acc, cg->f64), false);
     channels_end(cg, &ch);
 }
 
@@ -1365,7 +1382,8 @@ static void depthwise_data_visit(Cg *cg, IrOp *op, LLVMValueRef oh, LLVMValueRef
                              load_f64(cg, op->in[1], add(cg, mul(cg, tap, I(cg, f)), o)));
     set_var(cg, acc, fadd(cg, load_var(cg, acc, cg->f64), term));
     cg_loop_end(cg, &lj);
-    store_f64(cg, op->out[0], add(cg, mul(cg, a->pixel, I(cg, a->g.c)), ch.c), load_var(cg, acc, cg->f64), true);
+    LLVMValueRef to = add(cg, mul(cg, a->pixel, I(cg, a->g.c)), ch.c);
+    store_f64(cg, op->out[0], to, load_var(cg, acc, cg->f64), true);
     channels_end(cg, &ch);
 }
 
@@ -1492,9 +1510,13 @@ static void block_depthwise_filter(Cg *cg, IrOp *op, LLVMValueRef e) {
 /* One channel c: mean and (biased) variance over every row of the live batch. */
 static void gen_bn_stats(Cg *cg, IrOp *op, LLVMValueRef c) {
     LLVMValueRef shift = bn_shift(cg, op, c);
-    LLVMValueRef acc[2] = {cg_var(cg, cg->f64, F(cg, 0), "sum"), cg_var(cg, cg->f64, F(cg, 0), "squares")};
+    LLVMValueRef acc[2];
+    acc[0] = cg_var(cg, cg->f64, F(cg, 0), "sum");
+    acc[1] = cg_var(cg, cg->f64, F(cg, 0), "squares");
     sum_rows(cg, op, c, shift, 2, acc);
-    LLVMValueRef total[2] = {load_var(cg, acc[0], cg->f64), load_var(cg, acc[1], cg->f64)};
+    LLVMValueRef total[2];
+    for (int i = 0; i < 2; i++)
+        total[i] = load_var(cg, acc[i], cg->f64);
     store_moments(cg, op, c, shift, total);
 }
 
@@ -1532,11 +1554,12 @@ typedef struct RowWalk {
 static void walk_element(Cg *cg, IrOp *op, LLVMValueRef j, void *arg) {
     RowWalk *w = arg;
     LLVMValueRef idx = element(cg, op, w->base, j);
-    if (w->store)
+    if (w->store) {
         w->store(cg, op, idx, w->arg);
-    else
-        set_var(cg, w->acc, (w->combine ? w->combine : fadd)(cg, load_var(cg, w->acc, cg->f64),
-                                                            w->term(cg, op, idx, w->arg)));
+        return;
+    }
+    LLVMValueRef sofar = load_var(cg, w->acc, cg->f64);
+    set_var(cg, w->acc, (w->combine ? w->combine : fadd)(cg, sofar, w->term(cg, op, idx, w->arg)));
 }
 
 typedef struct RowLane {
@@ -1795,7 +1818,8 @@ static LLVMValueRef concat_index(Cg *cg, IrOp *op, LLVMValueRef i) {
 }
 
 static void gen_concat(Cg *cg, IrOp *op, LLVMValueRef i) {
-    cg_store(cg, op->out[0], concat_index(cg, op, i), cg_load(cg, op->in[0], i));
+    LLVMValueRef to = concat_index(cg, op, i);
+    cg_store(cg, op->out[0], to, cg_load(cg, op->in[0], i));
 }
 
 static void gen_split(Cg *cg, IrOp *op, LLVMValueRef i) {
@@ -1930,7 +1954,8 @@ static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
                     set_var(cg, lacc, fsub(cg, load_var(cg, lacc, cg->f64), fmul(cg, t, fsub(cg, zj, lse))));
                 } else {
                     LLVMValueRef p = fmul(cg, load_f64(cg, dz, add(cg, row, j)), inv_sum);
-                    store_f64(cg, dz, add(cg, row, j), fmul(cg, fsub(cg, fmul(cg, p, total_t), t), inv_n), false);
+                    LLVMValueRef to = add(cg, row, j);
+                    store_f64(cg, dz, to, fmul(cg, fsub(cg, fmul(cg, p, total_t), t), inv_n), false);
                 }
                 cg_loop_end(cg, &l);
             }
@@ -1951,7 +1976,8 @@ static void gen_loss(Cg *cg, IrOp *op, LLVMValueRef s) {
                 LLVMValueRef unclipped = LLVMBuildFCmp(cg->b, LLVMRealOEQ, p, pc, "");
                 g = sel(cg, LLVMBuildOr(cg->b, unclipped, LLVMBuildFCmp(cg->b, LLVMRealOEQ, t, F(cg, 0), ""), ""), g,
                         fdiv(cg, total_t, total));
-                store_f64(cg, dz, add(cg, row, j), fmul(cg, g, inv_n), false);
+                LLVMValueRef to = add(cg, row, j);
+                store_f64(cg, dz, to, fmul(cg, g, inv_n), false);
             }
             cg_loop_end(cg, &l);
         }
@@ -2042,8 +2068,9 @@ static void gen_metric(Cg *cg, IrOp *op, LLVMValueRef s) {
         Loop l = cg_loop_begin(cg, I(cg, 0), I(cg, k), "j");
         LLVMValueRef j = cg_loop_index(cg, &l);
         LLVMValueRef zj = load_f64(cg, z, add(cg, row, j));
-        LLVMValueRef ahead = LLVMBuildOr(cg->b, fgt(cg, zj, zy),
-                                         and_(cg, LLVMBuildFCmp(cg->b, LLVMRealOEQ, zj, zy, ""), lt(cg, j, y)), "");
+        LLVMValueRef above = fgt(cg, zj, zy);
+        LLVMValueRef tied = and_(cg, LLVMBuildFCmp(cg->b, LLVMRealOEQ, zj, zy, ""), lt(cg, j, y));
+        LLVMValueRef ahead = LLVMBuildOr(cg->b, above, tied, "");
         set_var(cg, rank, add(cg, load_var(cg, rank, cg->i64), LLVMBuildZExt(cg->b, ahead, cg->i64, "")));
         cg_loop_end(cg, &l);
         value = LLVMBuildUIToFP(cg->b, and_(cg, valid, lt(cg, load_var(cg, rank, cg->i64), I(cg, op->k_top))),
@@ -2064,7 +2091,8 @@ static void gen_accumulate(Cg *cg, IrOp *op, LLVMValueRef i) {
         cg_loop_end(cg, &l);
         LLVMValueRef at = I(cg, 2 * op->pair[k]);
         store_f64(cg, op->out[0], at, load_var(cg, sum, cg->f64), true);
-        store_f64(cg, op->out[0], add(cg, at, I(cg, 1)), LLVMBuildSIToFP(cg->b, n, cg->f64, ""), true);
+        LLVMValueRef count_at = add(cg, at, I(cg, 1));
+        store_f64(cg, op->out[0], count_at, LLVMBuildSIToFP(cg->b, n, cg->f64, ""), true);
     }
 }
 
@@ -2093,7 +2121,8 @@ static void gen_find_nonfinite(Cg *cg, IrOp *op, LLVMValueRef c) {
     Loop scan = cg_loop_begin(cg, lo, hi, "j");
     LLVMValueRef bits = LLVMBuildBitCast(cg->b, cg_load(cg, g, cg_loop_index(cg, &scan)), bits_t, "");
     LLVMValueRef bad = LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, bits, exponent, ""), exponent, "");
-    set_var(cg, any, LLVMBuildOr(cg->b, load_var(cg, any, cg->i32), LLVMBuildZExt(cg->b, bad, cg->i32, ""), ""));
+    LLVMValueRef before = load_var(cg, any, cg->i32);
+    set_var(cg, any, LLVMBuildOr(cg->b, before, LLVMBuildZExt(cg->b, bad, cg->i32, ""), ""));
     cg_loop_end(cg, &scan);
     LLVMValueRef first = cg_var(cg, cg->f64, F(cg, 0), "first");
     set_var(cg, first, F(cg, 0));
@@ -2278,7 +2307,8 @@ static void sums_of_squares(Cg *cg, IrOp *op, Term term, int n, bool buffered, L
     if (!buffered) {
         LLVMValueRef quads = divs(cg, count, I(cg, 4));
         add_quads(cg, op, term, n, lo, quads, acc);
-        add_tail(cg, op, term, n, add(cg, lo, mul(cg, quads, I(cg, 4))), add(cg, lo, count), acc);
+        LLVMValueRef rest = add(cg, lo, mul(cg, quads, I(cg, 4)));
+        add_tail(cg, op, term, n, rest, add(cg, lo, count), acc);
     } else {
         for (int j = 0; j < n; j++)
             cg->terms[j] = cg_var(cg, LLVMArrayType(cg->f64, TERMS_AT_ONCE), NULL, "terms");
@@ -2290,7 +2320,8 @@ static void sums_of_squares(Cg *cg, IrOp *op, Term term, int n, bool buffered, L
         LLVMValueRef k = cg_loop_index(cg, &e);
         for (int j = 0; j < n; j++) {
             LLVMValueRef at[] = {I(cg, 0), k};
-            LLVMBuildStore(cg->b, term(cg, op, j, add(cg, lo, add(cg, base, k))),
+            LLVMValueRef v = term(cg, op, j, add(cg, lo, add(cg, base, k)));
+            LLVMBuildStore(cg->b, v,
                            LLVMBuildInBoundsGEP2(cg->b, LLVMArrayType(cg->f64, TERMS_AT_ONCE), cg->terms[j], at, 2,
                                                  ""));
         }

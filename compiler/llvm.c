@@ -279,8 +279,9 @@ static LLVMValueRef f32_round_to_odd(Cg *cg, LLVMValueRef v) {
     LLVMValueRef back = LLVMBuildFPExt(cg->b, f, cg->f64, "");
     LLVMValueRef bits = LLVMBuildBitCast(cg->b, f, cg->i32, "");
     LLVMValueRef positive = LLVMBuildFCmp(cg->b, LLVMRealOGT, v, LLVMConstReal(cg->f64, 0), "");
-    LLVMValueRef away = LLVMBuildSelect(cg->b, positive, LLVMBuildFCmp(cg->b, LLVMRealOGT, back, v, ""),
-                                        LLVMBuildFCmp(cg->b, LLVMRealOLT, back, v, ""), ""); /* f keeps v's sign */
+    LLVMValueRef above = LLVMBuildFCmp(cg->b, LLVMRealOGT, back, v, "");
+    LLVMValueRef away = LLVMBuildSelect(cg->b, positive, above, LLVMBuildFCmp(cg->b, LLVMRealOLT, back, v, ""),
+                                        ""); /* f keeps v's sign */
     LLVMValueRef toward_zero = LLVMBuildSelect(cg->b, away, LLVMBuildSub(cg->b, bits, LLVMConstInt(cg->i32, 1, 0), ""),
                                                bits, "");
     LLVMValueRef odd = LLVMBuildOr(cg->b, toward_zero, LLVMConstInt(cg->i32, 1, 0), "");
@@ -684,8 +685,9 @@ void cg_kernel_indices(Cg *cg, IrOp *op, IndexBody prologue, IndexBody body, Ind
     LLVMTypeRef type = LLVMTypeOf(first);
     if (group) { /* whole groups: i, i + T, ... i + (n - 1) T all below the end */
         LLVMValueRef last = mul(cg, stride, LLVMConstInt(type, INDICES_AT_ONCE - 1, 0));
-        Loop g = cg_loop_begin_step(cg, first, sub(cg, end, last),
-                                    mul(cg, stride, LLVMConstInt(type, INDICES_AT_ONCE, 0)), "group");
+        LLVMValueRef group_end = sub(cg, end, last);
+        Loop g = cg_loop_begin_step(cg, first, group_end, mul(cg, stride, LLVMConstInt(type, INDICES_AT_ONCE, 0)),
+                                    "group");
         LLVMValueRef at = LLVMBuildLoad2(cg->b, type, g.var, ""), i[INDICES_AT_ONCE];
         for (int u = 0; u < INDICES_AT_ONCE; u++, at = add(cg, at, stride))
             i[u] = widened(cg, at);

@@ -57,6 +57,11 @@ ci: $dir ($what): ${counts:-ctest exited $rc before counting}
     failed:  ${failed:-none}"
 }
 
+# One cache of generated code for both trees (compiler/cache.c): a gcc-built and a
+# clang-built ddpc make the same code, so the second tree's builds find what the
+# first generated
+DDP_CACHE_DIR=$(pwd)/build/ddp-cache
+export DDP_CACHE_DIR
 tree build "release, gcc" -DCMAKE_BUILD_TYPE=Release
 tree build-asan "clang, ASan + UBSan, libFuzzer" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=ON -DDDP_FUZZ=ON
 
