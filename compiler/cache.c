@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <llvm/Config/llvm-config.h>
@@ -156,8 +157,17 @@ static long long size_limit(void) {
     return n >= 0 && set && !*end ? n : 256ll << 20;
 }
 
+/* A writer's file (an entry's name, a dot, its process id) an hour old: a writer that
+ * was killed midway left it (one that lives renames it within seconds). */
+static bool abandoned(const char *name, const struct stat *st) {
+    size_t len = strlen(name);
+    return len > 65 && name[64] == '.' && strspn(name + 65, "0123456789") == len - 65 &&
+           st->st_mtime < time(NULL) - 3600;
+}
+
 /* The entries used longest ago removed while the folder holds more than the limit,
- * down to three quarters of it; the entry just written (keep) stays. Under the lock,
+ * down to three quarters of it; the entry just written (keep) stays, and files that
+ * writers killed midway left go too. Under the lock,
  * the last to trim sees every entry written before it, so the folder ends within the
  * limit. (Without one, where the lock cannot be made, as well as it can.) */
 static void trim(const char *dir, const char *keep) {
@@ -179,9 +189,14 @@ static void trim(const char *dir, const char *keep) {
     for (struct dirent *e; (e = readdir(d));) {
         struct stat st;
         char path[PATH_MAX + 80];
-        if (strlen(e->d_name) != 64 || snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path ||
+        if (strlen(e->d_name) < 64 || snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path ||
             stat(path, &st) != 0)
             continue;
+        if (strlen(e->d_name) != 64) {
+            if (abandoned(e->d_name, &st))
+                unlink(path);
+            continue;
+        }
         if (count == cap) {
             Entry *more = realloc(entries, (cap = cap ? 2 * cap : 64) * sizeof *entries);
             if (!more)

@@ -3,7 +3,8 @@
 # it with its four modules (PTX, the emulated GPU's object, the two CPU variants); the
 # same build again takes them from it and makes the same bytes; another number of
 # epochs reuses all four, f64 code makes four more; a damaged entry (cut
-# short, or one byte changed) is made again, and the program is the same bytes;
+# short, or one byte changed) is made again, and the program is the same bytes; what
+# a writer killed midway left goes after an hour;
 # DDP_CACHE_SIZE keeps the folder within it, the entries used longest ago going first,
 # builds running at once too; DDP_CACHE_DIR=off keeps none.
 set -u
@@ -41,9 +42,16 @@ for entry in "$work/cache"/*; do
         printf 'X' | dd of="$entry" bs=1 seek=$((size - 7)) conv=notrunc 2>/dev/null
     fi
 done
+# and what writers killed midway left: one an hour old goes at the next write, one
+# being written now stays
+stale=$work/cache/$(printf '%064d' 0).4242 fresh=$work/cache/$(printf '%064d' 1).4243
+echo partial > "$stale" && touch -d '2 hours ago' "$stale" && echo partial > "$fresh"
 "$ddpc" build "$sample" -o "$work/repaired" || exit 1
 cmp -s "$work/first" "$work/repaired" && ok "damaged entries made again: the same bytes" ||
     fail "damaged entries: the program differs"
+[ ! -e "$stale" ] && [ -e "$fresh" ] && ok "a killed writer's file removed after an hour, not before" ||
+    fail "a killed writer's files: $(ls "$work/cache" | grep '\.')"
+rm -f "$fresh"
 "$ddpc" build "$sample" -o "$work/after" && cmp -s "$work/first" "$work/after" || fail "after the repair"
 
 # a limit smaller than the entries: the folder kept within it, or (the entry written
