@@ -97,30 +97,43 @@ static bool newest_run(const ddp_program *p, char *out, size_t len) {
     return best >= 0;
 }
 
-/* A new run's folder name. Outside Slurm two runs may start in the same second: the
- * second gets a suffix. */
-static void new_run_name(const ddp_config *cfg, const ddp_program *p, char *out, size_t len) {
+/* A new run's folder name. Outside Slurm two runs may start in the same second (a
+ * sweep's runs started together): each takes the first name of runs/MODEL-STAMP,
+ * runs/MODEL-STAMP-2, ... that it makes itself (claim: mkdir, which one process alone
+ * succeeds in), or with --check the first that is not there; false with errno. */
+static bool new_run_name(const ddp_config *cfg, const ddp_program *p, bool claim, char *out, size_t len) {
     if (cfg->cluster.job > 0) {
         snprintf(out, len, "runs/%s-%lld", p->name, (long long)cfg->cluster.job);
-        return;
+        return true;
     }
     time_t now = time(NULL);
     struct tm tm;
     char stamp[32];
     localtime_r(&now, &tm);
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    snprintf(out, len, "runs/%s-%s", p->name, stamp);
-    struct stat st;
-    for (int k = 2; stat(out, &st) == 0 && k < 1000; k++)
-        snprintf(out, len, "runs/%s-%s-%d", p->name, stamp, k);
+    if (claim && !make_folders("runs"))
+        return false;
+    for (int k = 1; k < 1000; k++) {
+        if (k == 1)
+            snprintf(out, len, "runs/%s-%s", p->name, stamp);
+        else
+            snprintf(out, len, "runs/%s-%s-%d", p->name, stamp, k);
+        struct stat st;
+        if (claim ? mkdir(out, 0777) == 0 : stat(out, &st) != 0)
+            return true;
+        if (claim && errno != EEXIST)
+            return false;
+    }
+    errno = EEXIST;
+    return false;
 }
 
 /* Worker 0's decision, false with why. */
 static bool decide(const ddp_config *cfg, const ddp_program *p, ddp_run_place *place, char *err, size_t len) {
     if (cfg->run_dir)
         snprintf(place->run_dir, sizeof place->run_dir, "%s", cfg->run_dir);
-    else
-        new_run_name(cfg, p, place->run_dir, sizeof place->run_dir);
+    else if (!new_run_name(cfg, p, !cfg->check && !cfg->resume, place->run_dir, sizeof place->run_dir))
+        return ddp_fail(err, len, "cannot make a run folder under runs/: %s", strerror(errno));
     if (!checkpoint_folder(p, place->run_dir, place->checkpoint_dir, sizeof place->checkpoint_dir))
         return ddp_fail(err, len, "the run folder's path is too long: %s", place->run_dir);
     bool here = ddp_checkpoint_exists(place->checkpoint_dir);

@@ -4,7 +4,8 @@
 # refused at start; each with the message a user needs. Also: progress in a log file
 # has no carriage returns, parameters saved by one model do not load into another,
 # --data-stats gives the figures worked out by hand and by NumPy, and --dump-batch
-# writes the samples the first step trains on.
+# writes the samples the first step trains on; runs started together take a run folder
+# each.
 set -u
 dir=$1
 root=$(mktemp -d)
@@ -263,6 +264,22 @@ if grep -q "^epoch 1/2  step 10/20 .* samples/s  ETA [0-9.]* s, run [0-9.]* s$" 
 else
     echo "FAIL: progress lines without their ETA:"
     grep "step" "$root/log"
+    failures=$((failures + 1))
+fi
+# runs started together without --run-dir (a sweep): each its own folder under runs/,
+# in the same second too (each name made by one process alone), with its own metrics
+mkdir "$root/sweep"
+for i in 1 2 3 4; do
+    (cd "$root/sweep" && "$dir/tiny" --data-root "$root" --epochs 2 --steps-per-epoch 1 > "out$i" 2>&1) &
+done
+wait
+folders=$(ls "$root/sweep/runs" | wc -l)
+twos=$(for m in "$root/sweep"/runs/*/metrics.jsonl; do wc -l < "$m"; done | grep -c "^2$")
+if [ "$folders" -eq 4 ] && [ "$twos" -eq 4 ]; then
+    echo "ok: four runs started together: four run folders, $(ls "$root/sweep/runs" | tr '\n' ' ')each with its 2 epochs' metrics"
+else
+    echo "FAIL: four runs started together: $folders run folders, $twos with 2 lines of metrics:"
+    ls "$root/sweep/runs"
     failures=$((failures + 1))
 fi
 [ "$failures" -eq 0 ] || { echo "$failures failed"; exit 1; }
