@@ -381,6 +381,7 @@ int build_program(Ddpc *c, Ir *ir, const BuildOptions *o, const char *source) {
     int status = 1;
     if (!output_writable(o->output))
         return 1;
+    cache_check_settings();
     if (!cg_assign_kernels(c, ir, &error)) {
         fprintf(stderr, "ddpc: %s\n", error);
         return 1;

@@ -17,6 +17,7 @@
  * each keep its own entry and remove the other's, and leave none. The cache never
  * fails a build: where it cannot read or write, the code is generated as without it. */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +38,8 @@
 enum { HEADER = 16 + 8 + 32 }; /* magic, length, the content's SHA-256 */
 static const char magic[16] = "ddp-cache 1\n\0\0\0";
 
-/* The cache's folder, made if need be; false where there is none. */
+/* The cache's folder, made if need be; false where there is none (off, or no folder
+ * named: errno 0; else errno says why it could not be made). */
 static bool cache_dir(char *dir, size_t len) {
     const char *set = getenv("DDP_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int n;
@@ -49,6 +51,7 @@ static bool cache_dir(char *dir, size_t len) {
         n = snprintf(dir, len, "%s/.cache/ddp", home);
     else
         n = -1;
+    errno = n >= 0 ? ENAMETOOLONG : 0;
     if (n < 0 || (size_t)n >= len)
         return false;
     for (char *p = dir + 1;; p++) /* each folder of the path, as mkdir -p */
@@ -60,8 +63,13 @@ static bool cache_dir(char *dir, size_t len) {
             if (!made)
                 return false;
             if (!c)
-                return true;
+                break;
         }
+    struct stat st; /* there already, but perhaps not a folder */
+    if (stat(dir, &st) != 0)
+        return false;
+    errno = ENOTDIR;
+    return S_ISDIR(st.st_mode);
 }
 
 static void hex(const unsigned char digest[32], char out[65]) {
@@ -150,11 +158,40 @@ static int used_earlier(const void *a, const void *b) {
                                   : (x->tv_nsec > y->tv_nsec) - (x->tv_nsec < y->tv_nsec);
 }
 
+enum { DEFAULT_SIZE_MIB = 256 };
+
+/* DDP_CACHE_SIZE in bytes: a whole number, with K, M or G (KiB, MiB, GiB) after it if
+ * wished; -1 where it says something else. */
+static long long size_setting(const char *set) {
+    char *end;
+    errno = 0;
+    long long n = strtoll(set, &end, 10);
+    int shift = !*end ? 0 : !end[1] && strchr("kK", *end) ? 10 : !end[1] && strchr("mM", *end) ? 20
+                        : !end[1] && strchr("gG", *end) ? 30 : -1;
+    if (end == set || !isdigit((unsigned char)*set) || errno || shift < 0 || n > (LLONG_MAX >> shift))
+        return -1;
+    return n << shift;
+}
+
 static long long size_limit(void) {
     const char *set = getenv("DDP_CACHE_SIZE");
-    char *end;
-    long long n = set && *set ? strtoll(set, &end, 10) : -1;
-    return n >= 0 && set && !*end ? n : 256ll << 20;
+    long long n = set && *set ? size_setting(set) : -1;
+    return n >= 0 ? n : (long long)DEFAULT_SIZE_MIB << 20;
+}
+
+void cache_check_settings(void) {
+    const char *size = getenv("DDP_CACHE_SIZE");
+    if (size && *size && size_setting(size) < 0)
+        fprintf(stderr, "ddpc: warning: DDP_CACHE_SIZE=%s is not a size (bytes, or a number with K, M or G after "
+                        "it): the cache keeps to %d MiB\n", size, DEFAULT_SIZE_MIB);
+    char dir[PATH_MAX - 80];
+    if (!cache_dir(dir, sizeof dir) && errno) {
+        const char *set = getenv("DDP_CACHE_DIR");
+        fprintf(stderr, "ddpc: warning: no cache of generated code: cannot make %s%s: %s\n",
+                set && *set ? set : getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME") ? "$XDG_CACHE_HOME/ddp"
+                                                                                       : "~/.cache/ddp",
+                set && *set ? " (DDP_CACHE_DIR)" : "", strerror(errno));
+    }
 }
 
 /* A writer's file (an entry's name, a dot, its process id) an hour old: a writer that
@@ -167,9 +204,9 @@ static bool abandoned(const char *name, const struct stat *st) {
 
 /* The entries used longest ago removed while the folder holds more than the limit,
  * down to three quarters of it; the entry just written (keep) stays, and files that
- * writers killed midway left go too. Under the lock,
- * the last to trim sees every entry written before it, so the folder ends within the
- * limit. (Without one, where the lock cannot be made, as well as it can.) */
+ * writers killed midway left go too. Under the lock, the last to trim sees every entry
+ * written before it, so the folder ends within the limit. (Without one, where the
+ * lock cannot be made, as well as it can.) */
 static void trim(const char *dir, const char *keep) {
     char lock_path[PATH_MAX + 8];
     snprintf(lock_path, sizeof lock_path, "%s/.lock", dir);

@@ -56,6 +56,9 @@ bool cache_entry(LLVMModuleRef m, LLVMTargetMachineRef tm, int opt_level, LLVMCo
 char *cache_get(Ddpc *c, const char *path, size_t *len);
 /* The content kept as the entry at path; nothing where it cannot be written. */
 void cache_put(const char *path, const char *data, size_t len);
+/* A warning on stderr for a DDP_CACHE_SIZE that is not a size and for a cache folder
+ * that cannot be made (the build goes on, without it or with the default limit). */
+void cache_check_settings(void);
 
 /* ---------------------------------------------------------------- llvm.c */
 

@@ -309,7 +309,7 @@ static void draw_dropout_group(Cg *cg, IrOp *op, LLVMValueRef index, LLVMValueRe
     LLVMValueRef sample = cg_load(cg, cg->ir->sample_id, index);
     LLVMValueRef seed = cg_scalar_i64(cg, DDP_S_SEED), step = cg_scalar_i64(cg, DDP_S_STEP), hi32 = I(cg, 32);
     LLVMValueRef stream = LLVMConstInt(cg->i32, (unsigned long long)(DDP_STREAM_DROPOUT + op->key), 0);
-    /* one word a declaration: an initialiser list's values come in no set order */
+    /* one value a declaration: an initialiser list's values come in no set order */
     LLVMValueRef seed_lo = LLVMBuildTrunc(cg->b, seed, cg->i32, "");
     LLVMValueRef seed_hi = LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, seed, hi32, ""), cg->i32, "");
     LLVMValueRef key[2] = {seed_lo, LLVMBuildXor(cg->b, seed_hi, stream, "")};

@@ -68,7 +68,7 @@ static const char usage[] =
     "environment: DDP_STDLIB overrides the standard library folder; NO_COLOR turns colour off;\n"
     "TMPDIR is where a build writes its temporary files (default /tmp); DDP_CACHE_DIR is the\n"
     "cache of generated code (default ~/.cache/ddp; off: none), DDP_CACHE_SIZE its limit in\n"
-    "bytes (256 MiB).\n";
+    "bytes, or with K, M or G (256M).\n";
 
 typedef enum { STAGE_CHECK, STAGE_TOKENS, STAGE_AST, STAGE_GRAPH, STAGE_SETTINGS, STAGE_IR, STAGE_PLAN,
                STAGE_LLVM, STAGE_PTX } Stage;

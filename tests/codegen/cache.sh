@@ -6,7 +6,8 @@
 # short, or one byte changed) is made again, and the program is the same bytes; what
 # a writer killed midway left goes after an hour;
 # DDP_CACHE_SIZE keeps the folder within it, the entries used longest ago going first,
-# builds running at once too; DDP_CACHE_DIR=off keeps none.
+# builds running at once too; a DDP_CACHE_SIZE or DDP_CACHE_DIR it cannot use is named
+# in a warning and the build goes on; DDP_CACHE_DIR=off keeps none.
 set -u
 ddpc=$1 sample=$2
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddp-cache.XXXXXX")
@@ -73,6 +74,23 @@ for o in -O0 -O2 -O3; do
 done
 wait
 within "three builds at once"
+
+# settings it cannot use: a warning naming them, and the build as without them
+said=$(DDP_CACHE_SIZE=lots "$ddpc" build "$sample" -o "$work/lots" 2>&1)
+case $said in
+*"ddpc: warning: DDP_CACHE_SIZE=lots is not a size"*) cmp -s "$work/first" "$work/lots" &&
+    ok "DDP_CACHE_SIZE=lots: $said" || fail "DDP_CACHE_SIZE=lots: the program differs" ;;
+*) fail "DDP_CACHE_SIZE=lots said: $said" ;;
+esac
+said=$(DDP_CACHE_SIZE=64M "$ddpc" build "$sample" -o "$work/mib" 2>&1)
+[ -z "$said" ] && ok "DDP_CACHE_SIZE=64M: taken without a word" || fail "DDP_CACHE_SIZE=64M said: $said"
+said=$(DDP_CACHE_DIR=$work/first "$ddpc" build "$sample" -o "$work/file" 2>&1)
+case $said in
+*"no cache of generated code: cannot make $work/first (DDP_CACHE_DIR): Not a directory"*)
+    cmp -s "$work/first" "$work/file" && ok "a DDP_CACHE_DIR that is a file: $said" ||
+        fail "a DDP_CACHE_DIR that is a file: the program differs" ;;
+*) fail "a DDP_CACHE_DIR that is a file said: $said" ;;
+esac
 
 rm -rf "$work/cache"
 DDP_CACHE_DIR=off "$ddpc" build "$sample" -o "$work/none" && [ ! -e "$work/cache" ] && [ ! -e off ] &&

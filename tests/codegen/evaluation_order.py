@@ -20,6 +20,7 @@ clang's output cannot make the check pass by finding nothing."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,8 @@ LLVMValueRef planted(LLVMValueRef a, LLVMValueRef b) {
 
 
 def syntax_tree(clang, include, path):
+    if not shutil.which(clang):
+        sys.exit("FAIL: no clang to read the code generators with (%s): install clang" % clang)
     run = subprocess.run([clang, "-Xclang", "-ast-dump=json", "-fsyntax-only", "-isystem", include,
                           "-I", os.path.dirname(path), path], capture_output=True, text=True)
     if run.returncode != 0:
@@ -118,8 +121,14 @@ def files_of_functions(tree):
 
 def unordered(tree, path, builds):
     """(path, line, kind) of each expression with two operands that build IR."""
+    known = {}  # id(node): whether it builds IR (each subtree asked once, not at every level above)
+
     def builds_ir(node):
-        return any(n is None or n in builds or BUILDS.match(n) for n in called(node, set()))
+        if id(node) not in known:
+            name = callee_name(node) if node.get("kind") == "CallExpr" else ""
+            here = name is None or name in builds or bool(name and BUILDS.match(name))
+            known[id(node)] = any([here] + [builds_ir(child) for child in node.get("inner", [])])
+        return known[id(node)]
 
     found = []
 
